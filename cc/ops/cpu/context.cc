@@ -1,0 +1,42 @@
+#include "cc/ops/cpu/context.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <new>
+
+namespace nfn::cpu {
+
+nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  if (ctx != nullptr) ctx->last_error = buf;
+  return status;
+}
+
+}  // namespace nfn::cpu
+
+extern "C" {
+
+int nfn_abi_version(void) { return NFN_ABI_VERSION; }
+
+const char* nfn_backend_name(void) { return "cpu"; }
+
+nfn_status nfn_ctx_create(int /*device*/, nfn_ctx** out) {
+  if (out == nullptr) return NFN_ERR_INVALID_ARGUMENT;
+  *out = new (std::nothrow) nfn_ctx();
+  return *out != nullptr ? NFN_OK : NFN_ERR_OUT_OF_MEMORY;
+}
+
+void nfn_ctx_destroy(nfn_ctx* ctx) { delete ctx; }
+
+const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
+  return ctx != nullptr ? ctx->last_error.c_str() : "no context";
+}
+
+// CPU ops complete before they return.
+nfn_status nfn_synchronize(nfn_ctx* /*ctx*/) { return NFN_OK; }
+
+}  // extern "C"

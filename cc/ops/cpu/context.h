@@ -1,0 +1,36 @@
+// The CPU backend's context and the helpers every CPU op shares.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "cc/ops/nfn_tile_ops.h"
+
+struct nfn_ctx {
+  std::string last_error;
+};
+
+namespace nfn::cpu {
+
+// Records a formatted message on the context and returns `status`.
+nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+// bf16 is the upper half of an IEEE fp32; rounding to nearest even on the way down.
+inline float bf16_to_f32(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+}  // namespace nfn::cpu

@@ -1,0 +1,50 @@
+// Memory ops on the CPU: host memory, 64-byte aligned for vector loads.
+#include <cstdlib>
+#include <cstring>
+
+#include "cc/ops/cpu/context.h"
+
+using nfn::cpu::fail;
+
+extern "C" {
+
+nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) {
+  if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc: null output pointer");
+  size_t rounded = (bytes + 63) / 64 * 64;
+  *out = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (*out == nullptr) return fail(ctx, NFN_ERR_OUT_OF_MEMORY, "alloc: %zu bytes failed", bytes);
+  return NFN_OK;
+}
+
+nfn_status nfn_free(nfn_ctx* /*ctx*/, void* ptr) {
+  std::free(ptr);
+  return NFN_OK;
+}
+
+nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_t n) {
+  if (dst == nullptr && n > 0) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: null dst");
+  if (dtype == NFN_F32) {
+    float* d = static_cast<float*>(dst);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (size_t i = 0; i < n; ++i) d[i] = value;
+    return NFN_OK;
+  }
+  if (dtype == NFN_BF16) {
+    uint16_t v = nfn::cpu::f32_to_bf16(value);
+    uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (size_t i = 0; i < n; ++i) d[i] = v;
+    return NFN_OK;
+  }
+  return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: unknown dtype %d", static_cast<int>(dtype));
+}
+
+nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes,
+                    nfn_copy_kind /*kind: host and device memory are one on the CPU*/) {
+  if ((dst == nullptr || src == nullptr) && bytes > 0)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return NFN_OK;
+}
+
+}  // extern "C"

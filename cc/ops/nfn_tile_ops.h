@@ -1,0 +1,73 @@
+/* nfn_tile_ops.h: the C op ABI shared by every op library (CPU and CUDA).
+ *
+ * The trainer and the models call ops only through this ABI, usually through an
+ * nfn_op_table filled by nfn_load_op_library (cc/ops/op_library.h). Rules for every op:
+ * plain pointers and sizes, the context first, a status code back (never an exception
+ * across the ABI), and on failure a message in nfn_ctx_last_error. Ops are ordered on the
+ * context's stream; nfn_synchronize waits for them.
+ */
+#ifndef NFN_TILE_OPS_H_
+#define NFN_TILE_OPS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NFN_ABI_VERSION 1
+
+typedef enum nfn_status {
+  NFN_OK = 0,
+  NFN_ERR_INVALID_ARGUMENT = 1,
+  NFN_ERR_OUT_OF_MEMORY = 2,
+  NFN_ERR_UNSUPPORTED = 3,
+  NFN_ERR_BACKEND = 4,
+} nfn_status;
+
+typedef enum nfn_dtype {
+  NFN_F32 = 0,
+  NFN_BF16 = 1,
+} nfn_dtype;
+
+typedef enum nfn_copy_kind {
+  NFN_HOST_TO_DEVICE = 0,
+  NFN_DEVICE_TO_HOST = 1,
+  NFN_DEVICE_TO_DEVICE = 2,
+} nfn_copy_kind;
+
+/* Backend state: stream, library handles, scratch, the last error message. */
+typedef struct nfn_ctx nfn_ctx;
+
+int nfn_abi_version(void);
+const char* nfn_backend_name(void);
+/* device: the device ordinal (ignored by the CPU backend). */
+nfn_status nfn_ctx_create(int device, nfn_ctx** out);
+void nfn_ctx_destroy(nfn_ctx* ctx);
+const char* nfn_ctx_last_error(const nfn_ctx* ctx);
+nfn_status nfn_synchronize(nfn_ctx* ctx);
+
+#define NFN_OP(name, category, dtypes, params) nfn_status nfn_##name params;
+#include "cc/ops/nfn_ops.def"
+#undef NFN_OP
+
+/* Every ABI entry point as a function pointer, so that one trainer binary can drive
+ * whichever op library was loaded at run time. */
+typedef struct nfn_op_table {
+  int (*abi_version)(void);
+  const char* (*backend_name)(void);
+  nfn_status (*ctx_create)(int device, nfn_ctx** out);
+  void (*ctx_destroy)(nfn_ctx* ctx);
+  const char* (*ctx_last_error)(const nfn_ctx* ctx);
+  nfn_status (*synchronize)(nfn_ctx* ctx);
+#define NFN_OP(name, category, dtypes, params) nfn_status(*name) params;
+#include "cc/ops/nfn_ops.def"
+#undef NFN_OP
+} nfn_op_table;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NFN_TILE_OPS_H_ */

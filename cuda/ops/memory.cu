@@ -1,0 +1,64 @@
+// Memory ops on the GPU: stream-ordered allocation, fills and copies.
+#include <cuda_bf16.h>
+
+#include "cuda/ops/context.h"
+
+using nfn::cuda::fail;
+
+namespace {
+
+template <typename T>
+__global__ void fill_kernel(T* dst, T value, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+cudaMemcpyKind to_cuda(nfn_copy_kind kind) {
+  switch (kind) {
+    case NFN_HOST_TO_DEVICE: return cudaMemcpyHostToDevice;
+    case NFN_DEVICE_TO_HOST: return cudaMemcpyDeviceToHost;
+    default: return cudaMemcpyDeviceToDevice;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) {
+  if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc: null output pointer");
+  NFN_CUDA_TRY(ctx, cudaMallocAsync(out, bytes == 0 ? 1 : bytes, ctx->stream), "alloc");
+  return NFN_OK;
+}
+
+nfn_status nfn_free(nfn_ctx* ctx, void* ptr) {
+  if (ptr == nullptr) return NFN_OK;
+  NFN_CUDA_TRY(ctx, cudaFreeAsync(ptr, ctx->stream), "free");
+  return NFN_OK;
+}
+
+nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_t n) {
+  if (n == 0) return NFN_OK;
+  if (dst == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: null dst");
+  const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
+  if (dtype == NFN_F32) {
+    fill_kernel<<<grid, block, 0, ctx->stream>>>(static_cast<float*>(dst), value, n);
+  } else if (dtype == NFN_BF16) {
+    fill_kernel<<<grid, block, 0, ctx->stream>>>(static_cast<__nv_bfloat16*>(dst),
+                                                 __float2bfloat16_rn(value), n);
+  } else {
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: unknown dtype %d", static_cast<int>(dtype));
+  }
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), "fill");
+  return NFN_OK;
+}
+
+nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes, nfn_copy_kind kind) {
+  if (bytes == 0) return NFN_OK;
+  if (dst == nullptr || src == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
+  NFN_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), ctx->stream), "copy");
+  return NFN_OK;
+}
+
+}  // extern "C"

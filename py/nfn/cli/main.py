@@ -1,0 +1,60 @@
+"""nfn: one command line for training, sampling, evaluating and inspecting native GPT models."""
+import argparse
+import os
+import sys
+
+from nfn import __version__
+from nfn.cli import data, eval as eval_cmd, infer, kernels, tokenizer, tool, train
+from nfn.errors import UserError
+
+COMMANDS = [train, infer, eval_cmd, data, tokenizer, tool, kernels]
+
+EPILOG = """\
+examples:
+  nfn train --base-model gpt --dataset shakespeare
+  nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
+  nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
+  nfn kernels list --json
+
+locations (each moved by its environment variable):
+  artifacts   ~/NeuralFn/artifacts    NEURALFN_ARTIFACTS_DIR
+  datasets    ~/.cache/nfn/datasets   NFN_DATASETS_DIR
+  tokenizers  ~/.cache/nfn/tokenizers NFN_TOKENIZERS_DIR
+"""
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="nfn",
+        description=__doc__.strip(),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"nfn {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv=None):
+    # `bazel run` starts us inside the runfiles tree; relative paths the user typed are
+    # relative to where they ran it.
+    user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY")
+    if user_cwd:
+        os.chdir(user_cwd)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except UserError as e:
+        print(f"nfn {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"nfn {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (nfn ... | head); stop quietly like other command-line tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -1,0 +1,49 @@
+"""Train a model with the compiled native trainer (no Python in the training process).
+
+Prepares the dataset when it is not cached, then runs nfn_<family>_native_train. With no
+arguments it trains a small GPT on the embedded default corpus in a few minutes on the CPU.
+"""
+from nfn.cli.common import add_command, not_implemented
+
+
+def register(sub):
+    p = add_command(sub, "train", __doc__)
+    model = p.add_argument_group("model")
+    model.add_argument("--base-model", default="gpt", help="model to train (default: gpt)")
+    model.add_argument("--model-family", choices=["gpt", "gpt2", "gpt3"],
+                       help="dense GPT family; gpt, gpt2 and gpt3 share one trainer")
+    model.add_argument("--template-name", "--preset", dest="template_name",
+                       help="named geometry, e.g. gpt2-124m")
+    model.add_argument("--graph-file", help="model manifest JSON: the architecture source of truth")
+    model.add_argument("--num-layers", type=int, help="transformer blocks")
+    model.add_argument("--num-heads", type=int, help="attention heads")
+    model.add_argument("--model-dim", type=int, help="channels")
+    data = p.add_argument_group("data")
+    source = data.add_mutually_exclusive_group()
+    source.add_argument("--dataset", help="dataset alias or shard directory (default: shakespeare)")
+    source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
+    source.add_argument("--tinystories", action="store_true", help="the TinyStories dataset")
+    data.add_argument("--tokenizer", default="gpt2", help="gpt2, sp1024..sp8192 or a trained name")
+    sched = p.add_argument_group("schedule")
+    sched.add_argument("--train-seq-len", type=int, help="tokens per row")
+    sched.add_argument("--batch-size", type=int, help="micro-batch rows")
+    sched.add_argument("--train-batch-tokens", type=int, help="tokens per optimizer step")
+    sched.add_argument("--max-steps", type=int, help="optimizer steps")
+    sched.add_argument("--learning-rate", type=float, help="peak learning rate")
+    sched.add_argument("--weight-decay", type=float, help="AdamW weight decay")
+    sched.add_argument("--warmup-steps", type=int, help="linear warmup steps before cosine decay")
+    sched.add_argument("--eval-every-steps", type=int, help="validate every N steps")
+    sched.add_argument("--eval-batches", type=int, help="validation micro-batches")
+    sched.add_argument("--seed", type=int, help="random seed")
+    run = p.add_argument_group("run")
+    run.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto",
+                     help="op library to load (default: auto)")
+    run.add_argument("--tile-ops-lib", help="path to an op library .so (overrides --backend)")
+    run.add_argument("--output-dir", help="checkpoint directory (default: under the artifacts dir)")
+    run.add_argument("--resume", help="auto, or a checkpoint path")
+    run.add_argument("--dry-run", action="store_true", help="print the plan JSON without training")
+    run.add_argument("--print-plan", action="store_true", help="same as --dry-run")
+    run.add_argument("--print-command", action="store_true",
+                     help="print the trainer argv and exit without starting it")
+    run.add_argument("--json", action="store_true", help="print the final report JSON on stdout")
+    p.set_defaults(run=not_implemented("nfn train", "#4"))

@@ -1,0 +1,161 @@
+"""The `nfn` command line: help paths stay import-light, errors follow argparse, and
+commands not built yet say so and fail."""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import nfn
+
+PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
+
+# Runs nfn's main in a fresh interpreter, then reports every module that got imported.
+PROBE = """
+import json, sys
+from nfn.cli.main import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+sys.stdout.flush()
+print("\\n@@MODULES@@" + json.dumps(sorted(sys.modules)))
+sys.exit(code or 0)
+"""
+
+HELP_PATHS = [
+    ["--help"],
+    ["train", "--help"],
+    ["infer", "--help"],
+    ["eval", "--help"],
+    ["kernels", "--help"],
+    ["data", "--help"],
+    ["data", "prepare", "--help"],
+    ["tokenizer", "--help"],
+    ["tool", "--help"],
+]
+
+# What a help path may import from nfn: the package, its errors and the parsers.
+ALLOWED_NFN = ("nfn", "nfn.errors", "nfn.cli")
+
+
+def run_nfn(args, env=None):
+    full_env = dict(os.environ, PYTHONPATH=PY_ROOT, **(env or {}))
+    proc = subprocess.run([sys.executable, "-c", PROBE] + args, capture_output=True, text=True,
+                          env=full_env, timeout=60)
+    out, _, modules = proc.stdout.partition("\n@@MODULES@@")
+    return proc.returncode, out, proc.stderr, json.loads(modules) if modules else []
+
+
+def interpreter_baseline():
+    """Modules a bare interpreter imports at start-up (site hooks, .pth files): not nfn's doing."""
+    proc = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sorted(sys.modules)))"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return set(json.loads(proc.stdout))
+
+
+BASELINE = interpreter_baseline()
+
+
+def heavy_modules(modules):
+    """Every module nfn imported outside the standard library and nfn's parser layer."""
+    bad = []
+    for name in modules:
+        if name in BASELINE:
+            continue
+        top = name.split(".")[0]
+        if top == "nfn":
+            if not (name in ALLOWED_NFN or name.startswith("nfn.cli.")):
+                bad.append(name)
+        elif top not in sys.stdlib_module_names and top not in ("__main__", "_distutils_hack"):
+            bad.append(name)
+    return bad
+
+
+class HelpPathsTest(unittest.TestCase):
+    def test_help_imports_only_the_standard_library(self):
+        for args in HELP_PATHS:
+            with self.subTest(args=args):
+                code, out, err, modules = run_nfn(args)
+                self.assertEqual(code, 0, err)
+                self.assertIn("usage: nfn", out)
+                self.assertEqual(heavy_modules(modules), [])
+                self.assertNotIn("numpy", modules)
+                self.assertNotIn("nfn._native", modules)
+
+    def test_probe_catches_a_heavy_import(self):
+        # The guard itself must fail when something heavy sneaks in.
+        self.assertEqual(heavy_modules(["json", "numpy", "numpy.core"]), ["numpy", "numpy.core"])
+        self.assertEqual(heavy_modules(["nfn", "nfn.cli.main", "nfn.kernels.registry"]),
+                         ["nfn.kernels.registry"])
+        self.assertEqual(heavy_modules(["nfn._native"]), ["nfn._native"])
+
+    def test_train_help_lists_the_trainer_flags(self):
+        _, out, _, _ = run_nfn(["train", "--help"])
+        for flag in ["--base-model", "--dataset", "--tokenizer", "--train-batch-tokens",
+                     "--backend", "--resume", "--print-command", "--json"]:
+            self.assertIn(flag, out)
+
+
+class ErrorsTest(unittest.TestCase):
+    def test_unknown_command_is_a_usage_error(self):
+        code, _, err, _ = run_nfn(["frobnicate"])
+        self.assertEqual(code, 2)
+        self.assertIn("invalid choice: 'frobnicate'", err)
+
+    def test_unknown_flag_is_a_usage_error(self):
+        code, _, err, _ = run_nfn(["train", "--no-such-flag"])
+        self.assertEqual(code, 2)
+        self.assertIn("unrecognized arguments: --no-such-flag", err)
+
+    def test_missing_command_is_a_usage_error(self):
+        code, _, err, _ = run_nfn([])
+        self.assertEqual(code, 2)
+        self.assertIn("the following arguments are required: COMMAND", err)
+
+    def test_unbuilt_command_says_so_and_fails(self):
+        code, out, err, _ = run_nfn(["infer", "--checkpoint", "x", "--prompt", "hi"])
+        self.assertEqual(code, 1)
+        self.assertEqual(err.strip(), "nfn infer: error: nfn infer is not implemented yet (tracked in issue #6)")
+        self.assertEqual(out.strip(), "")
+
+
+class LauncherTest(unittest.TestCase):
+    def test_bazel_launcher_uses_the_built_package(self):
+        # The real `bazel run //py:nfn` entry point must find generated files (the registry),
+        # which exist only in the built tree, not in the source tree.
+        proc = subprocess.run([os.environ["NFN_CLI"], "kernels", "list"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertTrue(proc.stdout.startswith("op "), proc.stdout)
+
+
+class KernelsListTest(unittest.TestCase):
+    def test_json_schema(self):
+        code, out, err, modules = run_nfn(["kernels", "list", "--json"])
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("numpy", modules)
+        self.assertNotIn("nfn._native", modules)
+        reg = json.loads(out)
+        self.assertEqual(reg["backends"], ["cpu", "cuda"])
+        names = [op["name"] for op in reg["ops"]]
+        self.assertIn("sum_squares_many", names)
+        for op in reg["ops"]:
+            self.assertEqual(set(op), {"name", "category", "dtypes", "backends", "support"})
+            for backend in reg["backends"]:
+                self.assertEqual(set(op["support"][backend]), set(op["dtypes"]))
+                for cell in op["support"][backend].values():
+                    self.assertIs(type(cell["supported"]), bool)
+                    self.assertEqual(cell["reason"] is None, cell["supported"])
+
+    def test_table(self):
+        code, out, err, _ = run_nfn(["kernels", "list"])
+        self.assertEqual(code, 0, err)
+        header, *rows = out.splitlines()
+        self.assertEqual(header.split(), ["op", "category", "cpu", "cuda"])
+        fill = next(r for r in rows if r.startswith("fill "))
+        self.assertEqual(fill.split(), ["fill", "memory", "f32", "bf16", "f32", "bf16"])
+
+
+if __name__ == "__main__":
+    unittest.main()

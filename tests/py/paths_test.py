@@ -1,0 +1,34 @@
+"""Artifact and cache locations: defaults under $HOME, each moved by its variable."""
+import os
+import unittest
+from unittest import mock
+
+from nfn import paths
+
+
+class PathsTest(unittest.TestCase):
+    def test_defaults(self):
+        env = {k: v for k, v in os.environ.items()
+               if k not in (paths.ARTIFACTS_ENV, paths.DATASETS_ENV, paths.TOKENIZERS_ENV)}
+        env["HOME"] = "/home/someone"
+        with mock.patch.dict(os.environ, env, clear=True):
+            self.assertEqual(paths.artifacts_dir(), "/home/someone/NeuralFn/artifacts")
+            self.assertEqual(paths.datasets_dir(), "/home/someone/.cache/nfn/datasets")
+            self.assertEqual(paths.tokenizers_dir(), "/home/someone/.cache/nfn/tokenizers")
+
+    def test_overrides(self):
+        env = {paths.ARTIFACTS_ENV: "/a/art", paths.DATASETS_ENV: "/d/ds",
+               paths.TOKENIZERS_ENV: "~/tok", "HOME": "/h"}
+        with mock.patch.dict(os.environ, env):
+            self.assertEqual(paths.artifacts_dir(), "/a/art")
+            self.assertEqual(paths.datasets_dir(), "/d/ds")
+            self.assertEqual(paths.tokenizers_dir(), "/h/tok")
+            self.assertEqual(paths.describe()["datasets"], {"path": "/d/ds", "env": "NFN_DATASETS_DIR"})
+
+    def test_empty_variable_means_default(self):
+        with mock.patch.dict(os.environ, {paths.DATASETS_ENV: "  ", "HOME": "/h"}):
+            self.assertEqual(paths.datasets_dir(), "/h/.cache/nfn/datasets")
+
+
+if __name__ == "__main__":
+    unittest.main()
