@@ -31,6 +31,24 @@ typedef enum nfn_dtype {
   NFN_BF16 = 1,
 } nfn_dtype;
 
+typedef enum nfn_epilogue {
+  NFN_EPILOGUE_NONE = 0,
+  NFN_EPILOGUE_GELU = 1,
+} nfn_epilogue;
+
+/* One parameter tensor for adamw_step_many. master, m and v are f32 (n elements); grad is
+ * in the op's dtype; param is the compute copy in the op's dtype, or NULL when master is
+ * the parameter itself (f32 training). */
+typedef struct nfn_adamw_group {
+  float* master;
+  void* param;
+  const void* grad;
+  float* m;
+  float* v;
+  size_t n;
+  float weight_decay;
+} nfn_adamw_group;
+
 typedef enum nfn_copy_kind {
   NFN_HOST_TO_DEVICE = 0,
   NFN_DEVICE_TO_HOST = 1,
@@ -47,6 +65,9 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out);
 void nfn_ctx_destroy(nfn_ctx* ctx);
 const char* nfn_ctx_last_error(const nfn_ctx* ctx);
 nfn_status nfn_synchronize(nfn_ctx* ctx);
+/* Backend options by name, e.g. ("threads", "8") or ("matmul", "bf16"). Unknown keys or
+ * values are NFN_ERR_INVALID_ARGUMENT with the reason in nfn_ctx_last_error. */
+nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value);
 
 #define NFN_OP(name, category, dtypes, params) nfn_status nfn_##name params;
 #include "cc/ops/nfn_ops.def"
@@ -61,6 +82,7 @@ typedef struct nfn_op_table {
   void (*ctx_destroy)(nfn_ctx* ctx);
   const char* (*ctx_last_error)(const nfn_ctx* ctx);
   nfn_status (*synchronize)(nfn_ctx* ctx);
+  nfn_status (*ctx_configure)(nfn_ctx* ctx, const char* key, const char* value);
 #define NFN_OP(name, category, dtypes, params) nfn_status(*name) params;
 #include "cc/ops/nfn_ops.def"
 #undef NFN_OP

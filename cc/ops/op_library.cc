@@ -32,7 +32,8 @@ bool load_op_library(const std::string& path, OpLibrary* lib, std::string* error
             resolve(handle, "nfn_ctx_create", &t.ctx_create, path, error) &&
             resolve(handle, "nfn_ctx_destroy", &t.ctx_destroy, path, error) &&
             resolve(handle, "nfn_ctx_last_error", &t.ctx_last_error, path, error) &&
-            resolve(handle, "nfn_synchronize", &t.synchronize, path, error);
+            resolve(handle, "nfn_synchronize", &t.synchronize, path, error) &&
+            resolve(handle, "nfn_ctx_configure", &t.ctx_configure, path, error);
 #define NFN_OP(name, category, dtypes, params) \
   ok = ok && resolve(handle, "nfn_" #name, &t.name, path, error);
 #include "cc/ops/nfn_ops.def"

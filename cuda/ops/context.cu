@@ -29,6 +29,8 @@ namespace {
 thread_local std::string create_error;
 }  // namespace
 
+using nfn::cuda::fail;
+
 extern "C" {
 
 int nfn_abi_version(void) { return NFN_ABI_VERSION; }
@@ -72,6 +74,11 @@ void nfn_ctx_destroy(nfn_ctx* ctx) {
 
 const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
   return ctx != nullptr ? ctx->last_error.c_str() : create_error.c_str();
+}
+
+nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
+  return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
+              key ? key : "(null)", value ? value : "(null)");
 }
 
 nfn_status nfn_synchronize(nfn_ctx* ctx) {

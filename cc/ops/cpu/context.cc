@@ -2,7 +2,11 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
+#include <string>
+
+#include <omp.h>
 
 namespace nfn::cpu {
 
@@ -34,6 +38,25 @@ void nfn_ctx_destroy(nfn_ctx* ctx) { delete ctx; }
 
 const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
   return ctx != nullptr ? ctx->last_error.c_str() : "no context";
+}
+
+nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
+  const std::string k = key ? key : "", v = value ? value : "";
+  if (k == "threads") {
+    char* end = nullptr;
+    long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 1 || n > 4096)
+      return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: threads=%s is not a count in 1..4096", v.c_str());
+    omp_set_num_threads(static_cast<int>(n));
+    return NFN_OK;
+  }
+  if (k == "matmul") {
+    if (v != "f32" && v != "bf16")
+      return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: matmul=%s, expected f32 or bf16", v.c_str());
+    ctx->matmul_bf16 = v == "bf16";
+    return NFN_OK;
+  }
+  return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: unknown option %s", k.c_str());
 }
 
 // CPU ops complete before they return.

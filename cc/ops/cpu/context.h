@@ -9,6 +9,7 @@
 
 struct nfn_ctx {
   std::string last_error;
+  bool matmul_bf16 = false;  // GEMMs in bf16 with f32 accumulation ("matmul" option)
 };
 
 namespace nfn::cpu {

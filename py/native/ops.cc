@@ -1,7 +1,4 @@
-// nfn._native: the in-process bridge from Python to the native libraries (CPU op library
-// now; the shard reader, engine and checkpoint code as they land). Python tests use it to
-// check native code against numpy references.
-#include <nanobind/nanobind.h>
+// Bindings for the CPU op library.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +8,7 @@
 #include <vector>
 
 #include "cc/ops/nfn_tile_ops.h"
+#include "py/native/bindings.h"
 
 namespace nb = nanobind;
 
@@ -46,10 +44,13 @@ float sum_squares(const std::vector<F32Array>& arrays) {
 
 }  // namespace
 
-NB_MODULE(_native, m) {
-  m.doc() = "nfn native bridge (CPU op library)";
+namespace nfn::py {
+
+void bind_ops(nb::module_& m) {
   m.def("abi_version", &nfn_abi_version, "The op ABI version this module was built with.");
   m.def("backend_name", []() { return std::string(nfn_backend_name()); });
   m.def("sum_squares", &sum_squares, nb::arg("arrays"),
         "Sum of squares over float32 arrays through the CPU op nfn_sum_squares_many.");
 }
+
+}  // namespace nfn::py
