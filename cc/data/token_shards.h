@@ -1,0 +1,97 @@
+// llm.c-format token shards: find and validate them, then read contiguous training batches.
+//
+// A shard is a 1024-byte header (256 int32: magic, version, token count) followed by the
+// tokens: uint16 (magic 20240520, version 1) or uint32 (magic 20240801, version 7).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nfn::data {
+
+constexpr int kShardHeaderInts = 256;
+constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+constexpr int32_t kShardMagicU16 = 20240520;
+constexpr int32_t kShardVersionU16 = 1;
+constexpr int32_t kShardMagicU32 = 20240801;
+constexpr int32_t kShardVersionU32 = 7;
+
+struct TokenShard {
+  std::string path;
+  int64_t num_tokens = 0;
+  int token_bytes = 2;  // 2: uint16 (magic 20240520, version 1); 4: uint32 (magic 20240801, version 7)
+};
+
+// Reads and validates one shard's header and exact file size.
+bool read_shard_header(const std::string& path, TokenShard* out, std::string* error);
+
+// A directory (every *_<split>_*.bin or *_<split>.bin inside, sorted by name) or one shard
+// file (split ignored). Validates each header and exact file size (1024 + token_bytes*ntok);
+// token counts come from headers. false + *error = "<path>: <what is wrong>" on any problem
+// (no shards found included).
+bool find_shards(const std::string& dir_or_file, const std::string& split,
+                 std::vector<TokenShard>* out, std::string* error);
+
+// "x/fineweb_train_000003.bin" -> the sorted *_val*.bin shards beside it with the same name
+// prefix ("x/fineweb_val_000000.bin", ...; "TinyStories_train.bin" -> "TinyStories_val.bin").
+bool find_validation_siblings(const std::string& train_path, std::vector<TokenShard>* out,
+                              std::string* error);
+
+int64_t total_tokens(const std::vector<TokenShard>& shards);
+
+// The shard visiting order of one epoch: sorted when seed is 0, otherwise a Fisher-Yates
+// shuffle driven by splitmix64 seeded with seed ^ (epoch * 0x9E3779B97F4A7C15), swapping
+// i with (next() % (i + 1)) for i from n-1 down to 1. Written out so other readers can match it.
+std::vector<int64_t> shard_order(int64_t num_shards, uint64_t seed, int64_t epoch);
+
+// Contiguous batches as llm.c's dataloader: each batch is B*T+1 consecutive tokens of one
+// shard; inputs are the first B*T, targets the same shifted by one; the offset then advances
+// by B*T. A shard too short for the next window is skipped; after the last shard the epoch
+// ends and the next one starts. Shard order per epoch is shard_order(n, seed, epoch).
+class TokenBatchSampler {
+ public:
+  // Saved in checkpoints. `shard` indexes the epoch's order, not the sorted list.
+  struct Position {
+    int64_t epoch = 0;
+    int64_t shard = 0;
+    int64_t offset = 0;
+  };
+
+  TokenBatchSampler() = default;
+  ~TokenBatchSampler();
+  TokenBatchSampler(const TokenBatchSampler&) = delete;
+  TokenBatchSampler& operator=(const TokenBatchSampler&) = delete;
+
+  // false + error if no shard holds B*T+1 tokens.
+  bool open(std::vector<TokenShard> shards, int B, int T, uint64_t seed, std::string* error);
+  // Optional: reject token ids >= vocab_size in every batch read (0 turns the check off).
+  void set_vocab_size(int64_t vocab_size) { vocab_size_ = vocab_size; }
+  bool next(int32_t* inputs, int32_t* targets, std::string* error);  // B*T ids each
+  // Raw bytes of the last window (B*T+1 tokens of token_bytes each), for device upload.
+  const std::vector<uint8_t>& last_window() const { return window_; }
+  Position position() const { return pos_; }  // where the NEXT batch starts
+  bool seek(const Position& p, std::string* error);  // restore; validates ranges
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int token_bytes() const { return shards_.empty() ? 2 : shards_[0].token_bytes; }
+  const std::vector<TokenShard>& shards() const { return shards_; }
+
+ private:
+  int64_t window_tokens() const { return static_cast<int64_t>(B_) * T_ + 1; }
+  bool fits(int64_t shard_index_in_order, int64_t offset) const;
+  void skip_to_valid_window();  // moves pos_ forward past shards too short for a window
+  bool ensure_open(int64_t shard, std::string* error);
+
+  std::vector<TokenShard> shards_;
+  std::vector<int64_t> order_;
+  int B_ = 0, T_ = 0;
+  uint64_t seed_ = 0;
+  int64_t vocab_size_ = 0;
+  int64_t batches_per_epoch_ = 0;
+  Position pos_;
+  std::vector<uint8_t> window_;
+  int fd_ = -1;
+  int64_t fd_shard_ = -1;
+};
+
+}  // namespace nfn::data
