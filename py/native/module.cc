@@ -6,4 +6,5 @@
 NB_MODULE(_native, m) {
   m.doc() = "nfn native bridge";
   nfn::py::bind_ops(m);
+  nfn::py::bind_data(m);
 }
