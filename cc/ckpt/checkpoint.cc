@@ -1,0 +1,214 @@
+#include "cc/ckpt/checkpoint.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "cc/util/files.h"
+
+namespace nfn {
+
+namespace {
+
+uint16_t to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void put_u64(int32_t* header, int index, uint64_t value) { std::memcpy(&header[index], &value, 8); }
+uint64_t get_u64(const int32_t* header, int index) {
+  uint64_t v;
+  std::memcpy(&v, &header[index], 8);
+  return v;
+}
+
+std::string numbered(const char* fmt, int a, int b = 0) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, a, b);
+  return buf;
+}
+
+}  // namespace
+
+std::string model_file_name(int step) { return numbered("model_%08d.bin", step); }
+std::string state_file_name(int step, int rank) { return numbered("state_%08d_%05d.bin", step, rank); }
+std::string done_file_name(int step) { return numbered("DONE_%08d", step); }
+
+bool write_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params, int version,
+                      std::string* error) {
+  if (params.size() != num_parameters(c)) {
+    *error = path + ": parameter count does not match the geometry";
+    return false;
+  }
+  if (version != kModelVersionF32 && version != kModelVersionBF16) {
+    *error = path + ": unknown model file version " + std::to_string(version);
+    return false;
+  }
+  const size_t esize = version == kModelVersionF32 ? 4 : 2;
+  std::string bytes(1024 + params.size() * esize, '\0');
+  int32_t header[256] = {0};
+  header[0] = kModelMagic;
+  header[1] = version;
+  header[2] = c.max_seq_len;
+  header[3] = c.vocab_size;
+  header[4] = c.num_layers;
+  header[5] = c.num_heads;
+  header[6] = c.channels;
+  header[7] = c.padded_vocab_size;
+  std::memcpy(&bytes[0], header, sizeof header);
+  if (esize == 4) {
+    std::memcpy(&bytes[1024], params.data(), params.size() * 4);
+  } else {
+    uint16_t* out = reinterpret_cast<uint16_t*>(&bytes[1024]);
+    for (size_t i = 0; i < params.size(); ++i) out[i] = to_bf16(params[i]);
+  }
+  return write_file_atomic(path, bytes, error);
+}
+
+namespace {
+
+bool parse_model_header(const std::string& path, const std::string& bytes, GPTConfig* c, int* version,
+                        std::string* error) {
+  if (bytes.size() < 1024) {
+    *error = path + ": truncated: " + std::to_string(bytes.size()) + " bytes, the header alone is 1024";
+    return false;
+  }
+  int32_t header[256];
+  std::memcpy(header, bytes.data(), sizeof header);
+  if (header[0] != kModelMagic) {
+    *error = path + ": bad magic " + std::to_string(header[0]) + " (a model checkpoint has " +
+             std::to_string(kModelMagic) + ")";
+    return false;
+  }
+  if (header[1] != kModelVersionF32 && header[1] != kModelVersionBF16) {
+    *error = path + ": unsupported version " + std::to_string(header[1]) + " (3 = fp32 and 5 = bf16 are supported)";
+    return false;
+  }
+  *version = header[1];
+  c->max_seq_len = header[2];
+  c->vocab_size = header[3];
+  c->num_layers = header[4];
+  c->num_heads = header[5];
+  c->channels = header[6];
+  c->padded_vocab_size = header[7];
+  std::string bad = validate_config(*c);
+  if (!bad.empty()) {
+    *error = path + ": header geometry: " + bad;
+    return false;
+  }
+  const size_t want = 1024 + num_parameters(*c) * (*version == kModelVersionF32 ? 4 : 2);
+  if (bytes.size() != want) {
+    *error = path + ": size " + std::to_string(bytes.size()) + " bytes, the header implies " + std::to_string(want);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool read_model_header(const std::string& path, GPTConfig* config, int* version, std::string* error) {
+  std::string bytes;
+  if (!read_file(path, &bytes, error)) return false;
+  return parse_model_header(path, bytes, config, version, error);
+}
+
+bool read_model_file(const std::string& path, GPTConfig* config, std::vector<float>* params, std::string* error) {
+  std::string bytes;
+  int version = 0;
+  if (!read_file(path, &bytes, error) || !parse_model_header(path, bytes, config, &version, error)) return false;
+  const size_t n = num_parameters(*config);
+  params->resize(n);
+  if (version == kModelVersionF32) {
+    std::memcpy(params->data(), bytes.data() + 1024, n * 4);
+  } else {
+    const uint16_t* in = reinterpret_cast<const uint16_t*>(bytes.data() + 1024);
+    for (size_t i = 0; i < n; ++i) (*params)[i] = from_bf16(in[i]);
+  }
+  return true;
+}
+
+// State header fields: [0] magic, [1] version, [2] processes, [3] rank, [4] master weights
+// stored (0: the model file holds f32), [10] step, [20..21] RNG, [30..31] data shard,
+// [32..33] data offset, [34..35] data epoch, [40..41] parameter count. Then m and v (f32).
+bool write_state_file(const std::string& path, const TrainState& s, std::string* error) {
+  if (s.m.size() != s.num_parameters || s.v.size() != s.num_parameters) {
+    *error = path + ": optimizer moments do not match the parameter count";
+    return false;
+  }
+  int32_t header[256] = {0};
+  header[0] = kStateMagic;
+  header[1] = kStateVersion;
+  header[2] = 1;
+  header[3] = 0;
+  header[4] = 0;
+  header[10] = s.step;
+  put_u64(header, 20, s.rng_state);
+  put_u64(header, 30, static_cast<uint64_t>(s.data_shard));
+  put_u64(header, 32, static_cast<uint64_t>(s.data_offset));
+  put_u64(header, 34, static_cast<uint64_t>(s.data_epoch));
+  put_u64(header, 40, s.num_parameters);
+  std::string bytes(1024 + 8 * s.num_parameters, '\0');
+  std::memcpy(&bytes[0], header, sizeof header);
+  std::memcpy(&bytes[1024], s.m.data(), 4 * s.num_parameters);
+  std::memcpy(&bytes[1024 + 4 * s.num_parameters], s.v.data(), 4 * s.num_parameters);
+  return write_file_atomic(path, bytes, error);
+}
+
+bool read_state_file(const std::string& path, TrainState* s, std::string* error) {
+  std::string bytes;
+  if (!read_file(path, &bytes, error)) return false;
+  if (bytes.size() < 1024) {
+    *error = path + ": truncated: " + std::to_string(bytes.size()) + " bytes, the header alone is 1024";
+    return false;
+  }
+  int32_t header[256];
+  std::memcpy(header, bytes.data(), sizeof header);
+  if (header[0] != kStateMagic) {
+    *error = path + ": bad magic " + std::to_string(header[0]) + " (a state file has " + std::to_string(kStateMagic) + ")";
+    return false;
+  }
+  if (header[1] != kStateVersion) {
+    *error = path + ": unsupported state version " + std::to_string(header[1]);
+    return false;
+  }
+  s->step = header[10];
+  s->rng_state = get_u64(header, 20);
+  s->data_shard = static_cast<int64_t>(get_u64(header, 30));
+  s->data_offset = static_cast<int64_t>(get_u64(header, 32));
+  s->data_epoch = static_cast<int64_t>(get_u64(header, 34));
+  s->num_parameters = get_u64(header, 40);
+  const size_t want = 1024 + 8 * s->num_parameters;
+  if (bytes.size() != want) {
+    *error = path + ": size " + std::to_string(bytes.size()) + " bytes, the header implies " + std::to_string(want);
+    return false;
+  }
+  s->m.resize(s->num_parameters);
+  s->v.resize(s->num_parameters);
+  std::memcpy(s->m.data(), bytes.data() + 1024, 4 * s->num_parameters);
+  std::memcpy(s->v.data(), bytes.data() + 1024 + 4 * s->num_parameters, 4 * s->num_parameters);
+  return true;
+}
+
+int newest_complete_step(const std::string& dir) {
+  int best = -1;
+  for (const std::string& name : list_dir(dir)) {
+    int step = 0;
+    char tail = 0;
+    if (name.size() != 13 || std::sscanf(name.c_str(), "DONE_%8d%c", &step, &tail) != 1) continue;
+    if (step > best && path_exists(join_path(dir, model_file_name(step))) &&
+        path_exists(join_path(dir, state_file_name(step))))
+      best = step;
+  }
+  return best;
+}
+
+}  // namespace nfn

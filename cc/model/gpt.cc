@@ -1,0 +1,417 @@
+#include "cc/model/gpt.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cc/util/rng.h"
+
+namespace nfn {
+
+namespace {
+constexpr size_t kAlign = 256;
+size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Parameter tensor indices, in checkpoint order.
+enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+}  // namespace
+
+// Activations of one micro-batch, kept for the backward, plus scratch buffers.
+// Per-layer tensors are L consecutive slices.
+struct GPT::Acts {
+  void* encoded;               // (N,C)
+  void *ln1, *ln2;             // (L,N,C)
+  float *ln1_mean, *ln1_rstd;  // (L,N)
+  float *ln2_mean, *ln2_rstd;
+  void* qkv;                   // (L,N,3C)
+  void* atty;                  // (L,N,C)
+  float* lse;                  // (L,B,NH,T)
+  void *residual2, *residual3; // (L,N,C)
+  void *fch, *fch_gelu;        // (L,N,4C): pre-GELU (kept for the backward) and GELU output
+  void* lnf;                   // (N,C)
+  float *lnf_mean, *lnf_rstd;  // (N)
+  float* losses;               // (N)
+  int32_t *inputs, *targets;   // (N)
+  uint16_t* window;            // (N+1)
+  void* proj;                  // (N,C) attention/MLP projection before the residual add
+  void *dresidual, *dln;       // (N,C) gradient of the residual stream; of a norm output
+  void* dbig;                  // (N,4C) gradient of the MLP hidden, or of qkv
+  void* logits;                // (Vp) for sampling
+  float* logits_f32;           // (Vp)
+};
+
+GPT::~GPT() { release(); }
+
+void GPT::release() {
+  if (ops_ != nullptr) {
+    if (act_block_) ops_->free(ctx_, act_block_);
+    if (param_block_) ops_->free(ctx_, param_block_);
+  }
+  act_block_ = param_block_ = nullptr;
+  delete acts_;
+  acts_ = nullptr;
+}
+
+bool GPT::check(nfn_status s, const char* what, std::string* error) const {
+  if (s == NFN_OK) return true;
+  *error = std::string(what) + ": " + ops_->ctx_last_error(ctx_);
+  return false;
+}
+
+void* GPT::param(int i) const { return static_cast<char*>(params_) + layout_[i].offset * esize(); }
+void* GPT::grad(int i) const { return static_cast<char*>(grads_) + layout_[i].offset * esize(); }
+
+bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
+               std::string* error) {
+  release();
+  std::string bad = validate_config(config);
+  if (!bad.empty()) {
+    *error = "model geometry: " + bad;
+    return false;
+  }
+  ops_ = ops;
+  ctx_ = ctx;
+  config_ = config;
+  dtype_ = dtype;
+  layout_ = param_layout(config);
+  num_params_ = nfn::num_parameters(config);
+  const size_t P = num_params_;
+  const size_t sizes[] = {
+      align_up(P * esize()),                     // params
+      align_up(P * esize()),                     // grads
+      dtype == NFN_F32 ? 0 : align_up(P * 4),    // master
+      align_up(P * 4), align_up(P * 4),          // m, v
+      kAlign, kAlign};                           // loss_sum, grad_sumsq
+  size_t total = 0;
+  for (size_t s : sizes) total += s;
+  if (!check(ops_->alloc(ctx_, total, &param_block_), "allocating parameters", error)) return false;
+  char* p = static_cast<char*>(param_block_);
+  params_ = p, p += sizes[0];
+  grads_ = p, p += sizes[1];
+  master_ = dtype == NFN_F32 ? static_cast<float*>(params_) : reinterpret_cast<float*>(p);
+  p += sizes[2];
+  m_ = reinterpret_cast<float*>(p), p += sizes[3];
+  v_ = reinterpret_cast<float*>(p), p += sizes[4];
+  loss_sum_ = reinterpret_cast<float*>(p), p += sizes[5];
+  grad_sumsq_ = reinterpret_cast<float*>(p);
+  return check(ops_->fill(ctx_, m_, NFN_F32, 0.f, P), "zeroing AdamW m", error) &&
+         check(ops_->fill(ctx_, v_, NFN_F32, 0.f, P), "zeroing AdamW v", error) &&
+         check(ops_->fill(ctx_, grad_sumsq_, NFN_F32, 0.f, 1), "zeroing", error) &&
+         zero_grads(error) && zero_loss(error);
+}
+
+std::vector<float> GPT::random_parameters(const GPTConfig& c, uint64_t seed) {
+  auto layout = param_layout(c);
+  std::vector<float> w(nfn::num_parameters(c), 0.f);
+  Rng rng(seed);
+  const float residual_std = 0.02f / std::sqrt(2.0f * c.num_layers);
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    float* t = w.data() + layout[i].offset;
+    const size_t n = layout[i].count;
+    if (i == LN1W || i == LN2W || i == LNFW) {
+      for (size_t k = 0; k < n; ++k) t[k] = 1.f;
+    } else if (i == WTE || i == WPE || i == QKVW || i == FCW || i == ATTPROJW || i == FCPROJW) {
+      float std = (i == ATTPROJW || i == FCPROJW) ? residual_std : (i == WPE ? 0.01f : 0.02f);
+      size_t rows_used = n;
+      if (i == WTE) rows_used = static_cast<size_t>(c.vocab_size) * c.channels;  // padding rows stay 0
+      for (size_t k = 0; k < rows_used; ++k) t[k] = std * rng.normal();
+    }
+  }
+  return w;
+}
+
+bool GPT::set_parameters(const std::vector<float>& host, std::string* error) {
+  if (host.size() != num_params_) {
+    *error = "parameters: got " + std::to_string(host.size()) + " values, the model has " +
+             std::to_string(num_params_);
+    return false;
+  }
+  if (!check(ops_->copy(ctx_, master_, host.data(), host.size() * 4, NFN_HOST_TO_DEVICE),
+             "uploading parameters", error))
+    return false;
+  if (dtype_ != NFN_F32)
+    return check(ops_->convert(ctx_, params_, dtype_, master_, NFN_F32, num_params_),
+                 "converting parameters", error);
+  return true;
+}
+
+bool GPT::get_parameters(std::vector<float>* host, std::string* error) {
+  host->resize(num_params_);
+  return check(ops_->copy(ctx_, host->data(), master_, num_params_ * 4, NFN_DEVICE_TO_HOST),
+               "downloading parameters", error) &&
+         check(ops_->synchronize(ctx_), "synchronize", error);
+}
+
+bool GPT::get_moments(std::vector<float>* m, std::vector<float>* v, std::string* error) {
+  m->resize(num_params_);
+  v->resize(num_params_);
+  return check(ops_->copy(ctx_, m->data(), m_, num_params_ * 4, NFN_DEVICE_TO_HOST), "downloading m", error) &&
+         check(ops_->copy(ctx_, v->data(), v_, num_params_ * 4, NFN_DEVICE_TO_HOST), "downloading v", error) &&
+         check(ops_->synchronize(ctx_), "synchronize", error);
+}
+
+bool GPT::set_moments(const std::vector<float>& m, const std::vector<float>& v, std::string* error) {
+  if (m.size() != num_params_ || v.size() != num_params_) {
+    *error = "optimizer state: moment sizes do not match the model's " + std::to_string(num_params_) + " parameters";
+    return false;
+  }
+  return check(ops_->copy(ctx_, m_, m.data(), num_params_ * 4, NFN_HOST_TO_DEVICE), "uploading m", error) &&
+         check(ops_->copy(ctx_, v_, v.data(), num_params_ * 4, NFN_HOST_TO_DEVICE), "uploading v", error);
+}
+
+bool GPT::ensure_activations(int B, int T, std::string* error) {
+  if (B == B_ && T == T_ && acts_ != nullptr) return true;
+  if (T > config_.max_seq_len) {
+    *error = "sequence length " + std::to_string(T) + " exceeds the model's context " +
+             std::to_string(config_.max_seq_len);
+    return false;
+  }
+  if (act_block_) ops_->free(ctx_, act_block_);
+  act_block_ = nullptr;
+  delete acts_;
+  acts_ = new Acts();
+  const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
+  const size_t N = static_cast<size_t>(B) * T, Vp = config_.padded_vocab_size, e = esize();
+  // (pointer slot, bytes) in allocation order
+  std::vector<std::pair<void**, size_t>> plan = {
+      {&acts_->encoded, N * C * e},
+      {&acts_->ln1, L * N * C * e},
+      {reinterpret_cast<void**>(&acts_->ln1_mean), L * N * 4},
+      {reinterpret_cast<void**>(&acts_->ln1_rstd), L * N * 4},
+      {&acts_->qkv, L * N * 3 * C * e},
+      {&acts_->atty, L * N * C * e},
+      {reinterpret_cast<void**>(&acts_->lse), L * N * NH * 4},
+      {&acts_->residual2, L * N * C * e},
+      {&acts_->ln2, L * N * C * e},
+      {reinterpret_cast<void**>(&acts_->ln2_mean), L * N * 4},
+      {reinterpret_cast<void**>(&acts_->ln2_rstd), L * N * 4},
+      {&acts_->fch, L * N * 4 * C * e},
+      {&acts_->fch_gelu, L * N * 4 * C * e},
+      {&acts_->residual3, L * N * C * e},
+      {&acts_->lnf, N * C * e},
+      {reinterpret_cast<void**>(&acts_->lnf_mean), N * 4},
+      {reinterpret_cast<void**>(&acts_->lnf_rstd), N * 4},
+      {reinterpret_cast<void**>(&acts_->losses), N * 4},
+      {reinterpret_cast<void**>(&acts_->inputs), N * 4},
+      {reinterpret_cast<void**>(&acts_->targets), N * 4},
+      {reinterpret_cast<void**>(&acts_->window), (N + 1) * 2},
+      {&acts_->proj, N * C * e},
+      {&acts_->dresidual, N * C * e},
+      {&acts_->dln, N * C * e},
+      {&acts_->dbig, N * 4 * C * e},
+      {&acts_->logits, Vp * e},
+      {reinterpret_cast<void**>(&acts_->logits_f32), Vp * 4},
+  };
+  size_t total = 0;
+  for (auto& slot : plan) total += align_up(slot.second);
+  if (!check(ops_->alloc(ctx_, total, &act_block_), "allocating activations", error)) return false;
+  char* p = static_cast<char*>(act_block_);
+  for (auto& slot : plan) {
+    *slot.first = p;
+    p += align_up(slot.second);
+  }
+  B_ = B;
+  T_ = T;
+  return true;
+}
+
+bool GPT::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {
+  if (!ensure_activations(B, T, error)) return false;
+  const size_t N = static_cast<size_t>(B) * T;
+  have_targets_ = true;
+  return check(ops_->copy(ctx_, acts_->window, window, (N + 1) * 2, NFN_HOST_TO_DEVICE), "uploading tokens", error) &&
+         check(ops_->widen_tokens(ctx_, acts_->inputs, acts_->window, N), "widening inputs", error) &&
+         check(ops_->widen_tokens(ctx_, acts_->targets, acts_->window + 1, N), "widening targets", error);
+}
+
+bool GPT::upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) {
+  if (!ensure_activations(B, T, error)) return false;
+  const size_t N = static_cast<size_t>(B) * T;
+  have_targets_ = targets != nullptr;
+  if (!check(ops_->copy(ctx_, acts_->inputs, inputs, N * 4, NFN_HOST_TO_DEVICE), "uploading inputs", error))
+    return false;
+  return targets == nullptr ||
+         check(ops_->copy(ctx_, acts_->targets, targets, N * 4, NFN_HOST_TO_DEVICE), "uploading targets", error);
+}
+
+bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* error) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+  const int N = B * T;
+  const size_t e = esize(), NC = static_cast<size_t>(N) * C;
+  const nfn_op_table& o = *ops_;
+  Acts& a = *acts_;
+  auto at = [&](void* base, size_t l, size_t per) { return static_cast<char*>(base) + l * per * e; };
+  auto pl = [&](int i, int l) {  // layer l's slice of per-layer parameter tensor i
+    return static_cast<char*>(param(i)) + static_cast<size_t>(l) * (layout_[i].count / L) * e;
+  };
+
+  if (!check(o.embedding_forward(ctx_, a.encoded, a.inputs, param(WTE), param(WPE), B, T, C, dtype_),
+             "embedding_forward", error))
+    return false;
+  const void* residual = a.encoded;
+  for (int l = 0; l < L; ++l) {
+    void* ln1 = at(a.ln1, l, NC);
+    void* qkv = at(a.qkv, l, 3 * NC);
+    void* atty = at(a.atty, l, NC);
+    void* res2 = at(a.residual2, l, NC);
+    void* ln2 = at(a.ln2, l, NC);
+    void* fch = at(a.fch, l, 4 * NC);
+    void* fch_gelu = at(a.fch_gelu, l, 4 * NC);
+    void* res3 = at(a.residual3, l, NC);
+    float* lse = a.lse + static_cast<size_t>(l) * N * NH;
+    bool ok =
+        check(o.layernorm_forward(ctx_, ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, pl(LN1W, l),
+                                  pl(LN1B, l), N, C, dtype_), "layernorm_forward (ln1)", error) &&
+        check(o.linear_forward(ctx_, qkv, nullptr, ln1, pl(QKVW, l), pl(QKVB, l), N, C, 3 * C,
+                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (qkv)", error) &&
+        check(o.attention_forward(ctx_, atty, lse, qkv, B, T, C, NH, dtype_), "attention_forward", error) &&
+        check(o.linear_forward(ctx_, a.proj, nullptr, atty, pl(ATTPROJW, l), nullptr, N, C, C,
+                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (attproj)", error) &&
+        check(o.residual_forward(ctx_, res2, residual, a.proj, pl(ATTPROJB, l), N, C, dtype_),
+              "residual_forward (attention)", error) &&
+        check(o.layernorm_forward(ctx_, ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, res2, pl(LN2W, l),
+                                  pl(LN2B, l), N, C, dtype_), "layernorm_forward (ln2)", error) &&
+        check(o.linear_forward(ctx_, fch_gelu, fch, ln2, pl(FCW, l), pl(FCB, l), N, C, 4 * C,
+                               NFN_EPILOGUE_GELU, dtype_), "linear_forward (fc)", error) &&
+        check(o.linear_forward(ctx_, a.proj, nullptr, fch_gelu, pl(FCPROJW, l), nullptr, N, 4 * C, C,
+                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (fcproj)", error) &&
+        check(o.residual_forward(ctx_, res3, res2, a.proj, pl(FCPROJB, l), N, C, dtype_),
+              "residual_forward (mlp)", error);
+    if (!ok) return false;
+    residual = res3;
+  }
+  if (!check(o.layernorm_forward(ctx_, a.lnf, a.lnf_mean, a.lnf_rstd, residual, param(LNFW), param(LNFB), N, C,
+                                 dtype_), "layernorm_forward (lnf)", error))
+    return false;
+  if (!with_loss) return true;
+  // The LM head and loss, fused with the first step of the backward (dlnf into dln).
+  return check(o.lm_head_cross_entropy(ctx_, a.losses, loss_sum_, backward ? a.dln : nullptr,
+                                       backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets, N, C,
+                                       config_.vocab_size, grad_scale, dtype_),
+               "lm_head_cross_entropy", error);
+}
+
+bool GPT::backward(std::string* error) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+  const int N = B * T;
+  const size_t e = esize(), NC = static_cast<size_t>(N) * C;
+  const nfn_op_table& o = *ops_;
+  Acts& a = *acts_;
+  auto at = [&](void* base, size_t l, size_t per) { return static_cast<char*>(base) + l * per * e; };
+  auto pl = [&](int i, int l) {
+    return static_cast<char*>(param(i)) + static_cast<size_t>(l) * (layout_[i].count / L) * e;
+  };
+  auto gl = [&](int i, int l) {
+    return static_cast<char*>(grad(i)) + static_cast<size_t>(l) * (layout_[i].count / L) * e;
+  };
+
+  // dln holds dL/dlnf from the fused LM head. The residual stream's gradient accumulates
+  // in dresidual through every norm backward.
+  const void* last_residual = L > 0 ? at(a.residual3, L - 1, NC) : a.encoded;
+  if (!check(o.fill(ctx_, a.dresidual, dtype_, 0.f, NC), "fill", error) ||
+      !check(o.layernorm_backward(ctx_, a.dresidual, grad(LNFW), grad(LNFB), a.dln, last_residual, param(LNFW),
+                                  a.lnf_mean, a.lnf_rstd, N, C, dtype_), "layernorm_backward (lnf)", error))
+    return false;
+  for (int l = L - 1; l >= 0; --l) {
+    const void* residual = l == 0 ? a.encoded : at(a.residual3, l - 1, NC);
+    void* ln1 = at(a.ln1, l, NC);
+    void* qkv = at(a.qkv, l, 3 * NC);
+    void* atty = at(a.atty, l, NC);
+    void* res2 = at(a.residual2, l, NC);
+    void* ln2 = at(a.ln2, l, NC);
+    void* fch = at(a.fch, l, 4 * NC);
+    void* fch_gelu = at(a.fch_gelu, l, 4 * NC);
+    float* lse = a.lse + static_cast<size_t>(l) * N * NH;
+    bool ok =
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW, l), gl(FCPROJB, l), a.dresidual, fch_gelu,
+                                pl(FCPROJW, l), N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
+        check(o.gelu_backward(ctx_, a.dbig, fch, a.dbig, static_cast<size_t>(N) * 4 * C, dtype_),
+              "gelu_backward", error) &&
+        check(o.linear_backward(ctx_, a.dln, gl(FCW, l), gl(FCB, l), a.dbig, ln2, pl(FCW, l), N, C, 4 * C, 0,
+                                dtype_), "linear_backward (fc)", error) &&
+        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W, l), gl(LN2B, l), a.dln, res2, pl(LN2W, l),
+                                   a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C, dtype_),
+              "layernorm_backward (ln2)", error) &&
+        // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW, l), gl(ATTPROJB, l), a.dresidual, atty,
+                                pl(ATTPROJW, l), N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
+        check(o.attention_backward(ctx_, a.dbig, a.dln, qkv, atty, lse, B, T, C, NH, dtype_),
+              "attention_backward", error) &&
+        check(o.linear_backward(ctx_, a.dln, gl(QKVW, l), gl(QKVB, l), a.dbig, ln1, pl(QKVW, l), N, C, 3 * C, 0,
+                                dtype_), "linear_backward (qkv)", error) &&
+        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W, l), gl(LN1B, l), a.dln, residual, pl(LN1W, l),
+                                   a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C, dtype_),
+              "layernorm_backward (ln1)", error);
+    if (!ok) return false;
+  }
+  return check(o.embedding_backward(ctx_, grad(WTE), grad(WPE), a.dresidual, a.inputs, B, T, C, dtype_),
+               "embedding_backward", error);
+}
+
+bool GPT::step_forward_backward(bool backward, float grad_scale, std::string* error) {
+  if (acts_ == nullptr || !have_targets_) {
+    *error = "forward: no tokens with targets uploaded";
+    return false;
+  }
+  return forward(true, backward, grad_scale, error) && (!backward || this->backward(error));
+}
+
+bool GPT::logits_for_row(int row, std::vector<float>* logits, std::string* error) {
+  if (acts_ == nullptr || row < 0 || row >= B_ * T_) {
+    *error = "logits: row out of range";
+    return false;
+  }
+  if (!forward(false, false, 0.f, error)) return false;
+  const int C = config_.channels, Vp = config_.padded_vocab_size;
+  const void* x = static_cast<const char*>(acts_->lnf) + static_cast<size_t>(row) * C * esize();
+  if (!check(ops_->linear_forward(ctx_, acts_->logits, nullptr, x, param(WTE), nullptr, 1, C, Vp,
+                                  NFN_EPILOGUE_NONE, dtype_), "linear_forward (logits)", error))
+    return false;
+  const void* src = acts_->logits;
+  if (dtype_ != NFN_F32) {
+    if (!check(ops_->convert(ctx_, acts_->logits_f32, NFN_F32, acts_->logits, dtype_, Vp), "convert", error))
+      return false;
+    src = acts_->logits_f32;
+  }
+  logits->resize(config_.vocab_size);
+  return check(ops_->copy(ctx_, logits->data(), src, logits->size() * 4, NFN_DEVICE_TO_HOST), "copy", error) &&
+         check(ops_->synchronize(ctx_), "synchronize", error);
+}
+
+bool GPT::zero_grads(std::string* error) {
+  return check(ops_->fill(ctx_, grads_, dtype_, 0.f, num_params_), "zeroing gradients", error);
+}
+
+bool GPT::zero_loss(std::string* error) {
+  return check(ops_->fill(ctx_, loss_sum_, NFN_F32, 0.f, 1), "zeroing loss", error);
+}
+
+bool GPT::optimizer_step(int step, float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float max_grad_norm, std::string* error) {
+  const void* bufs[kNumParamTensors];
+  size_t counts[kNumParamTensors];
+  nfn_adamw_group groups[kNumParamTensors];
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    bufs[i] = grad(i);
+    counts[i] = layout_[i].count;
+    groups[i] = nfn_adamw_group{master_ + layout_[i].offset,
+                                dtype_ == NFN_F32 ? nullptr : param(i),
+                                grad(i),
+                                m_ + layout_[i].offset,
+                                v_ + layout_[i].offset,
+                                layout_[i].count,
+                                layout_[i].decay ? weight_decay : 0.f};
+  }
+  return check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, grad_sumsq_),
+               "sum_squares_many", error) &&
+         check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, step, lr, beta1, beta2, eps, grad_sumsq_,
+                                     max_grad_norm, dtype_), "adamw_step_many", error);
+}
+
+bool GPT::read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) {
+  return check(ops_->copy(ctx_, loss_sum, loss_sum_, 4, NFN_DEVICE_TO_HOST), "reading loss", error) &&
+         check(ops_->copy(ctx_, grad_sumsq, grad_sumsq_, 4, NFN_DEVICE_TO_HOST), "reading grad norm", error) &&
+         check(ops_->synchronize(ctx_), "synchronize", error);
+}
+
+}  // namespace nfn

@@ -1,0 +1,92 @@
+// The dense GPT-2 model (LayerNorm, tanh GELU, learned positions, tied LM head, biases),
+// written once against the op ABI: the same code trains on the CPU and CUDA op libraries.
+// Each layer's forward and backward are a short list of op calls, as in llm.c.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cc/model/gpt_config.h"
+#include "cc/ops/nfn_tile_ops.h"
+
+namespace nfn {
+
+// Device-resident training state. `dtype` is the storage of parameters, gradients and
+// activations; with bf16, an f32 master copy of the parameters is kept for AdamW.
+class GPT {
+ public:
+  GPT() = default;
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
+            std::string* error);
+  const GPTConfig& config() const { return config_; }
+  size_t num_parameters() const { return num_params_; }
+
+  // GPT-2 initialisation (normal 0.02, residual projections scaled by 1/sqrt(2L), norms 1,
+  // biases 0) from `seed`, deterministic on every platform.
+  static std::vector<float> random_parameters(const GPTConfig& config, uint64_t seed);
+  bool set_parameters(const std::vector<float>& host, std::string* error);
+  bool get_parameters(std::vector<float>* host, std::string* error);  // f32 (the master)
+  // AdamW moments, for checkpoints.
+  bool get_moments(std::vector<float>* m, std::vector<float>* v, std::string* error);
+  bool set_moments(const std::vector<float>& m, const std::vector<float>& v, std::string* error);
+
+  // Tokens for the next forward: one window of B*T+1 uint16 ids (uploaded once, widened on
+  // the device), or explicit int32 inputs and targets (targets may be null: no loss).
+  bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error);
+  bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error);
+
+  // Forward over the uploaded tokens. With targets, adds the summed loss to the device loss
+  // accumulator; with `backward`, also runs the whole backward, accumulating parameter
+  // gradients scaled by grad_scale (1 / tokens per optimizer step for a mean loss).
+  bool step_forward_backward(bool backward, float grad_scale, std::string* error);
+  // Forward only up to the final LayerNorm, then logits of row `row` (V floats, host).
+  bool logits_for_row(int row, std::vector<float>* logits, std::string* error);
+
+  bool zero_grads(std::string* error);
+  bool zero_loss(std::string* error);
+  // Global gradient norm (computed on the device) and one AdamW step with clipping.
+  bool optimizer_step(int step, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float max_grad_norm, std::string* error);
+  // Reads the loss accumulator and the last gradient sum of squares (one synchronisation).
+  bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error);
+
+ private:
+  struct Acts;
+  bool check(nfn_status s, const char* what, std::string* error) const;
+  bool ensure_activations(int B, int T, std::string* error);
+  bool forward(bool with_loss, bool backward, float grad_scale, std::string* error);
+  bool backward(std::string* error);
+  void* param(int i) const;
+  void* grad(int i) const;
+  size_t esize() const { return dtype_ == NFN_F32 ? 4 : 2; }
+  void release();
+
+  const nfn_op_table* ops_ = nullptr;
+  nfn_ctx* ctx_ = nullptr;
+  GPTConfig config_;
+  nfn_dtype dtype_ = NFN_F32;
+  std::array<ParamTensor, kNumParamTensors> layout_{};
+  size_t num_params_ = 0;
+
+  void* param_block_ = nullptr;  // one allocation: params, grads, master, m, v, scalars
+  void* params_ = nullptr;
+  void* grads_ = nullptr;
+  float* master_ = nullptr;  // == params_ when dtype is f32
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  float* loss_sum_ = nullptr;
+  float* grad_sumsq_ = nullptr;
+
+  void* act_block_ = nullptr;  // one allocation for every activation and scratch buffer
+  int B_ = 0, T_ = 0;
+  Acts* acts_ = nullptr;
+  bool have_targets_ = false;
+};
+
+}  // namespace nfn

@@ -1,0 +1,79 @@
+#include "cc/model/gpt_config.h"
+
+namespace nfn {
+
+const std::array<const char*, kNumParamTensors> kParamNames = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+std::array<ParamTensor, kNumParamTensors> param_layout(const GPTConfig& c) {
+  const size_t V = c.padded_vocab_size, T = c.max_seq_len, L = c.num_layers, C = c.channels;
+  std::array<std::vector<size_t>, kNumParamTensors> shapes = {{
+      {V, C}, {T, C}, {L, C}, {L, C}, {L, 3 * C, C}, {L, 3 * C}, {L, C, C}, {L, C},
+      {L, C}, {L, C}, {L, 4 * C, C}, {L, 4 * C}, {L, C, 4 * C}, {L, C}, {C}, {C}}};
+  std::array<ParamTensor, kNumParamTensors> out;
+  size_t offset = 0;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    size_t count = 1;
+    for (size_t d : shapes[i]) count *= d;
+    // wte, wpe and the four weight matrices decay; biases and norm weights do not.
+    bool decay = i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+    out[i] = ParamTensor{kParamNames[i], shapes[i], count, offset, decay};
+    offset += count;
+  }
+  return out;
+}
+
+size_t num_parameters(const GPTConfig& c) {
+  auto layout = param_layout(c);
+  return layout.back().offset + layout.back().count;
+}
+
+int pad_vocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
+
+std::string validate_config(const GPTConfig& c) {
+  if (c.num_layers < 1) return "num_layers must be at least 1 (got " + std::to_string(c.num_layers) + ")";
+  if (c.num_heads < 1) return "num_heads must be at least 1 (got " + std::to_string(c.num_heads) + ")";
+  if (c.channels < 1 || c.channels % c.num_heads != 0)
+    return "channels (" + std::to_string(c.channels) + ") must be a positive multiple of num_heads (" +
+           std::to_string(c.num_heads) + ")";
+  if (c.max_seq_len < 1) return "max_seq_len must be at least 1";
+  if (c.vocab_size < 2) return "vocab_size must be at least 2";
+  if (c.padded_vocab_size < c.vocab_size)
+    return "padded_vocab_size (" + std::to_string(c.padded_vocab_size) + ") is smaller than vocab_size (" +
+           std::to_string(c.vocab_size) + ")";
+  return "";
+}
+
+namespace {
+struct Preset {
+  const char* name;
+  int layers, heads, channels, seq;
+};
+constexpr Preset kPresets[] = {
+    {"gpt2-124m", 12, 12, 768, 1024}, {"gpt2-350m", 24, 16, 1024, 1024},
+    {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1558m", 48, 25, 1600, 1024},
+    {"gpt3-125m", 12, 12, 768, 2048},  {"tiny", 4, 4, 128, 128},
+};
+}  // namespace
+
+bool preset_config(const std::string& name, GPTConfig* out) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) {
+      out->num_layers = p.layers;
+      out->num_heads = p.heads;
+      out->channels = p.channels;
+      out->max_seq_len = p.seq;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+}  // namespace nfn

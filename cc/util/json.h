@@ -1,0 +1,65 @@
+// A small JSON value with a writer and a strict reader: enough for reports, plans and
+// manifests, and errors that say where the text went wrong.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nfn {
+
+class Json {
+ public:
+  enum class Type { Null, Bool, Number, String, Array, Object };
+
+  Json() = default;
+  Json(std::nullptr_t) {}
+  Json(bool b) : type_(Type::Bool), bool_(b) {}
+  Json(int v) : type_(Type::Number), num_(v), is_int_(true) {}
+  Json(int64_t v) : type_(Type::Number), num_(static_cast<double>(v)), is_int_(true) {}
+  Json(uint64_t v) : type_(Type::Number), num_(static_cast<double>(v)), is_int_(true) {}
+  Json(double v) : type_(Type::Number), num_(v) {}
+  Json(const char* s) : type_(Type::String), str_(s) {}
+  Json(std::string s) : type_(Type::String), str_(std::move(s)) {}
+
+  static Json array() { Json j; j.type_ = Type::Array; return j; }
+  static Json object() { Json j; j.type_ = Type::Object; return j; }
+
+  Type type() const { return type_; }
+  bool is_null() const { return type_ == Type::Null; }
+  bool is_number() const { return type_ == Type::Number; }
+  bool is_string() const { return type_ == Type::String; }
+  bool is_object() const { return type_ == Type::Object; }
+  bool is_array() const { return type_ == Type::Array; }
+  bool as_bool() const { return bool_; }
+  double as_number() const { return num_; }
+  const std::string& as_string() const { return str_; }
+  const std::vector<Json>& items() const { return items_; }
+  const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
+
+  // Object access: set keeps insertion order (reports read top to bottom as written).
+  Json& set(const std::string& key, Json value);
+  const Json* find(const std::string& key) const;
+  Json& push(Json value);
+
+  std::string dump(int indent = -1) const;
+
+  // Strict RFC 8259 parse. On failure returns false with "line L, column C: what".
+  static bool parse(const std::string& text, Json* out, std::string* error);
+
+ private:
+  void dump_to(std::string* out, int indent, int depth) const;
+
+  Type type_ = Type::Null;
+  bool bool_ = false;
+  double num_ = 0;
+  bool is_int_ = false;
+  std::string str_;
+  std::vector<Json> items_;
+  std::vector<std::pair<std::string, Json>> members_;
+};
+
+}  // namespace nfn
