@@ -1,0 +1,1 @@
+"""The chat tools: a calculator over an allowlisted AST, and Python run in a sandbox."""

@@ -1,0 +1,1 @@
+"""Tokenizers by name: gpt2 and trained chat BPEs (placeholder until the datasets work lands)."""

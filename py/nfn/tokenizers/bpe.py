@@ -1,0 +1,285 @@
+"""The chat tokenizer: a byte-level BPE trained with rustbpe, encoded with tiktoken.
+
+On disk (one directory per name under the tokenizer cache):
+  nfn_tokenizer.json  {"kind": "bpe", "format": 1, "name", "vocab_size", "pattern",
+                       "special_tokens": {name: id}, "files": {"ranks": "bpe.tiktoken"}}
+  bpe.tiktoken        one merge per line: base64(token bytes) SPACE rank (tiktoken's format)
+  heldout.txt         optional: text kept out of training, for `nfn tokenizer eval`
+"""
+import base64
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+from nfn.errors import UserError
+
+FORMAT_VERSION = 1
+MANIFEST = "nfn_tokenizer.json"
+RANKS_FILE = "bpe.tiktoken"
+HELDOUT_FILE = "heldout.txt"
+
+SPECIAL_TOKENS = [
+    "<|bos|>",  # starts every document and conversation
+    "<|user_start|>", "<|user_end|>",
+    "<|assistant_start|>", "<|assistant_end|>",
+    "<|python_start|>", "<|python_end|>",  # the assistant calls the python tool
+    "<|output_start|>", "<|output_end|>",  # the tool's output, written back by the engine
+]
+
+# GPT-4's pre-split regex, with numbers split into groups of at most two digits (as nanochat
+# does: small vocabularies waste fewer merges on three-digit numbers).
+SPLIT_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
+    r"""\s*[\r\n]|\s+(?!\S)|\s+"""
+)
+
+MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
+
+
+def train(texts, vocab_size, name, out_root):
+    """Train on an iterable of strings; save atomically to out_root/name; return the directory.
+
+    vocab_size counts everything: 256 byte tokens, the merges, and the special tokens.
+    """
+    import rustbpe
+
+    check_name(name)
+    if vocab_size < MIN_VOCAB:
+        raise UserError(f"--vocab-size must be at least {MIN_VOCAB} (256 bytes + "
+                        f"{len(SPECIAL_TOKENS)} special tokens), got {vocab_size}")
+    trainer = rustbpe.Tokenizer()
+    trainer.train_from_iterator(iter(texts), vocab_size - len(SPECIAL_TOKENS), pattern=SPLIT_PATTERN)
+    ranks = sorted(((bytes(b), r) for b, r in trainer.get_mergeable_ranks()), key=lambda x: x[1])
+    # tiktoken needs ranks 0..n-1 with no gaps; a short corpus may yield fewer merges.
+    if [r for _, r in ranks] != list(range(len(ranks))) or len(ranks) < 256:
+        raise UserError(f"BPE training produced an invalid rank table ({len(ranks)} entries)")
+    special = {tok: len(ranks) + i for i, tok in enumerate(SPECIAL_TOKENS)}
+    manifest = {
+        "kind": "bpe",
+        "format": FORMAT_VERSION,
+        "name": name,
+        "vocab_size": len(ranks) + len(SPECIAL_TOKENS),
+        "requested_vocab_size": vocab_size,
+        "pattern": SPLIT_PATTERN,
+        "special_tokens": special,
+        "files": {"ranks": RANKS_FILE},
+    }
+    ranks_text = "".join(f"{base64.b64encode(b).decode()} {r}\n" for b, r in ranks)
+    return save_atomically(out_root, name, {RANKS_FILE: ranks_text, MANIFEST: json.dumps(manifest, indent=1) + "\n"})
+
+
+def check_name(name):
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise UserError(f"--name must be a plain directory name, got {name!r}")
+
+
+def save_atomically(out_root, name, files):
+    """Write files into a temp directory beside the target, then rename it into place."""
+    os.makedirs(out_root, exist_ok=True)
+    final = os.path.join(out_root, name)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_root)
+    try:
+        for fname, text in files.items():
+            with open(os.path.join(tmp, fname), "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        if os.path.exists(final):
+            old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=out_root)
+            os.rename(final, os.path.join(old, "t"))
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def add_heldout(directory, text):
+    """Store held-out evaluation text next to a trained tokenizer (atomically)."""
+    path = os.path.join(directory, HELDOUT_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def load_trained(directory):
+    """Read and validate a tokenizer directory written by `train`."""
+    manifest_path = os.path.join(directory, MANIFEST)
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{manifest_path}: not found (train it with `nfn tokenizer train`)") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{manifest_path}: not readable JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise UserError(f"{manifest_path}: expected a JSON object")
+
+    def field(key, kind):
+        value = manifest.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UserError(f"{manifest_path}: field {key!r} is missing or not {kind.__name__}")
+        return value
+
+    if field("kind", str) != "bpe":
+        raise UserError(f"{manifest_path}: field 'kind' is {manifest['kind']!r}, expected 'bpe'")
+    if field("format", int) != FORMAT_VERSION:
+        raise UserError(f"{manifest_path}: field 'format' is {manifest['format']}, "
+                        f"this nfn reads {FORMAT_VERSION}")
+    name, vocab_size, pattern = field("name", str), field("vocab_size", int), field("pattern", str)
+    special = field("special_tokens", dict)
+    ranks_name = field("files", dict).get("ranks")
+    if not isinstance(ranks_name, str) or os.path.basename(ranks_name) != ranks_name:
+        raise UserError(f"{manifest_path}: field 'files.ranks' must be a file name")
+    ranks_path = os.path.join(directory, ranks_name)
+    ranks = read_ranks(ranks_path)
+    if sorted(special.values()) != list(range(len(ranks), len(ranks) + len(special))):
+        raise UserError(f"{manifest_path}: field 'special_tokens' must number the ids "
+                        f"{len(ranks)}..{len(ranks) + len(special) - 1}")
+    if set(SPECIAL_TOKENS) - set(special):
+        raise UserError(f"{manifest_path}: field 'special_tokens' lacks "
+                        f"{sorted(set(SPECIAL_TOKENS) - set(special))}")
+    if vocab_size != len(ranks) + len(special):
+        raise UserError(f"{manifest_path}: field 'vocab_size' is {vocab_size} but the files "
+                        f"hold {len(ranks) + len(special)} tokens")
+    files = {MANIFEST: manifest_path, ranks_name: ranks_path}
+    return BPETokenizer(name, pattern, ranks, special, files=files)
+
+
+def read_ranks(path):
+    ranks = {}
+    try:
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split()
+                try:
+                    token, rank = base64.b64decode(parts[0], validate=True), int(parts[1])
+                    if len(parts) != 2:
+                        raise ValueError
+                except (ValueError, IndexError):
+                    raise UserError(f"{path}: line {lineno}: expected 'BASE64 RANK'") from None
+                if rank != len(ranks) or token in ranks:
+                    raise UserError(f"{path}: line {lineno}: rank {rank} out of order or duplicated")
+                ranks[token] = rank
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found") from None
+    if any(bytes([b]) not in ranks for b in range(256)):
+        raise UserError(f"{path}: lacks some of the 256 single-byte tokens")
+    return ranks
+
+
+class BPETokenizer:
+    """Encode and decode with tiktoken; special tokens are never parsed out of plain text."""
+
+    kind = "bpe"
+
+    def __init__(self, name, pattern, mergeable_ranks, special_tokens, files=None):
+        import tiktoken
+
+        self.name = name
+        self._enc = tiktoken.Encoding(name=f"nfn-{name}", pat_str=pattern,
+                                      mergeable_ranks=mergeable_ranks, special_tokens=special_tokens)
+        self._special = dict(special_tokens)
+        self._special_by_id = {i: t for t, i in special_tokens.items()}
+        self._byte_ids = [mergeable_ranks[bytes([b])] for b in range(256)]
+        self._files = dict(files or {})
+        self.vocab_size = self._enc.n_vocab
+        self.bos_id = self._special["<|bos|>"]
+        self.eot_id = self.bos_id  # documents are separated by BOS, so BOS is also the end marker
+
+    # -- special tokens ------------------------------------------------------------------
+    @property
+    def special_tokens(self):
+        return dict(self._special)
+
+    def special_id(self, token):
+        """The id of a special token, by name (KeyError names the unknown token)."""
+        try:
+            return self._special[token]
+        except KeyError:
+            raise KeyError(f"unknown special token {token!r}; known: {list(self._special)}") from None
+
+    def _resolve(self, token):
+        if token is None:
+            return None
+        if isinstance(token, str):
+            return self.special_id(token)
+        if isinstance(token, int) and not isinstance(token, bool) and 0 <= token < self.vocab_size:
+            return token
+        raise ValueError(f"prepend/append must be a special token name or an id in "
+                         f"[0, {self.vocab_size}), got {token!r}")
+
+    # -- encoding -----------------------------------------------------------------------
+    def encode(self, text, prepend=None, append=None):
+        """Token ids of text; prepend/append: a special token's name or a raw id."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, got {type(text).__name__}")
+        first, last = self._resolve(prepend), self._resolve(append)
+        ids = self._enc.encode_ordinary(text)
+        if first is not None:
+            ids.insert(0, first)
+        if last is not None:
+            ids.append(last)
+        return ids
+
+    def encode_batch(self, texts, prepend=None, append=None, num_threads=8):
+        """One independent list per text, in input order."""
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"encode_batch: item {i} is {type(t).__name__}, not str")
+        first, last = self._resolve(prepend), self._resolve(append)
+        out = self._enc.encode_ordinary_batch(texts, num_threads=num_threads)
+        out = [list(ids) for ids in out]  # never share a list between rows
+        for ids in out:
+            if first is not None:
+                ids.insert(0, first)
+            if last is not None:
+                ids.append(last)
+        return out
+
+    def encode_bytes(self, data):
+        """Ids for arbitrary bytes: valid UTF-8 runs through BPE, other bytes as byte tokens."""
+        ids, view = [], bytes(data)
+        while view:
+            try:
+                ids.extend(self._enc.encode_ordinary(view.decode("utf-8")))
+                break
+            except UnicodeDecodeError as e:
+                if e.start:
+                    ids.extend(self._enc.encode_ordinary(view[:e.start].decode("utf-8")))
+                ids.extend(self._byte_ids[b] for b in view[e.start:e.end])
+                view = view[e.end:]
+        return ids
+
+    # -- decoding -----------------------------------------------------------------------
+    def token_bytes(self, token_id):
+        """The exact bytes of one token (a special token's name, UTF-8 encoded)."""
+        if not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id!r} out of range [0, {self.vocab_size})")
+        return self._enc.decode_single_token_bytes(token_id)
+
+    def decode_bytes(self, ids):
+        return self._enc.decode_bytes(list(ids))
+
+    def decode(self, ids):
+        """Text of ids; bytes that are not valid UTF-8 become U+FFFD."""
+        return self._enc.decode(list(ids), errors="replace")
+
+    def id_to_token(self, token_id):
+        return self.token_bytes(token_id).decode("utf-8", errors="replace")
+
+    def is_special(self, token_id):
+        return token_id in self._special_by_id
+
+    def identity(self):
+        """Name, kind, vocabulary size and the sha256 of each model file."""
+        digests = {}
+        for fname, path in sorted(self._files.items()):
+            with open(path, "rb") as f:
+                digests[fname] = hashlib.sha256(f.read()).hexdigest()
+        return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size, "sha256": digests}
