@@ -8,6 +8,10 @@
 
 #include <omp.h>
 
+#include "cc/ops/cpu/gemm.h"
+
+nfn_ctx::~nfn_ctx() { nfn::cpu::destroy_gemm_state(gemm); }
+
 namespace nfn::cpu {
 
 nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...) {
@@ -53,6 +57,8 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (k == "matmul") {
     if (v != "f32" && v != "bf16")
       return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: matmul=%s, expected f32 or bf16", v.c_str());
+    if (v == "bf16" && !nfn::cpu::bf16_gemm_supported(ctx))
+      return nfn::cpu::fail(ctx, NFN_ERR_UNSUPPORTED, "configure: matmul=bf16 is not supported by oneDNN on this CPU");
     ctx->matmul_bf16 = v == "bf16";
     return NFN_OK;
   }

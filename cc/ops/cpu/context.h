@@ -4,12 +4,22 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cc/ops/nfn_tile_ops.h"
+
+namespace nfn::cpu {
+struct GemmState;
+// Scratch slots: each op that needs temporary memory owns one, so nested use cannot clash.
+enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchReduce, kScratchSlots };
+}  // namespace nfn::cpu
 
 struct nfn_ctx {
   std::string last_error;
   bool matmul_bf16 = false;  // GEMMs in bf16 with f32 accumulation ("matmul" option)
+  nfn::cpu::GemmState* gemm = nullptr;  // oneDNN engine and primitive cache (gemm.cc)
+  std::vector<float> scratch[nfn::cpu::kScratchSlots];
+  ~nfn_ctx();
 };
 
 namespace nfn::cpu {
@@ -17,6 +27,13 @@ namespace nfn::cpu {
 // Records a formatted message on the context and returns `status`.
 nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+// A scratch buffer of at least n floats that lives as long as the context (grown, never shrunk).
+inline float* scratch_floats(nfn_ctx* ctx, ScratchSlot slot, size_t n) {
+  std::vector<float>& v = ctx->scratch[slot];
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
 
 // bf16 is the upper half of an IEEE fp32; rounding to nearest even on the way down.
 inline float bf16_to_f32(uint16_t v) {

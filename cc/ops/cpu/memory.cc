@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cc/ops/cpu/check.h"
 #include "cc/ops/cpu/context.h"
 
 using nfn::cpu::fail;
@@ -44,6 +45,34 @@ nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes,
   if ((dst == nullptr || src == nullptr) && bytes > 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
   if (bytes > 0) std::memmove(dst, src, bytes);
+  return NFN_OK;
+}
+
+nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void* src,
+                       nfn_dtype src_dtype, size_t n) {
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_storage_dtype(ctx, "convert", dst_dtype));
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_storage_dtype(ctx, "convert", src_dtype));
+  NFN_REQUIRE((dst != nullptr && src != nullptr) || n == 0, "convert: null pointer");
+  const bool big = n > (1 << 16);
+  if (dst_dtype == src_dtype) {
+    std::memmove(dst, src, n * (dst_dtype == NFN_F32 ? 4 : 2));
+  } else if (dst_dtype == NFN_BF16) {
+    const float* s = static_cast<const float*>(src);
+    uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static) if (big)
+    for (size_t i = 0; i < n; ++i) d[i] = nfn::cpu::f32_to_bf16(s[i]);
+  } else {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    float* d = static_cast<float*>(dst);
+#pragma omp parallel for schedule(static) if (big)
+    for (size_t i = 0; i < n; ++i) d[i] = nfn::cpu::bf16_to_f32(s[i]);
+  }
+  return NFN_OK;
+}
+
+nfn_status nfn_widen_tokens(nfn_ctx* ctx, int32_t* dst, const uint16_t* src, size_t n) {
+  NFN_REQUIRE((dst != nullptr && src != nullptr) || n == 0, "widen_tokens: null pointer");
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
   return NFN_OK;
 }
 

@@ -1,0 +1,79 @@
+// LayerNorm forward and backward on the CPU (f32), eps 1e-5, statistics saved per row.
+#include <cmath>
+
+#include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/row_reduce.h"
+
+namespace {
+constexpr float kEps = 1e-5f;
+}
+
+extern "C" {
+
+nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rstd,
+                                 const void* inp, const void* weight, const void* bias, int N,
+                                 int C, nfn_dtype dtype) {
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "layernorm_forward", dtype));
+  NFN_REQUIRE(N > 0 && C > 0, "layernorm_forward: N=%d C=%d must be positive", N, C);
+  NFN_REQUIRE(out && mean && rstd && inp && weight, "layernorm_forward: null pointer");
+  const float* x = static_cast<const float*>(inp);
+  const float* w = static_cast<const float*>(weight);
+  const float* b = static_cast<const float*>(bias);
+  float* y = static_cast<float*>(out);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const float* xi = x + static_cast<size_t>(i) * C;
+    float* yi = y + static_cast<size_t>(i) * C;
+    float s = 0.f;
+    for (int c = 0; c < C; ++c) s += xi[c];
+    const float m = s / C;
+    float v = 0.f;
+    for (int c = 0; c < C; ++c) v += (xi[c] - m) * (xi[c] - m);
+    const float r = 1.f / std::sqrt(v / C + kEps);
+    for (int c = 0; c < C; ++c) yi[c] = (xi[c] - m) * r * w[c] + (b ? b[c] : 0.f);
+    mean[i] = m;
+    rstd[i] = r;
+  }
+  return NFN_OK;
+}
+
+nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
+                                  const void* dout, const void* inp, const void* weight,
+                                  const float* mean, const float* rstd, int N, int C,
+                                  nfn_dtype dtype) {
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "layernorm_backward", dtype));
+  NFN_REQUIRE(N > 0 && C > 0, "layernorm_backward: N=%d C=%d must be positive", N, C);
+  NFN_REQUIRE(dinp && dweight && dout && inp && weight && mean && rstd,
+              "layernorm_backward: null pointer");
+  const float* g = static_cast<const float*>(dout);
+  const float* x = static_cast<const float*>(inp);
+  const float* w = static_cast<const float*>(weight);
+  float* dx = static_cast<float*>(dinp);
+  float* outs[2] = {static_cast<float*>(dweight), static_cast<float*>(dbias)};
+  nfn::cpu::reduce_rows_into(N, C, outs, 2, [&](long i, float* partial) {
+    const float* gi = g + i * C;
+    const float* xi = x + i * C;
+    float* dxi = dx + i * C;
+    const float m = mean[i], r = rstd[i];
+    // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w
+    float sum_d = 0.f, sum_dx = 0.f;
+    for (int c = 0; c < C; ++c) {
+      const float xhat = (xi[c] - m) * r, dnorm = gi[c] * w[c];
+      sum_d += dnorm;
+      sum_dx += dnorm * xhat;
+    }
+    sum_d /= C;
+    sum_dx /= C;
+    float* pw = partial;
+    float* pb = partial + C;
+    for (int c = 0; c < C; ++c) {
+      const float xhat = (xi[c] - m) * r;
+      dxi[c] += r * (gi[c] * w[c] - sum_d - xhat * sum_dx);
+      pw[c] += gi[c] * xhat;
+      pb[c] += gi[c];
+    }
+  });
+  return NFN_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,78 @@
+// Linear layers on the CPU: the GEMMs go to oneDNN (gemm.h), the epilogues run here.
+#include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/gelu.h"
+#include "cc/ops/cpu/gemm.h"
+#include "cc/ops/cpu/row_reduce.h"
+
+using nfn::cpu::Gemm;
+
+extern "C" {
+
+nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* inp,
+                              const void* weight, const void* bias, int N, int IC, int OC,
+                              nfn_epilogue epilogue, nfn_dtype dtype) {
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_forward", dtype));
+  NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_forward: N=%d IC=%d OC=%d must be positive", N,
+              IC, OC);
+  NFN_REQUIRE(out && inp && weight, "linear_forward: null out, inp or weight");
+  NFN_REQUIRE(epilogue == NFN_EPILOGUE_NONE || epilogue == NFN_EPILOGUE_GELU,
+              "linear_forward: unknown epilogue %d", static_cast<int>(epilogue));
+  const bool gelu = epilogue == NFN_EPILOGUE_GELU;
+  NFN_REQUIRE(gelu == (aux != nullptr), "linear_forward: aux must be given exactly when the epilogue is GELU");
+  NFN_REQUIRE(aux != out, "linear_forward: aux must not alias out");
+  Gemm g;
+  g.M = N, g.N = OC, g.K = IC;
+  g.A = static_cast<const float*>(inp), g.lda = IC;
+  g.B = static_cast<const float*>(weight), g.ldb = IC, g.trans_b = true;
+  g.C = static_cast<float*>(gelu ? aux : out), g.ldc = OC;
+  g.bias = static_cast<const float*>(bias);
+  NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_forward", g));
+  if (gelu) {
+    const float* pre = static_cast<const float*>(aux);
+    float* y = static_cast<float*>(out);
+    const size_t n = static_cast<size_t>(N) * OC;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) y[i] = nfn::cpu::gelu(pre[i]);
+  }
+  return NFN_OK;
+}
+
+nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
+                               const void* dout, const void* inp, const void* weight, int N,
+                               int IC, int OC, int accumulate_dinp, nfn_dtype dtype) {
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_backward", dtype));
+  NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_backward: N=%d IC=%d OC=%d must be positive", N,
+              IC, OC);
+  NFN_REQUIRE(dout != nullptr, "linear_backward: null dout");
+  NFN_REQUIRE(dinp == nullptr || weight != nullptr, "linear_backward: dinp needs weight");
+  NFN_REQUIRE(dweight == nullptr || inp != nullptr, "linear_backward: dweight needs inp");
+  const float* g_out = static_cast<const float*>(dout);
+  if (dinp != nullptr) {  // dinp (N,IC) = dout (N,OC) @ W (OC,IC)
+    Gemm g;
+    g.M = N, g.N = IC, g.K = OC;
+    g.A = g_out, g.lda = OC;
+    g.B = static_cast<const float*>(weight), g.ldb = IC;
+    g.C = static_cast<float*>(dinp), g.ldc = IC;
+    g.accumulate = accumulate_dinp != 0;
+    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward", g));
+  }
+  if (dweight != nullptr) {  // dW (OC,IC) += dout^T (OC,N) @ inp (N,IC)
+    Gemm g;
+    g.M = OC, g.N = IC, g.K = N;
+    g.A = g_out, g.lda = OC, g.trans_a = true;
+    g.B = static_cast<const float*>(inp), g.ldb = IC;
+    g.C = static_cast<float*>(dweight), g.ldc = IC;
+    g.accumulate = true;
+    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward", g));
+  }
+  if (dbias != nullptr) {
+    float* outs[1] = {static_cast<float*>(dbias)};
+    nfn::cpu::reduce_rows_into(N, OC, outs, 1, [&](long i, float* partial) {
+      const float* row = g_out + i * OC;
+      for (int c = 0; c < OC; ++c) partial[c] += row[c];
+    });
+  }
+  return NFN_OK;
+}
+
+}  // extern "C"

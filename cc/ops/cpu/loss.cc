@@ -1,0 +1,88 @@
+// The tied LM head with cross-entropy on the CPU, in row chunks: only a (rows, V) block of
+// logits exists at a time, and it is turned into dlogits in place for the backward GEMMs.
+#include <algorithm>
+#include <cmath>
+
+#include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/gemm.h"
+
+using nfn::cpu::Gemm;
+
+namespace {
+
+// Rows per chunk: about 2M logits (8 MB), enough rows for the dwte GEMM to run well.
+int chunk_rows(int N, int V) { return std::max(1, std::min(N, std::max(64, (1 << 21) / V))); }
+
+}  // namespace
+
+extern "C" {
+
+nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
+                                     void* dwte, const void* x, const void* wte,
+                                     const int32_t* targets, int N, int C, int V,
+                                     float grad_scale, nfn_dtype dtype) {
+  NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "lm_head_cross_entropy", dtype));
+  NFN_REQUIRE(N > 0 && C > 0 && V > 0, "lm_head_cross_entropy: N=%d C=%d V=%d must be positive",
+              N, C, V);
+  NFN_REQUIRE(x && wte && targets, "lm_head_cross_entropy: null x, wte or targets");
+  NFN_REQUIRE(dwte == nullptr || dx != nullptr,
+              "lm_head_cross_entropy: dwte given without dx (the backward runs only with dx)");
+  for (int i = 0; i < N; ++i)
+    NFN_REQUIRE(targets[i] < V, "lm_head_cross_entropy: target %d at row %d is not below V=%d",
+                targets[i], i, V);
+  const float* xs = static_cast<const float*>(x);
+  const float* w = static_cast<const float*>(wte);
+  const int R = chunk_rows(N, V);
+  float* logits = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchLogits, static_cast<size_t>(R) * V);
+  double total = 0.0;
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    Gemm fwd;  // logits (rows,V) = x (rows,C) @ wte^T
+    fwd.M = rows, fwd.N = V, fwd.K = C;
+    fwd.A = xs + static_cast<size_t>(r0) * C, fwd.lda = C;
+    fwd.B = w, fwd.ldb = C, fwd.trans_b = true;
+    fwd.C = logits, fwd.ldc = V;
+    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", fwd));
+    double chunk_total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : chunk_total)
+    for (int i = 0; i < rows; ++i) {
+      float* l = logits + static_cast<size_t>(i) * V;
+      const int target = targets[r0 + i];
+      float m = -INFINITY;
+      for (int j = 0; j < V; ++j) m = std::fmax(m, l[j]);
+      float sum = 0.f;
+      for (int j = 0; j < V; ++j) sum += std::exp(l[j] - m);
+      const float lse = m + std::log(sum);
+      const float loss = target >= 0 ? lse - l[target] : 0.f;
+      if (losses != nullptr) losses[r0 + i] = loss;
+      chunk_total += loss;
+      if (dx == nullptr) continue;
+      if (target < 0) {
+        for (int j = 0; j < V; ++j) l[j] = 0.f;
+        continue;
+      }
+      for (int j = 0; j < V; ++j) l[j] = std::exp(l[j] - lse) * grad_scale;
+      l[target] -= grad_scale;
+    }
+    total += chunk_total;
+    if (dx == nullptr) continue;
+    Gemm back_x;  // dx (rows,C) = dlogits (rows,V) @ wte (V,C)
+    back_x.M = rows, back_x.N = C, back_x.K = V;
+    back_x.A = logits, back_x.lda = V;
+    back_x.B = w, back_x.ldb = C;
+    back_x.C = static_cast<float*>(dx) + static_cast<size_t>(r0) * C, back_x.ldc = C;
+    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", back_x));
+    if (dwte == nullptr) continue;
+    Gemm back_w;  // dwte (V,C) += dlogits^T (V,rows) @ x (rows,C)
+    back_w.M = V, back_w.N = C, back_w.K = rows;
+    back_w.A = logits, back_w.lda = V, back_w.trans_a = true;
+    back_w.B = xs + static_cast<size_t>(r0) * C, back_w.ldb = C;
+    back_w.C = static_cast<float*>(dwte), back_w.ldc = C;
+    back_w.accumulate = true;
+    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", back_w));
+  }
+  if (loss_sum != nullptr) *loss_sum += static_cast<float>(total);
+  return NFN_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,128 @@
+// linear_forward/backward (oneDNN GEMMs): forward against a naive double product, backward
+// against finite differences, the accumulate flags, and the bf16 GEMM mode.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "tests/cc/ops/op_test_util.h"
+
+using namespace nfn_test;
+
+static const int N = 7, IC = 13, OC = 11;
+
+static double ref_gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+// pre (N,OC) = x @ w^T + b, in double; inputs optionally rounded to bf16 first.
+static std::vector<double> ref_linear(const std::vector<float>& x, const std::vector<float>& w,
+                                      const std::vector<float>& b, bool round_bf16) {
+  auto r = [&](float v) -> double {
+    if (!round_bf16) return v;
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    uint32_t low = u & 0xffff, up = u >> 16;
+    if (low > 0x8000 || (low == 0x8000 && (up & 1))) ++up;
+    u = up << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  std::vector<double> y(N * OC);
+  for (int i = 0; i < N; ++i)
+    for (int o = 0; o < OC; ++o) {
+      double s = b.empty() ? 0.0 : b[o];
+      for (int k = 0; k < IC; ++k) s += r(x[i * IC + k]) * r(w[o * IC + k]);
+      y[i * OC + o] = s;
+    }
+  return y;
+}
+
+static void test_forward(nfn_ctx* ctx) {
+  std::vector<float> x = random_vec(N * IC, 1), w = random_vec(OC * IC, 2), b = random_vec(OC, 3);
+  std::vector<float> y(N * OC), pre(N * OC);
+  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), N, IC, OC,
+                            NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward");
+  std::vector<double> want = ref_linear(x, w, b, false);
+  expect_close("linear_forward", y, want, 1e-5, 1e-5);
+  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), nullptr, N, IC, OC,
+                            NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward no bias");
+  expect_close("linear_forward without bias", y, ref_linear(x, w, {}, false), 1e-5, 1e-5);
+  EXPECT(nfn_linear_forward(ctx, y.data(), pre.data(), x.data(), w.data(), b.data(), N, IC, OC,
+                            NFN_EPILOGUE_GELU, NFN_F32) == NFN_OK, "linear_forward gelu");
+  expect_close("linear_forward gelu pre", pre, want, 1e-5, 1e-5);
+  for (auto& v : want) v = ref_gelu(v);
+  expect_close("linear_forward gelu out", y, want, 1e-5, 1e-5);
+
+  if (nfn_ctx_configure(ctx, "matmul", "bf16") == NFN_OK) {
+    EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), N, IC, OC,
+                              NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward bf16 mode");
+    // Products of bf16-rounded inputs, accumulated in f32: close to the rounded reference.
+    expect_close("linear_forward matmul=bf16", y, ref_linear(x, w, b, true), 1e-4, 1e-4);
+    double far = 0;
+    std::vector<double> exact = ref_linear(x, w, b, false);
+    for (int i = 0; i < N * OC; ++i) far = std::fmax(far, std::fabs(y[i] - exact[i]));
+    EXPECT(far > 1e-5, "matmul=bf16 must actually round the inputs (max diff %g)", far);
+    EXPECT(nfn_ctx_configure(ctx, "matmul", "f32") == NFN_OK, "back to f32");
+  } else {
+    std::printf("note: matmul=bf16 unsupported here: %s\n", nfn_ctx_last_error(ctx));
+  }
+}
+
+static void test_backward(nfn_ctx* ctx, bool gelu) {
+  std::vector<float> x = random_vec(N * IC, 4), w = random_vec(OC * IC, 5), b = random_vec(OC, 6);
+  std::vector<float> y(N * OC), pre(N * OC), gy = random_vec(N * OC, 7);
+  auto forward = [&] {
+    EXPECT(nfn_linear_forward(ctx, y.data(), gelu ? pre.data() : nullptr, x.data(), w.data(), b.data(), N,
+                              IC, OC, gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK,
+           "linear_forward");
+  };
+  forward();
+  std::vector<float> dpre = gy;  // through the GELU epilogue first, as the model does
+  if (gelu) EXPECT(nfn_gelu_backward(ctx, dpre.data(), pre.data(), gy.data(), N * OC, NFN_F32) == NFN_OK, "gelu");
+  std::vector<float> dx(N * IC, 0.f), dw(OC * IC, 0.5f), db(OC, -0.5f);
+  EXPECT(nfn_linear_backward(ctx, dx.data(), dw.data(), db.data(), dpre.data(), x.data(), w.data(), N, IC,
+                             OC, 0, NFN_F32) == NFN_OK, "linear_backward");
+  auto loss = [&] { forward(); return weighted_sum(y, gy); };
+  std::vector<double> nx = numeric_grad(x, loss), nw = numeric_grad(w, loss), nb = numeric_grad(b, loss);
+  for (auto& g : nw) g += 0.5;
+  for (auto& g : nb) g -= 0.5;
+  const char* tag = gelu ? "linear_backward (gelu)" : "linear_backward";
+  std::printf("%s checked\n", tag);
+  expect_close("dinp", dx, nx, 2e-3, 1e-2);
+  expect_close("dweight (accumulated)", dw, nw, 2e-3, 1e-2);
+  expect_close("dbias (accumulated)", db, nb, 2e-3, 1e-2);
+
+  // accumulate_dinp adds; 0 overwrites. Only dinp requested: the others stay untouched.
+  std::vector<float> dx2(N * IC, 1.f);
+  EXPECT(nfn_linear_backward(ctx, dx2.data(), nullptr, nullptr, dpre.data(), nullptr, w.data(), N, IC, OC, 1,
+                             NFN_F32) == NFN_OK, "accumulate dinp");
+  for (auto& g : nx) g += 1.0;
+  expect_close("dinp accumulated", dx2, nx, 2e-3, 1e-2);
+}
+
+static void test_bad_arguments(nfn_ctx* ctx) {
+  std::vector<float> buf(N * IC * OC);
+  expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, 0, OC,
+                                         NFN_EPILOGUE_NONE, NFN_F32), "linear_forward", "IC=0");
+  expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
+                                         NFN_EPILOGUE_GELU, NFN_F32), "linear_forward", "GELU without aux");
+  expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
+                                         static_cast<nfn_epilogue>(9), NFN_F32), "linear_forward", "bad epilogue");
+  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), nullptr, N,
+                                          IC, OC, 0, NFN_F32), "linear_backward", "dinp without weight");
+  EXPECT(nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
+                            NFN_EPILOGUE_NONE, NFN_BF16) == NFN_ERR_UNSUPPORTED, "bf16 storage unsupported");
+  expect_invalid(ctx, nfn_ctx_configure(ctx, "matmul", "fp8"), "configure", "matmul=fp8");
+}
+
+int main() {
+  nfn_ctx* ctx = nullptr;
+  if (nfn_ctx_create(0, &ctx) != NFN_OK) return 1;
+  test_forward(ctx);
+  test_backward(ctx, false);
+  test_backward(ctx, true);
+  test_bad_arguments(ctx);
+  nfn_ctx_destroy(ctx);
+  return finish("linear_test");
+}

@@ -1,0 +1,114 @@
+// lm_head_cross_entropy and softmax_forward: losses against a naive double log-softmax,
+// gradients (dx, dwte) against finite differences, masked rows, and several row chunks.
+#include <cmath>
+#include <vector>
+
+#include "tests/cc/ops/op_test_util.h"
+
+using namespace nfn_test;
+
+// Per-row losses in double: lse(x_i . wte) - x_i . wte[target]; 0 for masked rows.
+static std::vector<double> ref_losses(const std::vector<float>& x, const std::vector<float>& wte,
+                                      const std::vector<int32_t>& tgt, int N, int C, int V) {
+  std::vector<double> out(N, 0.0), logit(V);
+  for (int i = 0; i < N; ++i) {
+    if (tgt[i] < 0) continue;
+    double m = -INFINITY, s = 0;
+    for (int v = 0; v < V; ++v) {
+      double d = 0;
+      for (int c = 0; c < C; ++c) d += static_cast<double>(x[i * C + c]) * wte[v * C + c];
+      logit[v] = d;
+      m = std::fmax(m, d);
+    }
+    for (int v = 0; v < V; ++v) s += std::exp(logit[v] - m);
+    out[i] = m + std::log(s) - logit[tgt[i]];
+  }
+  return out;
+}
+
+static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
+  std::vector<float> x = random_vec(N * C, 21, 1.f), wte = random_vec(V * C, 22, 0.5f);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = (i * 7919) % V;
+  tgt[1] = -1;  // masked rows
+  tgt[N - 1] = -100;
+  const float grad_scale = 1.f / N;
+  std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.25f);
+  float loss_sum = 2.f;  // accumulated into
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
+                                   tgt.data(), N, C, V, grad_scale, NFN_F32) == NFN_OK, "lm_head_cross_entropy");
+  std::vector<double> want = ref_losses(x, wte, tgt, N, C, V);
+  double want_sum = 2.0;
+  for (double l : want) want_sum += l;
+  char what[96];
+  std::snprintf(what, sizeof what, "lm_head losses N=%d C=%d V=%d", N, C, V);
+  expect_close(what, losses, want, 1e-5, 1e-5);
+  EXPECT(std::fabs(loss_sum - want_sum) <= 1e-5 * std::fabs(want_sum), "loss_sum %g vs %g", loss_sum, want_sum);
+  for (int c = 0; c < C; ++c) EXPECT(dx[C + c] == 0.f, "masked row must get a zero dx");
+
+  // The loss the gradients belong to: grad_scale * sum of the unmasked losses.
+  auto loss = [&] {
+    std::vector<double> l = ref_losses(x, wte, tgt, N, C, V);
+    double s = 0;
+    for (double v : l) s += v;
+    return s * grad_scale;
+  };
+  // Finite differences on a sample of elements (every element when fd_samples <= 0).
+  auto sampled = [&](std::vector<float>& p, const std::vector<float>& got, double offset, const char* name) {
+    std::mt19937 rng(5);
+    const int count = fd_samples > 0 ? fd_samples : static_cast<int>(p.size());
+    for (int s = 0; s < count; ++s) {
+      const size_t i = fd_samples > 0 ? rng() % p.size() : s;
+      const float keep = p[i];
+      p[i] = keep + 1e-3f;
+      double up = loss();
+      p[i] = keep - 1e-3f;
+      double down = loss();
+      p[i] = keep;
+      double g = (up - down) / 2e-3 + offset;
+      EXPECT(std::fabs(got[i] - g) <= 1e-4 + 1e-3 * std::fabs(g), "%s[%zu] %g vs numeric %g", name, i, got[i], g);
+    }
+  };
+  sampled(x, dx, 0.0, "dx");
+  sampled(wte, dwte, 0.25, "dwte (accumulated)");
+
+  // Forward only: no gradients touched, losses identical.
+  std::vector<float> losses2(N);
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses2.data(), nullptr, nullptr, nullptr, x.data(), wte.data(), tgt.data(),
+                                   N, C, V, 1.f, NFN_F32) == NFN_OK && losses2 == losses, "forward-only losses");
+}
+
+static void test_softmax(nfn_ctx* ctx) {
+  const int N = 4, V = 10, stride = 13;
+  std::vector<float> x = random_vec(N * stride, 31, 4.f), y(N * V);
+  x[5] = 80.f;  // large logits must not overflow
+  EXPECT(nfn_softmax_forward(ctx, y.data(), x.data(), N, V, stride, NFN_F32) == NFN_OK, "softmax_forward");
+  std::vector<double> want(N * V);
+  for (int i = 0; i < N; ++i) {
+    double m = -INFINITY, s = 0;
+    for (int j = 0; j < V; ++j) m = std::fmax(m, x[i * stride + j]);
+    for (int j = 0; j < V; ++j) s += std::exp(x[i * stride + j] - m);
+    for (int j = 0; j < V; ++j) want[i * V + j] = std::exp(x[i * stride + j] - m) / s;
+  }
+  expect_close("softmax_forward", y, want, 1e-7, 1e-5);
+  expect_invalid(ctx, nfn_softmax_forward(ctx, y.data(), x.data(), N, V, V - 1, NFN_F32), "softmax_forward",
+                 "stride < V");
+}
+
+int main() {
+  nfn_ctx* ctx = nullptr;
+  if (nfn_ctx_create(0, &ctx) != NFN_OK) return 1;
+  check(ctx, 6, 5, 11, 0);        // tiny: every element checked
+  check(ctx, 150, 4, 32768, 6);   // 64-row chunks: three of them, the last partial
+  test_softmax(ctx);
+  std::vector<float> buf(64);
+  std::vector<int32_t> tgt = {0, 3, 9};
+  expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
+                                                tgt.data(), 3, 2, 5, 1.f, NFN_F32),
+                 "lm_head_cross_entropy", "target >= V");
+  expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, buf.data(), buf.data(), buf.data(),
+                                                tgt.data(), 3, 2, 10, 1.f, NFN_F32),
+                 "lm_head_cross_entropy", "dwte without dx");
+  nfn_ctx_destroy(ctx);
+  return finish("loss_test");
+}
