@@ -1,9 +1,151 @@
 """Train and evaluate byte-level BPE tokenizers for the chat pipeline.
 
   nfn tokenizer train --dataset ALIAS|--pretraining-file PATH --vocab-size N --name NAME
-  nfn tokenizer eval --name NAME
+  nfn tokenizer eval --name NAME [--dataset ALIAS|--pretraining-file PATH] [--json]
+
+train: GPT-4-style regex pre-split, rustbpe merges, nine chat special tokens (<|bos|>,
+<|user_start|>, ..., <|output_end|>); vocab size counts all of them. The last 5% of the text
+(at most 1 MB) is held out and saved for eval. Saved atomically to
+$NFN_TOKENIZERS_DIR/NAME, so `--tokenizer NAME` works wherever a tokenizer is accepted.
+eval: bytes per token of NAME and of gpt2 on the held-out text (or on the given source).
 """
-from nfn.cli.common import add_command, not_implemented
+import json
+import os
+import sys
+import time
+
+from nfn.cli.common import add_command
+
+HELDOUT_FRACTION = 0.05
+HELDOUT_MAX_CHARS = 1_000_000
+
+
+def read_source(args):
+    """The text of --pretraining-file (a file or a directory of .txt) or --dataset."""
+    from nfn.errors import UserError
+
+    if args.pretraining_file:
+        path = args.pretraining_file
+        if os.path.isdir(path):
+            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt"))
+            if not files:
+                raise UserError(f"{path}: directory holds no .txt files")
+        elif os.path.isfile(path):
+            files = [path]
+        else:
+            raise UserError(f"{path}: no such file or directory")
+        parts = []
+        for f in files:
+            try:
+                with open(f, encoding="utf-8") as fh:
+                    parts.append(fh.read())
+            except UnicodeDecodeError as e:
+                raise UserError(f"{f}: not UTF-8 text (byte {e.start})") from None
+        return "\n".join(parts)
+    try:
+        from nfn.data.sources import read_text
+    except ImportError:
+        raise UserError("--dataset needs nfn.data.sources.read_text, which is not built yet; "
+                        "use --pretraining-file PATH") from None
+    return read_text(args.dataset)
+
+
+def split_heldout(text):
+    """(train, heldout): the held-out tail starts at a line boundary."""
+    n = min(int(len(text) * HELDOUT_FRACTION), HELDOUT_MAX_CHARS)
+    cut = len(text) - n
+    newline = text.rfind("\n", 0, cut)
+    if newline > len(text) // 2:
+        cut = newline + 1
+    return text[:cut], text[cut:]
+
+
+def chunks(text, size=1 << 16):
+    """Line-aligned pieces for the trainer (the regex never spans pieces)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def run_train(args):
+    from nfn import paths
+    from nfn.errors import UserError
+    from nfn.tokenizers import bpe
+
+    bpe.check_name(args.name)
+    text = read_source(args)
+    train_text, heldout = split_heldout(text)
+    if len(train_text) < 1000:
+        raise UserError(f"training text is too short ({len(train_text)} characters; need 1000+)")
+    t0 = time.time()
+    directory = bpe.train(chunks(train_text), args.vocab_size, args.name, paths.tokenizers_dir())
+    bpe.add_heldout(directory, heldout)
+    seconds = time.time() - t0
+    tok = bpe.load_trained(directory)
+    report = {"name": args.name, "dir": directory, "vocab_size": tok.vocab_size,
+              "train_chars": len(train_text), "heldout_chars": len(heldout),
+              "seconds": round(seconds, 3), "identity": tok.identity()}
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"trained {args.name}: vocab {tok.vocab_size} on {len(train_text):,} characters "
+              f"in {seconds:.1f} s -> {directory}")
+    return 0
+
+
+def load_named(name):
+    """A tokenizer by name through nfn.tokenizers.load (the datasets layer's registry)."""
+    from nfn.errors import UserError
+
+    try:
+        from nfn.tokenizers import load
+    except ImportError:
+        load = None
+    if load is not None:
+        return load(name)
+    if name == "gpt2":
+        raise UserError("the gpt2 tokenizer comes from nfn.tokenizers.load, which is not built yet")
+    from nfn import paths
+    from nfn.tokenizers import bpe
+
+    return bpe.load_trained(os.path.join(paths.tokenizers_dir(), name))
+
+
+def run_eval(args):
+    from nfn import paths
+    from nfn.errors import UserError
+    from nfn.tokenizers import bpe
+
+    if args.pretraining_file or args.dataset:
+        text, source = read_source(args), args.pretraining_file or args.dataset
+    else:
+        path = os.path.join(paths.tokenizers_dir(), args.name, bpe.HELDOUT_FILE)
+        if not os.path.isfile(path):
+            raise UserError(f"{path}: no held-out text; pass --pretraining-file or --dataset")
+        with open(path, encoding="utf-8") as f:
+            text, source = f.read(), path
+    if not text:
+        raise UserError(f"{source}: evaluation text is empty")
+    nbytes = len(text.encode("utf-8"))
+    rows = []
+    for name in (args.name, "gpt2"):
+        tok = load_named(name)
+        ntok = len(tok.encode(text))
+        rows.append({"tokenizer": name, "vocab_size": tok.vocab_size, "tokens": ntok,
+                     "bytes_per_token": round(nbytes / ntok, 4)})
+    report = {"source": source, "bytes": nbytes, "results": rows,
+              "relative_to_gpt2": round(rows[0]["bytes_per_token"] / rows[1]["bytes_per_token"], 4)}
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"{nbytes:,} bytes of {source}")
+        print(f"{'tokenizer':<16} {'vocab':>7} {'tokens':>10} {'bytes/token':>12}")
+        for r in rows:
+            print(f"{r['tokenizer']:<16} {r['vocab_size']:>7} {r['tokens']:>10} {r['bytes_per_token']:>12.3f}")
+    return 0
 
 
 def register(sub):
@@ -13,11 +155,16 @@ def register(sub):
     tr = actions.add_parser("train", help="train a BPE tokenizer into the tokenizer cache")
     source = tr.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="dataset alias")
-    source.add_argument("--pretraining-file", help="UTF-8 text file or directory")
-    tr.add_argument("--vocab-size", type=int, required=True, help="vocabulary size")
+    source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
+    tr.add_argument("--vocab-size", type=int, required=True,
+                    help="vocabulary size, special tokens included (at least 265)")
     tr.add_argument("--name", required=True, help="name to save under; use as --tokenizer NAME")
-    tr.set_defaults(run=not_implemented("nfn tokenizer train", "#7"))
+    tr.add_argument("--json", action="store_true", help="print a JSON report")
+    tr.set_defaults(run=run_train)
     ev = actions.add_parser("eval", help="bytes per token against gpt2 on held-out text")
-    ev.add_argument("--name", required=True)
-    ev.add_argument("--json", action="store_true")
-    ev.set_defaults(run=not_implemented("nfn tokenizer eval", "#7"))
+    ev.add_argument("--name", required=True, help="a trained tokenizer's name")
+    source = ev.add_mutually_exclusive_group()
+    source.add_argument("--dataset", help="evaluate on this dataset alias instead")
+    source.add_argument("--pretraining-file", help="evaluate on this text file or directory instead")
+    ev.add_argument("--json", action="store_true", help="print a JSON report")
+    ev.set_defaults(run=run_eval)

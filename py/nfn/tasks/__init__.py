@@ -1,0 +1,1 @@
+"""Evaluation and fine-tuning tasks: row data as conversations, with slicing and scoring."""
