@@ -81,8 +81,8 @@ def run_train(args):
     if len(train_text) < 1000:
         raise UserError(f"training text is too short ({len(train_text)} characters; need 1000+)")
     t0 = time.time()
-    directory = bpe.train(chunks(train_text), args.vocab_size, args.name, paths.tokenizers_dir())
-    bpe.add_heldout(directory, heldout)
+    directory = bpe.train(chunks(train_text), args.vocab_size, args.name, paths.tokenizers_dir(),
+                          heldout=heldout)
     seconds = time.time() - t0
     tok = bpe.load_trained(directory)
     report = {"name": args.name, "dir": directory, "vocab_size": tok.vocab_size,
@@ -93,6 +93,9 @@ def run_train(args):
     else:
         print(f"trained {args.name}: vocab {tok.vocab_size} on {len(train_text):,} characters "
               f"in {seconds:.1f} s -> {directory}")
+    if tok.vocab_size < args.vocab_size:
+        print(f"note: the text has too few distinct pairs for vocab {args.vocab_size}; "
+              f"{args.name} has {tok.vocab_size}", file=sys.stderr)
     return 0
 
 

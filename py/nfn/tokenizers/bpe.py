@@ -38,10 +38,11 @@ SPLIT_PATTERN = (
 MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 
 
-def train(texts, vocab_size, name, out_root):
+def train(texts, vocab_size, name, out_root, heldout=None):
     """Train on an iterable of strings; save atomically to out_root/name; return the directory.
 
     vocab_size counts everything: 256 byte tokens, the merges, and the special tokens.
+    heldout: text kept out of training, saved beside the model for `nfn tokenizer eval`.
     """
     import rustbpe
 
@@ -67,7 +68,10 @@ def train(texts, vocab_size, name, out_root):
         "files": {"ranks": RANKS_FILE},
     }
     ranks_text = "".join(f"{base64.b64encode(b).decode()} {r}\n" for b, r in ranks)
-    return save_atomically(out_root, name, {RANKS_FILE: ranks_text, MANIFEST: json.dumps(manifest, indent=1) + "\n"})
+    files = {RANKS_FILE: ranks_text, MANIFEST: json.dumps(manifest, indent=1) + "\n"}
+    if heldout is not None:
+        files[HELDOUT_FILE] = heldout
+    return save_atomically(out_root, name, files)
 
 
 def check_name(name):
@@ -95,15 +99,6 @@ def save_atomically(out_root, name, files):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
-
-
-def add_heldout(directory, text):
-    """Store held-out evaluation text next to a trained tokenizer (atomically)."""
-    path = os.path.join(directory, HELDOUT_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def load_trained(directory):
