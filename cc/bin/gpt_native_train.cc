@@ -1,0 +1,27 @@
+// nfn_gpt_native_train: the dense GPT trainer (model families gpt, gpt2 and gpt3).
+#include <cstdio>
+
+#include "cc/train/trainer.h"
+
+int main(int argc, char** argv) {
+  nfn::Flags flags("nfn_gpt_native_train",
+                   "Train a dense GPT-2/GPT-3-style model on llm.c token shards with a native op library\n"
+                   "(CPU or CUDA), writing llm.c-format checkpoints, a manifest and a JSON report.\n"
+                   "With no geometry or template it trains the small CPU demo model.");
+  nfn::declare_train_flags(&flags);
+  std::string error;
+  if (!flags.parse(argc, argv, &error)) {
+    std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", error.c_str());
+    return 2;
+  }
+  if (flags.on("help")) {
+    std::printf("%s", flags.help().c_str());
+    return 0;
+  }
+  nfn::TrainConfig config;
+  if (!nfn::resolve_train_config(flags, &config, &error)) {
+    std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", error.c_str());
+    return 2;
+  }
+  return nfn::run_training(config);
+}

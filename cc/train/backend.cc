@@ -1,0 +1,90 @@
+#include "cc/train/backend.h"
+
+#include <cstdlib>
+#include <vector>
+
+#include "cc/util/files.h"
+
+namespace nfn {
+
+namespace {
+
+// Candidate directories for op libraries, most specific first.
+std::vector<std::string> library_dirs(const std::string& backend) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("NFN_TILE_OPS_DIR")) dirs.push_back(env);
+  const std::string exe = executable_path();
+  const std::string sub = backend == "cuda" ? "nfn/cuda/ops" : "nfn/cc/ops";
+  dirs.push_back(dir_name(exe));
+  // Bazel runfiles: our own tree (exe.runfiles) or the tree we were placed in (a py_binary's).
+  size_t pos = exe.find(".runfiles/");
+  if (pos != std::string::npos) dirs.push_back(join_path(exe.substr(0, pos + 9), sub));
+  dirs.push_back(join_path(exe + ".runfiles", sub));
+  if (const char* env = std::getenv("RUNFILES_DIR")) dirs.push_back(join_path(env, sub));
+  return dirs;
+}
+
+}  // namespace
+
+std::string find_op_library(const std::string& backend) {
+  const char* lib = backend == "cuda" ? kCudaOpsLib : kCpuOpsLib;
+  for (const std::string& dir : library_dirs(backend)) {
+    std::string p = join_path(dir, lib);
+    if (path_exists(p)) return p;
+  }
+  return "";
+}
+
+namespace {
+
+bool open_library(const std::string& path, Backend* out, std::string* error) {
+  if (!load_op_library(path, &out->lib, error)) return false;
+  if (out->lib.ops.ctx_create(0, &out->ctx) != NFN_OK) {
+    *error = path + ": " + out->lib.ops.ctx_last_error(nullptr);
+    unload_op_library(&out->lib);
+    return false;
+  }
+  out->name = out->lib.ops.backend_name();
+  out->path = path;
+  return true;
+}
+
+}  // namespace
+
+bool open_backend(const std::string& backend, const std::string& lib_path, Backend* out, std::string* error) {
+  if (!lib_path.empty()) return open_library(lib_path, out, error);
+  if (backend == "cpu" || backend == "cuda") {
+    std::string path = find_op_library(backend);
+    if (path.empty()) {
+      *error = std::string("no ") + (backend == "cuda" ? kCudaOpsLib : kCpuOpsLib) +
+               " beside the binary, in its runfiles or in $NFN_TILE_OPS_DIR (pass --tile-ops-lib PATH)";
+      return false;
+    }
+    return open_library(path, out, error);
+  }
+  if (backend != "auto") {
+    *error = "--backend " + backend + ": expected cpu, cuda or auto";
+    return false;
+  }
+  std::string cuda = find_op_library("cuda"), why;
+  if (cuda.empty()) {
+    out->auto_note = "auto: no CUDA op library built";
+  } else if (open_library(cuda, out, &why)) {
+    out->auto_note = "auto: CUDA device found";
+    return true;
+  } else {
+    out->auto_note = "auto: " + why;
+  }
+  std::string note = out->auto_note;
+  if (!open_backend("cpu", "", out, error)) return false;
+  out->auto_note = note;
+  return true;
+}
+
+void close_backend(Backend* b) {
+  if (b->ctx != nullptr) b->lib.ops.ctx_destroy(b->ctx);
+  b->ctx = nullptr;
+  unload_op_library(&b->lib);
+}
+
+}  // namespace nfn

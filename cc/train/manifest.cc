@@ -1,0 +1,97 @@
+#include "cc/train/manifest.h"
+
+#include "cc/util/files.h"
+
+namespace nfn {
+
+Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters) {
+  Json m = Json::object();
+  m.set("format", kManifestFormat);
+  m.set("version", kManifestVersion);
+  m.set("family", "gpt");
+  m.set("model_family", c.model_family);
+  m.set("template", c.template_name);
+  m.set("geometry", geometry_json(c.model));
+  m.set("parameters", static_cast<uint64_t>(parameters));
+  m.set("tokenizer", c.tokenizer);
+  m.set("eot_token", c.eot_token);
+  Json data = Json::object();
+  data.set("name", c.dataset_name);
+  data.set("seq_len", c.seq_len);
+  m.set("dataset", data);
+  m.set("weights", weights_file);
+  m.set("step", step);
+  Json training = Json::object();
+  training.set("train_batch_tokens", static_cast<int64_t>(c.train_batch_tokens));
+  training.set("batch_size", c.batch_size);
+  training.set("max_steps", c.max_steps);
+  training.set("learning_rate", static_cast<double>(c.learning_rate));
+  training.set("weight_decay", static_cast<double>(c.weight_decay));
+  training.set("warmup_steps", c.warmup_steps);
+  training.set("seed", static_cast<uint64_t>(c.seed));
+  m.set("training", training);
+  return m;
+}
+
+namespace {
+
+bool get_int(const Json& obj, const char* key, const std::string& where, int* out, std::string* error) {
+  const Json* v = obj.find(key);
+  if (v == nullptr || !v->is_number()) {
+    *error = where + ": missing number field " + key;
+    return false;
+  }
+  *out = static_cast<int>(v->as_number());
+  return true;
+}
+
+}  // namespace
+
+bool read_manifest(const std::string& path, TrainConfig* c, std::string* error) {
+  std::string text;
+  if (!read_file(path, &text, error)) return false;
+  Json m;
+  std::string why;
+  if (!Json::parse(text, &m, &why)) {
+    *error = path + ": not valid JSON (" + why + ")";
+    return false;
+  }
+  const Json* format = m.find("format");
+  if (!m.is_object() || format == nullptr || !format->is_string() || format->as_string() != kManifestFormat) {
+    *error = path + ": not an nfn manifest (field format must be \"" + kManifestFormat + "\")";
+    return false;
+  }
+  const Json* version = m.find("version");
+  if (version == nullptr || !version->is_number() || version->as_number() != kManifestVersion) {
+    *error = path + ": unsupported manifest version (expected " + std::to_string(kManifestVersion) + ")";
+    return false;
+  }
+  const Json* geometry = m.find("geometry");
+  if (geometry == nullptr || !geometry->is_object()) {
+    *error = path + ": missing object field geometry";
+    return false;
+  }
+  const std::string where = path + ": geometry";
+  GPTConfig g;
+  if (!get_int(*geometry, "max_seq_len", where, &g.max_seq_len, error) ||
+      !get_int(*geometry, "vocab_size", where, &g.vocab_size, error) ||
+      !get_int(*geometry, "padded_vocab_size", where, &g.padded_vocab_size, error) ||
+      !get_int(*geometry, "num_layers", where, &g.num_layers, error) ||
+      !get_int(*geometry, "num_heads", where, &g.num_heads, error) ||
+      !get_int(*geometry, "channels", where, &g.channels, error))
+    return false;
+  std::string bad = validate_config(g);
+  if (!bad.empty()) {
+    *error = where + ": " + bad;
+    return false;
+  }
+  c->model = g;
+  if (const Json* f = m.find("model_family"); f && f->is_string()) c->model_family = f->as_string();
+  if (const Json* t = m.find("template"); t && t->is_string()) c->template_name = t->as_string();
+  if (const Json* t = m.find("tokenizer"); t && t->is_string() && c->tokenizer.empty()) c->tokenizer = t->as_string();
+  if (const Json* e = m.find("eot_token"); e && e->is_number() && c->eot_token < 0)
+    c->eot_token = static_cast<int>(e->as_number());
+  return true;
+}
+
+}  // namespace nfn

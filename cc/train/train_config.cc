@@ -1,0 +1,272 @@
+#include "cc/train/train_config.h"
+
+#include <cstdlib>
+
+#include "cc/train/manifest.h"
+
+namespace nfn {
+
+void declare_train_flags(Flags* f) {
+  f->value("model-family", "gpt, gpt2 or gpt3 (one dense GPT trainer)", "gpt");
+  f->value("template-name", "named geometry: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-125m, tiny");
+  f->value("preset", "same as --template-name");
+  f->value("graph-file", "manifest JSON whose geometry is the architecture's source of truth");
+  f->value("weights", "model_%08d.bin to start from (its geometry must match)");
+  f->value("num-layers", "transformer blocks");
+  f->value("num-heads", "attention heads");
+  f->value("model-dim", "channels");
+  f->value("vocab-size", "vocabulary size of the tokenizer", "50257");
+  f->value("train-data", "training shards: a directory or a *_train_*.bin file");
+  f->value("val-data", "validation shards (default: the train shards' *_val_* siblings)");
+  f->value("dataset-name", "dataset name recorded in the manifest");
+  f->value("tokenizer", "tokenizer name recorded in the manifest", "gpt2");
+  f->value("eot-token", "document separator id, the start token of samples (default: 50256 for GPT-2's vocabulary, else 0)");
+  f->value("train-seq-len", "tokens per row, T");
+  f->value("batch-size", "micro-batch rows, B");
+  f->value("train-batch-tokens", "tokens per optimizer step (a multiple of B*T; the rest is gradient accumulation)");
+  f->value("max-steps", "optimizer steps");
+  f->value("learning-rate", "peak learning rate");
+  f->value("weight-decay", "AdamW weight decay of matrices and embeddings");
+  f->value("warmup-steps", "linear warmup steps before the cosine decay to zero");
+  f->value("eval-every-steps", "validate every N steps (and at the end)");
+  f->value("eval-batches", "validation micro-batches per validation");
+  f->value("checkpoint-every", "also write a checkpoint every N steps (0: only at the end)", "0");
+  f->value("max-grad-norm", "clip the global gradient norm to this (0: no clipping)", "1.0");
+  f->value("seed", "seed of the initialisation, data order and samples", "1337");
+  f->value("sample-tokens", "generate this many tokens after training (reported as ids)", "0");
+  f->value("backend", "op library: cpu, cuda or auto", "auto");
+  f->value("tile-ops-lib", "path of the op library to load (overrides --backend)");
+  f->value("dtype", "storage of parameters and activations: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
+  f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation)");
+  f->value("threads", "CPU threads (default: all cores)");
+  f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
+  f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
+  f->value("resume", "auto (newest complete checkpoint in --output-dir, else start fresh) or a checkpoint directory or model file");
+  f->toggle("dry-run", "print the plan as JSON and exit without reading data");
+  f->toggle("print-plan", "same as --dry-run");
+  f->toggle("json", "print the final report as JSON on stdout");
+  f->toggle("help", "show this help");
+}
+
+Json geometry_json(const GPTConfig& g) {
+  Json j = Json::object();
+  j.set("max_seq_len", g.max_seq_len);
+  j.set("vocab_size", g.vocab_size);
+  j.set("padded_vocab_size", g.padded_vocab_size);
+  j.set("num_layers", g.num_layers);
+  j.set("num_heads", g.num_heads);
+  j.set("channels", g.channels);
+  return j;
+}
+
+namespace {
+
+bool read_int(const Flags& f, const char* name, int* out, int min_value, std::string* error) {
+  if (!f.has(name) && f.get(name).empty()) return true;
+  long long v;
+  if (!f.get_int(name, &v, error)) return false;
+  if (v < min_value || v > 2147483647LL) {
+    *error = std::string("--") + name + ": " + std::to_string(v) + " is out of range (at least " +
+             std::to_string(min_value) + ")";
+    return false;
+  }
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool read_float(const Flags& f, const char* name, float* out, std::string* error) {
+  if (!f.has(name) && f.get(name).empty()) return true;
+  double v;
+  if (!f.get_double(name, &v, error)) return false;
+  if (v < 0) {
+    *error = std::string("--") + name + ": must not be negative";
+    return false;
+  }
+  *out = static_cast<float>(v);
+  return true;
+}
+
+std::string default_output_dir() {
+  const char* env = std::getenv("NEURALFN_ARTIFACTS_DIR");
+  if (env != nullptr && *env) return std::string(env) + "/gpt";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/NeuralFn/artifacts/gpt";
+}
+
+}  // namespace
+
+bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
+  c->model_family = f.get("model-family");
+  if (c->model_family != "gpt" && c->model_family != "gpt2" && c->model_family != "gpt3") {
+    *error = "--model-family " + c->model_family + ": the dense GPT trainer takes gpt, gpt2 or gpt3";
+    return false;
+  }
+  std::string tmpl = f.has("template-name") ? f.get("template-name") : f.get("preset");
+  const bool geometry_flags = f.has("num-layers") || f.has("num-heads") || f.has("model-dim");
+  bool recipe = false;  // llm.c's GPT-2 recipe for the schedule
+  c->tokenizer = f.get("tokenizer");
+  c->graph_file = f.get("graph-file");
+  if (!c->graph_file.empty()) {
+    if (!tmpl.empty() || geometry_flags || f.has("vocab-size")) {
+      *error = "--graph-file sets the architecture; drop --template-name/--num-layers/--num-heads/--model-dim/--vocab-size";
+      return false;
+    }
+    if (!read_manifest(c->graph_file, c, error)) return false;
+    recipe = c->template_name.rfind("gpt2-", 0) == 0 || c->template_name.rfind("gpt3-", 0) == 0;
+  } else {
+    if (!tmpl.empty()) {
+      if (!preset_config(tmpl, &c->model)) {
+        std::string names;
+        for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+        *error = "--template-name " + tmpl + ": unknown (known: " + names + ")";
+        return false;
+      }
+      c->template_name = tmpl;
+      recipe = tmpl != "tiny";
+    } else {
+      preset_config("tiny", &c->model);
+      c->template_name = geometry_flags ? "custom" : "tiny";
+      // gpt3's 2048 context applies only when nothing else chose the length.
+      if (c->model_family == "gpt3" && !f.has("train-seq-len")) c->model.max_seq_len = 2048;
+    }
+    if (!read_int(f, "num-layers", &c->model.num_layers, 1, error) ||
+        !read_int(f, "num-heads", &c->model.num_heads, 1, error) ||
+        !read_int(f, "model-dim", &c->model.channels, 1, error) ||
+        !read_int(f, "vocab-size", &c->model.vocab_size, 2, error))
+      return false;
+    c->model.padded_vocab_size = pad_vocab(c->model.vocab_size);
+  }
+  c->seq_len = c->model.max_seq_len;
+  if (!read_int(f, "train-seq-len", &c->seq_len, 1, error)) return false;
+  if (f.has("train-seq-len") && tmpl.empty() && c->graph_file.empty()) c->model.max_seq_len = c->seq_len;
+  if (c->seq_len > c->model.max_seq_len) {
+    *error = "--train-seq-len " + std::to_string(c->seq_len) + " exceeds the model's context " +
+             std::to_string(c->model.max_seq_len);
+    return false;
+  }
+  std::string bad = validate_config(c->model);
+  if (!bad.empty()) {
+    *error = "model geometry: " + bad;
+    return false;
+  }
+
+  // Schedule defaults: llm.c's GPT-2 124M recipe for GPT-2/3 templates, a CPU demo otherwise.
+  if (recipe) {
+    c->batch_size = 64;
+    c->train_batch_tokens = 524288;
+    c->max_steps = 20000;
+    c->learning_rate = 6e-4f;
+    c->weight_decay = 0.1f;
+    c->warmup_steps = 60;
+    c->eval_every_steps = 250;
+    c->eval_batches = 20;
+  } else {
+    c->batch_size = 8;
+    c->train_batch_tokens = 0;  // one micro-batch per step
+    c->max_steps = 300;
+    c->learning_rate = 1e-3f;
+    c->weight_decay = 0.1f;
+    c->warmup_steps = 20;
+    c->eval_every_steps = 100;
+    c->eval_batches = 8;
+  }
+  int tbt = 0;
+  if (!read_int(f, "batch-size", &c->batch_size, 1, error) ||
+      !read_int(f, "train-batch-tokens", &tbt, 1, error) ||
+      !read_int(f, "max-steps", &c->max_steps, 1, error) ||
+      !read_int(f, "warmup-steps", &c->warmup_steps, 0, error) ||
+      !read_int(f, "eval-every-steps", &c->eval_every_steps, 0, error) ||
+      !read_int(f, "eval-batches", &c->eval_batches, 0, error) ||
+      !read_int(f, "checkpoint-every", &c->checkpoint_every, 0, error) ||
+      !read_int(f, "sample-tokens", &c->sample_tokens, 0, error) ||
+      !read_float(f, "learning-rate", &c->learning_rate, error) ||
+      !read_float(f, "weight-decay", &c->weight_decay, error) ||
+      !read_float(f, "max-grad-norm", &c->max_grad_norm, error))
+    return false;
+  if (tbt > 0) c->train_batch_tokens = tbt;
+  const int64_t micro = static_cast<int64_t>(c->batch_size) * c->seq_len;
+  if (c->train_batch_tokens == 0) c->train_batch_tokens = micro;
+  if (c->train_batch_tokens % micro != 0) {
+    *error = "--train-batch-tokens " + std::to_string(c->train_batch_tokens) +
+             " is not a multiple of micro-batch x seq_len = " + std::to_string(c->batch_size) + " x " +
+             std::to_string(c->seq_len) + " = " + std::to_string(micro);
+    return false;
+  }
+  c->grad_accum_steps = static_cast<int>(c->train_batch_tokens / micro);
+  long long seed;
+  if (!f.get_int("seed", &seed, error)) return false;
+  c->seed = static_cast<uint64_t>(seed);
+  c->eot_token = c->model.vocab_size == 50257 ? 50256 : 0;
+  if (!read_int(f, "eot-token", &c->eot_token, 0, error)) return false;
+  if (c->eot_token >= c->model.vocab_size) {
+    *error = "--eot-token " + std::to_string(c->eot_token) + " is outside the vocabulary of " +
+             std::to_string(c->model.vocab_size);
+    return false;
+  }
+
+  c->train_data = f.get("train-data");
+  c->val_data = f.get("val-data");
+  c->dataset_name = f.get("dataset-name");
+  c->weights = f.get("weights");
+  c->backend = f.get("backend");
+  c->tile_ops_lib = f.get("tile-ops-lib");
+  c->dtype = f.get("dtype");
+  c->matmul = f.get("matmul");
+  c->threads = f.get("threads");
+  if (!c->dtype.empty() && c->dtype != "f32" && c->dtype != "bf16") {
+    *error = "--dtype " + c->dtype + ": expected f32 or bf16";
+    return false;
+  }
+  const std::string ck = f.get("checkpoint-dtype");
+  if (ck != "f32" && ck != "bf16") {
+    *error = "--checkpoint-dtype " + ck + ": expected f32 or bf16";
+    return false;
+  }
+  c->checkpoint_version = ck == "f32" ? 3 : 5;
+  c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir();
+  c->resume = f.get("resume");
+  c->dry_run = f.on("dry-run") || f.on("print-plan");
+  c->json = f.on("json");
+  return true;
+}
+
+Json plan_json(const TrainConfig& c) {
+  Json p = Json::object();
+  p.set("model_family", c.model_family);
+  p.set("template", c.template_name);
+  p.set("geometry", geometry_json(c.model));
+  p.set("parameters", static_cast<uint64_t>(num_parameters(c.model)));
+  Json batch = Json::object();
+  batch.set("seq_len", c.seq_len);
+  batch.set("batch_size", c.batch_size);
+  batch.set("train_batch_tokens", static_cast<int64_t>(c.train_batch_tokens));
+  batch.set("grad_accum_steps", c.grad_accum_steps);
+  p.set("batch", batch);
+  Json s = Json::object();
+  s.set("max_steps", c.max_steps);
+  s.set("learning_rate", static_cast<double>(c.learning_rate));
+  s.set("warmup_steps", c.warmup_steps);
+  s.set("decay", "cosine to zero");
+  s.set("weight_decay", static_cast<double>(c.weight_decay));
+  s.set("max_grad_norm", static_cast<double>(c.max_grad_norm));
+  s.set("eval_every_steps", c.eval_every_steps);
+  s.set("eval_batches", c.eval_batches);
+  s.set("total_tokens", static_cast<int64_t>(c.train_batch_tokens * c.max_steps));
+  p.set("schedule", s);
+  Json data = Json::object();
+  data.set("train", c.train_data);
+  data.set("val", c.val_data);
+  data.set("dataset_name", c.dataset_name);
+  data.set("tokenizer", c.tokenizer);
+  p.set("data", data);
+  Json lib = Json::object();
+  lib.set("backend", c.backend);
+  lib.set("tile_ops_lib", c.tile_ops_lib);
+  p.set("op_library", lib);
+  p.set("output_dir", c.output_dir);
+  p.set("resume", c.resume);
+  p.set("seed", static_cast<uint64_t>(c.seed));
+  return p;
+}
+
+}  // namespace nfn

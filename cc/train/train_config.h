@@ -1,0 +1,50 @@
+// Everything one training run needs, resolved from flags, a template or a manifest, and
+// the batch math checked before any data or device is touched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cc/model/gpt_config.h"
+#include "cc/util/flags.h"
+#include "cc/util/json.h"
+
+namespace nfn {
+
+struct TrainConfig {
+  std::string model_family = "gpt";  // gpt, gpt2 or gpt3: one trainer
+  std::string template_name;         // a preset name, "custom", or the manifest's
+  std::string graph_file, weights;
+  GPTConfig model;
+
+  std::string train_data, val_data;  // shard directory or file; val inferred when empty
+  std::string dataset_name, tokenizer;
+  int eot_token = -1;
+
+  int seq_len = 0;               // T
+  int batch_size = 0;            // B, micro-batch rows
+  int64_t train_batch_tokens = 0;
+  int grad_accum_steps = 1;
+  int max_steps = 0;
+  float learning_rate = 0, weight_decay = 0, max_grad_norm = 1.0f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  int warmup_steps = 0, eval_every_steps = 0, eval_batches = 0, checkpoint_every = 0;
+  uint64_t seed = 1337;
+  int sample_tokens = 0;
+
+  std::string backend = "auto", tile_ops_lib, dtype, matmul, threads;
+  int checkpoint_version = 3;
+  std::string output_dir, resume;
+  bool dry_run = false, json = false;
+};
+
+// Declares every trainer flag on `flags` (the binary's --help is generated from these).
+void declare_train_flags(Flags* flags);
+// Resolves flags into a config: presets, family defaults, the llm.c recipe for GPT-2/3
+// templates, the CPU demo otherwise. false + one line naming the flag on bad input.
+bool resolve_train_config(const Flags& flags, TrainConfig* out, std::string* error);
+// The --print-plan / --dry-run object: geometry, parameters, schedule, batch math.
+Json plan_json(const TrainConfig& c);
+Json geometry_json(const GPTConfig& g);
+
+}  // namespace nfn

@@ -1,0 +1,368 @@
+#include "cc/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "cc/ckpt/checkpoint.h"
+#include "cc/data/token_shards.h"
+#include "cc/model/gpt.h"
+#include "cc/train/backend.h"
+#include "cc/train/manifest.h"
+#include "cc/train/schedule.h"
+#include "cc/util/files.h"
+#include "cc/util/rng.h"
+
+namespace nfn {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", message.c_str());
+  return 1;
+}
+
+struct Phases {
+  double data = 0, forward_backward = 0, optimizer = 0, validation = 0, checkpoint = 0;
+};
+
+// Where a run starts: fresh, or the newest complete checkpoint.
+struct Start {
+  int step = 0;
+  std::string from;  // checkpoint model file resumed from ("" when fresh)
+  TrainState state;
+  std::vector<float> params;
+};
+
+bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
+  if (c.resume.empty()) return true;
+  std::string dir = c.output_dir, model_path;
+  int step = -1;
+  if (c.resume == "auto") {
+    step = newest_complete_step(dir);
+    if (step < 0) return true;  // nothing to resume: start fresh
+  } else if (is_directory(c.resume)) {
+    dir = c.resume;
+    step = newest_complete_step(dir);
+    if (step < 0) {
+      *error = "--resume " + c.resume + ": no complete checkpoint (model, state and DONE marker) in that directory";
+      return false;
+    }
+  } else {
+    dir = dir_name(c.resume);
+    int parsed = -1;
+    char tail = 0;
+    std::string base = c.resume.substr(c.resume.find_last_of('/') + 1);
+    if (std::sscanf(base.c_str(), "model_%8d.bin%c", &parsed, &tail) != 1) {
+      *error = "--resume " + c.resume + ": expected auto, a checkpoint directory or a model_%08d.bin file";
+      return false;
+    }
+    if (!path_exists(join_path(dir, done_file_name(parsed)))) {
+      *error = "--resume " + c.resume + ": checkpoint is incomplete (no " + done_file_name(parsed) + " beside it)";
+      return false;
+    }
+    step = parsed;
+  }
+  model_path = join_path(dir, model_file_name(step));
+  GPTConfig g;
+  if (!read_model_file(model_path, &g, &s->params, error)) return false;
+  if (g.max_seq_len != c.model.max_seq_len || g.vocab_size != c.model.vocab_size ||
+      g.padded_vocab_size != c.model.padded_vocab_size || g.num_layers != c.model.num_layers ||
+      g.num_heads != c.model.num_heads || g.channels != c.model.channels) {
+    *error = model_path + ": checkpoint geometry " + geometry_json(g).dump() + " does not match the run's " +
+             geometry_json(c.model).dump();
+    return false;
+  }
+  if (!read_state_file(join_path(dir, state_file_name(step)), &s->state, error)) return false;
+  if (s->state.num_parameters != s->params.size() || s->state.step != step) {
+    *error = join_path(dir, state_file_name(step)) + ": does not belong to " + model_path;
+    return false;
+  }
+  s->step = step;
+  s->from = model_path;
+  return true;
+}
+
+bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
+                     const data::TokenBatchSampler& sampler, std::string* model_path, std::string* error) {
+  if (!make_dirs(c.output_dir, error)) return false;
+  TrainState st;
+  st.step = step;
+  st.rng_state = rng.state();
+  auto pos = sampler.position();
+  st.data_epoch = pos.epoch;
+  st.data_shard = pos.shard;
+  st.data_offset = pos.offset;
+  st.num_parameters = model.num_parameters();
+  std::vector<float> params;
+  if (!model.get_parameters(&params, error) || !model.get_moments(&st.m, &st.v, error)) return false;
+  *model_path = join_path(c.output_dir, model_file_name(step));
+  // DONE is written last: a crash before it leaves a checkpoint that resume ignores.
+  return write_model_file(*model_path, model.config(), params, c.checkpoint_version, error) &&
+         write_state_file(join_path(c.output_dir, state_file_name(step)), st, error) &&
+         write_file_atomic(join_path(c.output_dir, "manifest.json"),
+                           manifest_json(c, model_file_name(step), step, model.num_parameters()).dump(2) + "\n",
+                           error) &&
+         write_file_atomic(join_path(c.output_dir, done_file_name(step)), std::string(), error);
+}
+
+// Mean loss over the first `batches` validation batches (fewer if the split is smaller).
+bool validate(GPT& model, data::TokenBatchSampler& val, int batches, int B, int T, float* loss,
+              std::string* error) {
+  if (!val.seek({}, error)) return false;
+  int n = static_cast<int>(std::min<int64_t>(batches, val.batches_per_epoch()));
+  std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
+  if (!model.zero_loss(error)) return false;
+  for (int i = 0; i < n; ++i) {
+    if (!val.next(in.data(), tg.data(), error) || !model.upload_tokens(in.data(), tg.data(), B, T, error) ||
+        !model.step_forward_backward(false, 0.f, error))
+      return false;
+  }
+  float sum = 0, unused = 0;
+  if (!model.read_scalars(&sum, &unused, error)) return false;
+  *loss = sum / static_cast<float>(static_cast<int64_t>(n) * B * T);
+  return true;
+}
+
+// Autoregressive samples by full recompute (the KV-cached engine is `nfn infer`).
+bool sample(GPT& model, const TrainConfig& c, Rng& rng, std::vector<int>* out, std::string* error) {
+  const int T = std::min(c.model.max_seq_len, c.sample_tokens + 1);
+  std::vector<int32_t> tokens(T, c.eot_token);
+  std::vector<float> logits;
+  for (int pos = 1; pos < T; ++pos) {
+    if (!model.upload_tokens(tokens.data(), nullptr, 1, T, error) ||
+        !model.logits_for_row(pos - 1, &logits, error))
+      return false;
+    double maxv = logits[0], total = 0;
+    for (float v : logits) maxv = std::max<double>(maxv, v);
+    std::vector<double> p(logits.size());
+    for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp(logits[i] - maxv);
+    double r = rng.uniform() * total, acc = 0;
+    int next = static_cast<int>(p.size()) - 1;
+    for (size_t i = 0; i < p.size(); ++i)
+      if ((acc += p[i]) >= r) {
+        next = static_cast<int>(i);
+        break;
+      }
+    tokens[pos] = next;
+    out->push_back(next);
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& c) {
+  std::string error;
+  if (c.dry_run) {
+    Json plan = plan_json(c);
+    Json lib = Json::object();
+    lib.set("backend", c.backend);
+    lib.set("path", !c.tile_ops_lib.empty() ? c.tile_ops_lib
+                                           : find_op_library(c.backend == "cuda" ? "cuda" : "cpu"));
+    if (c.backend == "auto") lib.set("cuda_path", find_op_library("cuda"));
+    plan.set("op_library", lib);
+    std::printf("%s\n", plan.dump(2).c_str());
+    return 0;
+  }
+  const auto t_start = Clock::now();
+  const int B = c.batch_size, T = c.seq_len;
+
+  // Data first: the cheapest place to find a bad path.
+  if (c.train_data.empty()) return fail("--train-data is required (a shard directory or a *_train_*.bin file)");
+  std::vector<data::TokenShard> train_shards, val_shards;
+  if (!data::find_shards(c.train_data, "train", &train_shards, &error)) return fail(error);
+  if (!c.val_data.empty()) {
+    if (!data::find_shards(c.val_data, "val", &val_shards, &error)) return fail(error);
+  } else if (is_directory(c.train_data)) {
+    std::string ignored;
+    data::find_shards(c.train_data, "val", &val_shards, &ignored);  // optional
+  } else {
+    std::string ignored;
+    data::find_validation_siblings(c.train_data, &val_shards, &ignored);
+  }
+  data::TokenBatchSampler train, val;
+  if (!train.open(train_shards, B, T, c.seed, &error)) return fail(error);
+  train.set_vocab_size(c.model.vocab_size);
+  const bool have_val = !val_shards.empty() && c.eval_batches > 0;
+  if (have_val) {
+    if (!val.open(val_shards, B, T, 0, &error)) return fail(error);
+    val.set_vocab_size(c.model.vocab_size);
+  }
+
+  Start start;
+  if (!resolve_resume(c, &start, &error)) return fail(error);
+
+  Backend backend;
+  if (!open_backend(c.backend, c.tile_ops_lib, &backend, &error)) return fail(error);
+  const nfn_op_table& ops = backend.lib.ops;
+  if (!c.threads.empty() && ops.ctx_configure(backend.ctx, "threads", c.threads.c_str()) != NFN_OK)
+    return fail(std::string("--threads: ") + ops.ctx_last_error(backend.ctx));
+  if (!c.matmul.empty() && ops.ctx_configure(backend.ctx, "matmul", c.matmul.c_str()) != NFN_OK)
+    return fail(std::string("--matmul: ") + ops.ctx_last_error(backend.ctx));
+  const std::string dtype_name = !c.dtype.empty() ? c.dtype : (backend.name == "cuda" ? "bf16" : "f32");
+  const nfn_dtype dtype = dtype_name == "bf16" ? NFN_BF16 : NFN_F32;
+
+  GPT model;
+  if (!model.init(&ops, backend.ctx, c.model, dtype, &error)) return fail(error);
+  Rng rng(c.seed ^ 0x6e666e5f67707400ull);
+  if (!start.from.empty()) {
+    rng.set_state(start.state.rng_state);
+    data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
+    if (!model.set_parameters(start.params, &error) || !model.set_moments(start.state.m, start.state.v, &error) ||
+        !train.seek(pos, &error))
+      return fail(error);
+  } else if (!c.weights.empty()) {
+    GPTConfig g;
+    std::vector<float> w;
+    if (!read_model_file(c.weights, &g, &w, &error)) return fail(error);
+    if (num_parameters(g) != model.num_parameters() || g.num_layers != c.model.num_layers ||
+        g.channels != c.model.channels || g.vocab_size != c.model.vocab_size)
+      return fail(c.weights + ": weights geometry " + geometry_json(g).dump() + " does not match the model's " +
+                  geometry_json(c.model).dump());
+    if (!model.set_parameters(w, &error)) return fail(error);
+  } else if (!model.set_parameters(GPT::random_parameters(c.model, c.seed), &error)) {
+    return fail(error);
+  }
+
+  const bool tty = isatty(fileno(stderr));
+  std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s on %s (%s)%s%s\n", c.model_family.c_str(),
+               c.template_name.c_str(), model.num_parameters(), dtype_name.c_str(), backend.name.c_str(),
+               backend.path.c_str(), start.from.empty() ? "" : ", resuming from ", start.from.c_str());
+
+  Phases ph;
+  Json train_losses = Json::array(), val_losses = Json::array();
+  std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
+  const float grad_scale = 1.0f / static_cast<float>(c.train_batch_tokens);
+  double train_time = 0;
+  int64_t trained_tokens = 0;
+  float last_loss = NAN, final_val = NAN;
+  std::string model_path;
+  const bool u16 = train.token_bytes() == 2;
+
+  for (int step = start.step; step < c.max_steps; ++step) {
+    const auto t_step = Clock::now();
+    if (!model.zero_grads(&error) || !model.zero_loss(&error)) return fail(error);
+    for (int micro = 0; micro < c.grad_accum_steps; ++micro) {
+      auto t0 = Clock::now();
+      if (!train.next(in.data(), tg.data(), &error)) return fail(error);
+      bool up = u16 ? model.upload_window_u16(reinterpret_cast<const uint16_t*>(train.last_window().data()), B, T, &error)
+                    : model.upload_tokens(in.data(), tg.data(), B, T, &error);
+      if (!up) return fail(error);
+      ph.data += seconds_since(t0);
+      t0 = Clock::now();
+      if (!model.step_forward_backward(true, grad_scale, &error)) return fail(error);
+      ph.forward_backward += seconds_since(t0);
+    }
+    auto t0 = Clock::now();
+    const float lr = learning_rate_at(step, c.max_steps, c.warmup_steps, c.learning_rate);
+    if (!model.optimizer_step(step + 1, lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.max_grad_norm, &error))
+      return fail(error);
+    float loss_sum = 0, sumsq = 0;
+    if (!model.read_scalars(&loss_sum, &sumsq, &error)) return fail(error);
+    ph.optimizer += seconds_since(t0);
+    const double dt = seconds_since(t_step);
+    train_time += dt;
+    trained_tokens += c.train_batch_tokens;
+    last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
+    if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
+      int last_good = newest_complete_step(c.output_dir);
+      return std::fprintf(stderr,
+                          "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a "
+                          "checkpoint (last good: %s)\n",
+                          step + 1, std::isnan(last_loss) ? "NaN" : "infinite",
+                          last_good < 0 ? "none" : join_path(c.output_dir, model_file_name(last_good)).c_str()),
+             3;
+    }
+    Json& row = train_losses.push(Json::array());
+    row.push(step + 1);
+    row.push(static_cast<double>(last_loss));
+    const int done = step + 1;
+    if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0)
+      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", done, c.max_steps,
+                   last_loss, lr, std::sqrt(sumsq), c.train_batch_tokens / dt);
+    if (c.checkpoint_every > 0 && done % c.checkpoint_every == 0 && done < c.max_steps) {
+      t0 = Clock::now();
+      if (!save_checkpoint(c, model, done, rng, train, &model_path, &error)) return fail(error);
+      ph.checkpoint += seconds_since(t0);
+    }
+    if (have_val && c.eval_every_steps > 0 && done % c.eval_every_steps == 0 && done < c.max_steps) {
+      t0 = Clock::now();
+      float vl;
+      if (!validate(model, val, c.eval_batches, B, T, &vl, &error)) return fail(error);
+      ph.validation += seconds_since(t0);
+      Json& r = val_losses.push(Json::array());
+      r.push(done);
+      r.push(static_cast<double>(vl));
+      std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", done, c.max_steps, vl);
+    }
+  }
+
+  // The artifact first: a failing validation must not cost the finished training.
+  auto t0 = Clock::now();
+  const int final_step = std::max(c.max_steps, start.step);
+  if (!save_checkpoint(c, model, final_step, rng, train, &model_path, &error)) return fail(error);
+  ph.checkpoint += seconds_since(t0);
+  if (have_val) {
+    t0 = Clock::now();
+    if (!validate(model, val, c.eval_batches, B, T, &final_val, &error)) return fail(error);
+    ph.validation += seconds_since(t0);
+    Json& r = val_losses.push(Json::array());
+    r.push(final_step);
+    r.push(static_cast<double>(final_val));
+    std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", final_step, c.max_steps, final_val);
+  }
+  std::vector<int> samples;
+  if (c.sample_tokens > 0 && !sample(model, c, rng, &samples, &error)) return fail(error);
+
+  Json report = Json::object();
+  report.set("model_family", c.model_family);
+  report.set("template", c.template_name);
+  report.set("parameters", static_cast<uint64_t>(model.num_parameters()));
+  report.set("geometry", geometry_json(c.model));
+  report.set("config", plan_json(c));
+  report.set("steps", c.max_steps);
+  report.set("resumed_from", start.from.empty() ? Json() : Json(start.from));
+  report.set("tokens_per_step", static_cast<int64_t>(c.train_batch_tokens));
+  report.set("train_tokens", trained_tokens);
+  report.set("train_tokens_per_second", train_time > 0 ? trained_tokens / train_time : 0.0);
+  Json phases = Json::object();
+  phases.set("data_s", ph.data);
+  phases.set("forward_backward_s", ph.forward_backward);
+  phases.set("optimizer_s", ph.optimizer);
+  phases.set("validation_s", ph.validation);
+  phases.set("checkpoint_s", ph.checkpoint);
+  phases.set("total_s", seconds_since(t_start));
+  report.set("phase_seconds", phases);
+  report.set("train_losses", train_losses);
+  report.set("final_train_loss", std::isfinite(last_loss) ? Json(static_cast<double>(last_loss)) : Json());
+  report.set("validation_losses", val_losses);
+  report.set("final_validation_loss", std::isfinite(final_val) ? Json(static_cast<double>(final_val)) : Json());
+  Json lib = Json::object();
+  lib.set("backend", backend.name);
+  lib.set("path", backend.path);
+  lib.set("dtype", dtype_name);
+  if (!backend.auto_note.empty()) lib.set("note", backend.auto_note);
+  report.set("op_library", lib);
+  report.set("checkpoint_dir", c.output_dir);
+  report.set("model_file", model_path);
+  report.set("manifest_file", join_path(c.output_dir, "manifest.json"));
+  const std::string report_path = join_path(c.output_dir, "report.json");
+  report.set("report_file", report_path);
+  Json sample_ids = Json::array();
+  for (int id : samples) sample_ids.push(id);
+  report.set("sample_tokens", sample_ids);
+  if (!write_file_atomic(report_path, report.dump(2) + "\n", &error)) return fail(error);
+  if (c.json) std::printf("%s\n", report.dump(2).c_str());
+  else std::fprintf(stderr, "nfn: wrote %s and %s\n", model_path.c_str(), report_path.c_str());
+  close_backend(&backend);
+  return 0;
+}
+
+}  // namespace nfn
