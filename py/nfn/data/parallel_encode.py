@@ -1,0 +1,57 @@
+"""Encode text pieces on every core, in order, with bounded memory.
+
+Worker processes are forked after the tokenizer is loaded, so each inherits it instead of
+rebuilding it; at most 2 pieces per worker are in flight, so any input size streams.
+"""
+import collections
+import multiprocessing
+import os
+
+import numpy as np
+
+from nfn.errors import UserError
+
+_tokenizer = None
+_dtype = None
+
+
+def _encode(doc_start, text):
+    ids = _tokenizer.encode(text)
+    if doc_start:
+        ids = [_tokenizer.eot_id] + list(ids)
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.size and (arr.max() >= _tokenizer.vocab_size or arr.min() < 0):
+        bad = int(arr.max() if arr.max() >= _tokenizer.vocab_size else arr.min())
+        raise ValueError(f"tokenizer {_tokenizer.name} produced id {bad}, outside its vocab of {_tokenizer.vocab_size}")
+    return arr.astype(_dtype)
+
+
+def default_workers():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def encode_stream(tokenizer, pieces, dtype, workers=None):
+    """Yield (split, doc_start, nbytes, ids array) for each (split, doc_start, text, nbytes) piece, in order."""
+    global _tokenizer, _dtype
+    _tokenizer, _dtype = tokenizer, dtype
+    workers = workers or default_workers()
+    try:
+        if workers <= 1:
+            for split, doc_start, text, nbytes in pieces:
+                yield split, doc_start, nbytes, _encode(doc_start, text)
+            return
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            inflight = collections.deque()
+            for split, doc_start, text, nbytes in pieces:
+                inflight.append((split, doc_start, nbytes, pool.apply_async(_encode, (doc_start, text))))
+                if len(inflight) >= 2 * workers:
+                    s, d, n, result = inflight.popleft()
+                    yield s, d, n, result.get()
+            while inflight:
+                s, d, n, result = inflight.popleft()
+                yield s, d, n, result.get()
+    except ValueError as e:
+        raise UserError(str(e)) from None

