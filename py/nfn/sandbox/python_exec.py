@@ -81,6 +81,9 @@ def isolation_report():
         missing.insert(0, "bubblewrap is installed but cannot create namespaces here")
     if not as_root:
         missing.append("a separate user (the snippet runs as your uid)")
+    elif not _reachable_by_others(os.path.realpath(sys.executable)):
+        missing.append("a separate user and the process limit (the interpreter is not "
+                       "reachable by nobody, so the snippet runs as root, which ignores RLIMIT_NPROC)")
     return {"mode": "rlimits", "bwrap": None, "as_root": as_root, "user": user, "missing": missing}
 
 
@@ -117,6 +120,8 @@ def _command(isolation, host_dir, limits):
     as_root = isolation["as_root"]
     uid = SANDBOX_UID if as_root else -1
     if isolation["mode"] != "bwrap":
+        if as_root and not _reachable_by_others(os.path.realpath(sys.executable)):
+            uid = -1  # nobody could not even start the interpreter; isolation_report says so
         return [sys.executable, "-I", "-S", LAUNCHER, str(uid), str(uid), str(nproc), str(mem),
                 str(cpu), str(fsize), os.path.join(host_dir, "main.py")]
     python = os.path.realpath(sys.executable)
@@ -140,6 +145,22 @@ def _command(isolation, host_dir, limits):
     return argv
 
 
+def _reachable_by_others(path):
+    """True when every directory above path, and path itself, is executable by others."""
+    import stat
+
+    while True:
+        try:
+            if not os.stat(path).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
 def _open_parents(path):
     """bwrap makes missing parent directories 0700; the sandbox user must traverse them."""
     parts, argv = path.strip("/").split("/")[:-1], []
@@ -151,11 +172,21 @@ def _open_parents(path):
 def _supervise(argv, limits, isolation, cwd):
     """Start argv in its own process group, collect capped output, kill on timeout."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
-    as_root, cap = isolation["as_root"], int(limits["max_output_bytes"])
+    cap = int(limits["max_output_bytes"])
+    info_r = info_w = None
+    if isolation["mode"] == "bwrap":
+        # bwrap reports the host pid of the namespace's first process on this pipe.
+        info_r, info_w = os.pipe()
+        argv = [argv[0], "--info-fd", str(info_w)] + argv[1:]
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True,
-                            close_fds=True)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True,
+                                close_fds=True, pass_fds=(info_w,) if info_w else ())
+    finally:
+        if info_w is not None:
+            os.close(info_w)
+    ns_init = _read_child_pid(info_r) if info_r is not None else None
     buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     sel = selectors.DefaultSelector()
     for stream in buffers:
@@ -179,13 +210,13 @@ def _supervise(argv, limits, isolation, cwd):
         if flooded:
             break
     if timed_out or flooded:
-        _kill_tree(proc)
+        _kill_tree(proc, ns_init)
     try:
         returncode = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_tree(proc)
-        returncode = proc.wait()
+        _kill_tree(proc, ns_init)
+        returncode = _wait_or_force(proc)
     sel.close()
     for stream in buffers:
         stream.close()
@@ -213,10 +244,42 @@ def _explain(returncode, stderr):
     return tail or f"exited with status {returncode}"
 
 
-def _kill_tree(proc):
-    # bwrap runs the snippet in its own PID namespace that dies with it; without bwrap the
-    # snippet's process group is the tree.
+def _read_child_pid(fd):
+    """The "child-pid" bwrap writes to --info-fd (None if it failed before writing)."""
+    import json
+
+    data = b""
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _kill_tree(proc, ns_init):
+    """Kill everything the snippet started.
+
+    With bwrap: SIGKILL the namespace's first process; the kernel then kills every process
+    in the namespace, and bwrap exits only after they are gone (so waiting on bwrap waits
+    for the whole tree). Without bwrap: the process group.
+    """
+    if ns_init is not None:
+        try:
+            os.kill(ns_init, signal.SIGKILL)
+            proc.wait(timeout=5)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _wait_or_force(proc):
+    try:
+        return proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
