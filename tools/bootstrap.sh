@@ -15,13 +15,16 @@ apt_install() {
 
 command -v bazel >/dev/null 2>&1 || apt_install bazel-bootstrap
 command -v g++ >/dev/null 2>&1 || apt_install g++
+command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap  # the Python tool's sandbox
 
 # pip runs again only when requirements.txt or the interpreter changed.
 stamp_dir=${XDG_CACHE_HOME:-$HOME/.cache}/nfn/bootstrap
-key=$( { cat "$root/requirements.txt"; command -v "$python"; "$python" --version; } | sha256sum | cut -c1-16)
+key=$( { cat "$root/requirements.txt" "$root/requirements-nodeps.txt"; command -v "$python"; "$python" --version; } | sha256sum | cut -c1-16)
 if [ ! -f "$stamp_dir/$key" ] || ! "$python" -c "import numpy, nanobind" 2>/dev/null; then
   echo "bootstrap: installing Python requirements" >&2
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$root/requirements.txt" >&2
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps \
+    -r "$root/requirements-nodeps.txt" >&2
   mkdir -p "$stamp_dir"
   touch "$stamp_dir/$key"
 fi
