@@ -1,0 +1,55 @@
+"""`nfn tool calc` and `nfn tool python` from the command line."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import nfn
+
+PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
+
+
+def nfn_cli(args, stdin=None):
+    code = "import sys; from nfn.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True,
+                          input=stdin, env=dict(os.environ, PYTHONPATH=PY_ROOT), timeout=60)
+
+
+class ToolCliTest(unittest.TestCase):
+    def test_calc(self):
+        r = nfn_cli(["tool", "calc", "3*(4+5)"])
+        self.assertEqual((r.returncode, r.stdout), (0, "27\n"))
+        r = nfn_cli(["tool", "calc", "__import__('os')", "--json"])
+        self.assertEqual(r.returncode, 1)
+        out = json.loads(r.stdout)
+        self.assertEqual((out["ok"], out["output"], out["timed_out"]), (False, "", False))
+        self.assertIn("not allowed", out["error"])
+        r = nfn_cli(["tool", "calc", "1/0"])
+        self.assertEqual((r.returncode, r.stderr), (1, "error: division by zero\n"))
+
+    def test_python(self):
+        r = nfn_cli(["tool", "python", "-", "--json"], stdin="print(sum(range(10)))")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual((out["ok"], out["output"], out["error"]), (True, "45\n", None))
+        self.assertIn("missing", out["isolation"])
+        with tempfile.NamedTemporaryFile("w", suffix=".py") as f:
+            f.write("while True: pass\n")
+            f.flush()
+            r = nfn_cli(["tool", "python", f.name, "--timeout", "1"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("timed_out: true", r.stderr)
+
+    def test_python_bad_input(self):
+        r = nfn_cli(["tool", "python", "/nonexistent.py"])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip(), "nfn tool: error: /nonexistent.py: No such file or directory")
+        r = nfn_cli(["tool", "python", "-", "--timeout", "0"], stdin="")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--timeout", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,84 @@
+"""`nfn tokenizer train` and `eval` end to end, in a private tokenizer cache."""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import nfn
+
+PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
+
+
+def nfn_cli(args, env):
+    code = "import sys; from nfn.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=PY_ROOT, **env), timeout=120)
+
+
+class TokenizerCliTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.env = {"NFN_TOKENIZERS_DIR": os.path.join(self.tmp, "toks")}
+        rng = random.Random(0)
+        words = "the cat sat on a mat while dogs ran far away from home today".split()
+        self.text = os.path.join(self.tmp, "text.txt")
+        with open(self.text, "w") as f:
+            for _ in range(3000):
+                f.write(" ".join(rng.choice(words) for _ in range(12)) + "\n")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def test_train_then_eval(self):
+        r = nfn_cli(["tokenizer", "train", "--pretraining-file", self.text, "--vocab-size", "400",
+                     "--name", "tiny", "--json"], self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        report = json.loads(r.stdout)
+        # 15 distinct words have fewer pairs than 400 - 265 merges: the real size is reported.
+        self.assertLess(report["vocab_size"], 400)
+        self.assertIn("too few distinct pairs", r.stderr)
+        self.assertGreater(report["heldout_chars"], 0)
+        d = os.path.join(self.tmp, "toks", "tiny")
+        self.assertEqual(sorted(os.listdir(d)), ["bpe.tiktoken", "heldout.txt", "nfn_tokenizer.json"])
+        with open(os.path.join(d, "heldout.txt")) as f, open(self.text) as g:
+            self.assertTrue(g.read().endswith(f.read()))  # the held-out tail of the text
+        from nfn.tokenizers import load  # the registry every --tokenizer NAME goes through
+        os.environ["NFN_TOKENIZERS_DIR"] = self.env["NFN_TOKENIZERS_DIR"]
+        try:
+            tok = load("tiny")
+        finally:
+            del os.environ["NFN_TOKENIZERS_DIR"]
+        self.assertEqual(tok.vocab_size, report["vocab_size"])
+        r = nfn_cli(["tokenizer", "eval", "--name", "tiny", "--json"], self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ev = json.loads(r.stdout)
+        mine, gpt2 = ev["results"]
+        self.assertEqual((mine["tokenizer"], gpt2["tokenizer"], gpt2["vocab_size"]), ("tiny", "gpt2", 50257))
+        self.assertAlmostEqual(mine["bytes_per_token"], ev["bytes"] / mine["tokens"], places=3)
+        # Every word of the text is one token now, so it beats gpt2 on its own text.
+        self.assertGreater(mine["bytes_per_token"], gpt2["bytes_per_token"])
+
+    def test_errors_are_one_line(self):
+        cases = [
+            (["--pretraining-file", os.path.join(self.tmp, "absent.txt"), "--vocab-size", "300",
+              "--name", "x"], "no such file or directory"),
+            (["--pretraining-file", self.text, "--vocab-size", "100", "--name", "x"], "at least 265"),
+            (["--pretraining-file", self.text, "--vocab-size", "300", "--name", "../x"], "--name"),
+        ]
+        for args, needle in cases:
+            r = nfn_cli(["tokenizer", "train"] + args, self.env)
+            self.assertEqual(r.returncode, 1)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn(needle, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "toks", "x")))
+        r = nfn_cli(["tokenizer", "eval", "--name", "absent"], self.env)
+        self.assertEqual(r.returncode, 1)
+        self.assertTrue(r.stderr.startswith("nfn tokenizer: error:"), r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
