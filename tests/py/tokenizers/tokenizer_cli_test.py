@@ -24,7 +24,7 @@ class TokenizerCliTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp()
         self.env = {"NFN_TOKENIZERS_DIR": os.path.join(self.tmp, "toks")}
         rng = random.Random(0)
-        words = "the cat sat on a mat while dogs ran far away from home today".split()
+        words = "kalomi nerusta povetri xoanel trikalo mipone stavexo ruelka".split()  # not English
         self.text = os.path.join(self.tmp, "text.txt")
         with open(self.text, "w") as f:
             for _ in range(3000):
@@ -38,7 +38,7 @@ class TokenizerCliTest(unittest.TestCase):
                      "--name", "tiny", "--json"], self.env)
         self.assertEqual(r.returncode, 0, r.stderr)
         report = json.loads(r.stdout)
-        # 15 distinct words have fewer pairs than 400 - 265 merges: the real size is reported.
+        # 8 distinct words have fewer pairs than 400 - 265 merges: the real size is reported.
         self.assertLess(report["vocab_size"], 400)
         self.assertIn("too few distinct pairs", r.stderr)
         self.assertGreater(report["heldout_chars"], 0)
@@ -59,7 +59,7 @@ class TokenizerCliTest(unittest.TestCase):
         mine, gpt2 = ev["results"]
         self.assertEqual((mine["tokenizer"], gpt2["tokenizer"], gpt2["vocab_size"]), ("tiny", "gpt2", 50257))
         self.assertAlmostEqual(mine["bytes_per_token"], ev["bytes"] / mine["tokens"], places=3)
-        # Every word of the text is one token now, so it beats gpt2 on its own text.
+        # Each made-up word is one token here and several for gpt2.
         self.assertGreater(mine["bytes_per_token"], gpt2["bytes_per_token"])
 
     def test_errors_are_one_line(self):
