@@ -25,6 +25,8 @@ OFFLINE_CHOICES = ("offline choices: --dataset shakespeare or moby-dick, --pretr
 def _open(url, what):
     try:
         return urllib.request.urlopen(url, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as e:
+        raise UserError(f"{what}: cannot download {url} (HTTP {e.code} {e.reason})") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise UserError(f"{what}: cannot download {url} ({reason})") from None

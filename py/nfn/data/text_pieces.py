@@ -24,8 +24,9 @@ def safe_cut(text, start):
     return m.start() if m else -1
 
 
-def document_pieces(path, piece_chars=PIECE_CHARS):
+def document_pieces(path, piece_chars=None):
     """Yield (doc_start, text) for one file; invalid UTF-8 raises UserError with the byte offset."""
+    piece_chars = piece_chars or PIECE_CHARS
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     buf, doc_start, offset = "", True, 0
     with open(path, "rb") as f:
@@ -58,7 +59,7 @@ def document_pieces(path, piece_chars=PIECE_CHARS):
         yield doc_start, buf
 
 
-def split_pieces(files, val_bytes, piece_chars=PIECE_CHARS):
+def split_pieces(files, val_bytes, piece_chars=None):
     """Yield (split, doc_start, text, nbytes): the first val_bytes of text go to "val", the rest to "train"."""
     val_left = val_bytes
     for path in files:
@@ -79,7 +80,7 @@ def split_pieces(files, val_bytes, piece_chars=PIECE_CHARS):
             yield "train", False, tail, nbytes - head_bytes
 
 
-def explicit_pieces(train_files, val_files, piece_chars=PIECE_CHARS):
+def explicit_pieces(train_files, val_files, piece_chars=None):
     """Yield (split, doc_start, text, nbytes) when the source names its own validation files."""
     for split, files in (("val", val_files), ("train", train_files)):
         for path in files:

