@@ -20,17 +20,21 @@ def cuda_library(
         compile_inputs = [],
         nvcc_flags = [],
         arch_flags = CUDA_ARCH_FLAGS,
+        std = "c++17",
         **kwargs):
-    """compile_inputs: other headers the .cu files include (nvcc runs outside cc rules)."""
+    """compile_inputs: other headers the .cu files include (nvcc runs outside cc rules).
+
+    srcs may list private headers (.h, .cuh): every .cu file sees them. std: the C++ dialect.
+    """
     objs = []
-    for src in srcs:
+    for src in [s for s in srcs if s.endswith(".cu")]:
         obj = "_objs/%s/%s.o" % (name, src.rsplit(".", 1)[0])
         native.genrule(
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
-            srcs = [src] + hdrs + compile_inputs,
+            srcs = [src] + hdrs + compile_inputs + [h for h in srcs if h.endswith((".h", ".cuh"))],
             outs = [obj],
             cmd = " ".join([
-                NVCC, "-c", "-std=c++17", "-O3", "--expt-relaxed-constexpr",
+                NVCC, "-c", "-std=" + std, "-O3", "--expt-relaxed-constexpr",
                 "-Xcompiler", "-fPIC", "-I.", "-I$(GENDIR)",
             ] + arch_flags + nvcc_flags + ["-o", "$@", "$(location %s)" % src]),
             target_compatible_with = CUDA_COMPATIBLE,

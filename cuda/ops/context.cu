@@ -2,7 +2,12 @@
 #include <cstdio>
 #include <new>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/ops/context.h"
+#include "cuda/ops/cublaslt.h"
+#include "cuda/tk/bridge.h"
 
 namespace nfn::cuda {
 
@@ -20,6 +25,18 @@ nfn_status check(nfn_ctx* ctx, cudaError_t err, const char* op) {
   if (err == cudaSuccess) return NFN_OK;
   nfn_status status = err == cudaErrorMemoryAllocation ? NFN_ERR_OUT_OF_MEMORY : NFN_ERR_BACKEND;
   return fail(ctx, status, "%s: %s", op, cudaGetErrorString(err));
+}
+
+nfn_status scratch(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
+  if (bytes > ctx->scratch_bytes) {
+    if (ctx->scratch != nullptr) NFN_CUDA_TRY(ctx, cudaFreeAsync(ctx->scratch, ctx->stream), op);
+    ctx->scratch = nullptr;
+    ctx->scratch_bytes = 0;
+    NFN_CUDA_TRY(ctx, cudaMallocAsync(&ctx->scratch, bytes, ctx->stream), op);
+    ctx->scratch_bytes = bytes;
+  }
+  *out = ctx->scratch;
+  return NFN_OK;
 }
 
 }  // namespace nfn::cuda
@@ -68,7 +85,12 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
 
 void nfn_ctx_destroy(nfn_ctx* ctx) {
   if (ctx == nullptr) return;
-  if (ctx->stream != nullptr) cudaStreamDestroy(ctx->stream);
+  nfn::cuda::gemm_release(ctx);
+  if (ctx->scratch != nullptr) cudaFreeAsync(ctx->scratch, ctx->stream);
+  if (ctx->stream != nullptr) {
+    cudaStreamSynchronize(ctx->stream);
+    cudaStreamDestroy(ctx->stream);
+  }
   delete ctx;
 }
 
@@ -76,9 +98,44 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
   return ctx != nullptr ? ctx->last_error.c_str() : create_error.c_str();
 }
 
+// Options: attention=flash|thunderkittens (the kernels behind attention_forward/backward);
+// lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size).
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
+  if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
+  if (key != nullptr && value != nullptr && std::strcmp(key, "lm_head_rows") == 0) {
+    char* end = nullptr;
+    const long rows = std::strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || rows < 0 || rows % 8 != 0 || rows > (1 << 24))
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                  "configure: lm_head_rows=%s is not a multiple of 8 in 0..16777216", value);
+    ctx->lm_head_rows = static_cast<int>(rows);
+    return NFN_OK;
+  }
+  if (key != nullptr && value != nullptr && std::strcmp(key, "attention") == 0) {
+    if (std::strcmp(value, "flash") == 0) {
+      ctx->attention = nfn_attention_path::flash_simt;
+      return NFN_OK;
+    }
+    if (std::strcmp(value, "thunderkittens") == 0) {
+      const char* why = nfn_tk_unavailable_reason();
+      if (why != nullptr)
+        return fail(ctx, NFN_ERR_UNSUPPORTED, "configure: attention=thunderkittens: %s", why);
+      ctx->attention = nfn_attention_path::thunderkittens;
+      return NFN_OK;
+    }
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                "configure: attention=%s is not one of flash, thunderkittens", value);
+  }
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
               key ? key : "(null)", value ? value : "(null)");
+}
+
+// Not part of the op table: the name of the attention path in use, for the runtime report
+// (trainers look it up with dlsym and may do without it).
+const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
+  if (ctx == nullptr) return "none";
+  return ctx->attention == nfn_attention_path::thunderkittens ? "thunderkittens"
+                                                              : "flash_simt (nfn's own kernel)";
 }
 
 nfn_status nfn_synchronize(nfn_ctx* ctx) {

@@ -7,10 +7,19 @@
 
 #include "cc/ops/nfn_tile_ops.h"
 
+// Which attention kernels attention_forward/backward run (ctx option "attention").
+enum class nfn_attention_path { flash_simt, thunderkittens };
+
 struct nfn_ctx {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::string last_error;
+  void* cublaslt = nullptr;         // cublasLtHandle_t, created on first GEMM
+  void* gemm_workspace = nullptr;   // cuBLASLt workspace (kGemmWorkspaceBytes)
+  void* scratch = nullptr;          // stream-ordered scratch, grown on demand
+  size_t scratch_bytes = 0;
+  nfn_attention_path attention = nfn_attention_path::flash_simt;
+  int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
 
 namespace nfn::cuda {
@@ -21,10 +30,16 @@ nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...)
 // Turns a CUDA error into a status with "<op>: <cuda message>" on the context.
 nfn_status check(nfn_ctx* ctx, cudaError_t err, const char* op);
 
+// A scratch buffer of at least `bytes`, valid until the next call on this context. Grown
+// with stream-ordered allocations, so earlier kernels that still use the old one are safe.
+nfn_status scratch(nfn_ctx* ctx, size_t bytes, void** out, const char* op);
+
 inline unsigned grid_for(size_t n, unsigned block) {
   size_t blocks = (n + block - 1) / block;
   return static_cast<unsigned>(blocks < 65535u * 16u ? blocks : 65535u * 16u);
 }
+
+inline size_t dtype_size(nfn_dtype dtype) { return dtype == NFN_BF16 ? 2 : 4; }
 
 }  // namespace nfn::cuda
 
@@ -32,4 +47,18 @@ inline unsigned grid_for(size_t n, unsigned block) {
   do {                                                                \
     nfn_status nfn_status_ = nfn::cuda::check((ctx), (expr), (op));   \
     if (nfn_status_ != NFN_OK) return nfn_status_;                    \
+  } while (0)
+
+#define NFN_TRY(expr)                           \
+  do {                                          \
+    nfn_status nfn_status_ = (expr);            \
+    if (nfn_status_ != NFN_OK) return nfn_status_; \
+  } while (0)
+
+// Rejects a dtype other than f32/bf16 with "<op>: unknown dtype N".
+#define NFN_CHECK_DTYPE(ctx, dtype, op)                                                   \
+  do {                                                                                    \
+    if ((dtype) != NFN_F32 && (dtype) != NFN_BF16)                                        \
+      return nfn::cuda::fail((ctx), NFN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", (op), \
+                             static_cast<int>(dtype));                                    \
   } while (0)

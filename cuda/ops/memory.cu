@@ -1,7 +1,9 @@
-// Memory ops on the GPU: stream-ordered allocation, fills and copies.
+// Memory ops on the GPU: stream-ordered allocation, fills, copies, dtype conversion and
+// token widening.
 #include <cuda_bf16.h>
 
 #include "cuda/ops/context.h"
+#include "cuda/ops/dtype.cuh"
 
 using nfn::cuda::fail;
 
@@ -12,6 +14,19 @@ __global__ void fill_kernel(T* dst, T value, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = value;
+}
+
+template <typename Dst, typename Src>
+__global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = nfn::cuda::from_f32<Dst>(nfn::cuda::to_f32(src[i]));
+}
+
+__global__ void widen_kernel(int32_t* dst, const uint16_t* src, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = static_cast<int32_t>(src[i]);
 }
 
 cudaMemcpyKind to_cuda(nfn_copy_kind kind) {
@@ -58,6 +73,30 @@ nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes, nfn_
   if (bytes == 0) return NFN_OK;
   if (dst == nullptr || src == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
   NFN_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), ctx->stream), "copy");
+  return NFN_OK;
+}
+
+nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void* src,
+                       nfn_dtype src_dtype, size_t n) {
+  NFN_CHECK_DTYPE(ctx, dst_dtype, "convert");
+  NFN_CHECK_DTYPE(ctx, src_dtype, "convert");
+  if (n == 0) return NFN_OK;
+  if (dst == nullptr || src == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "convert: null pointer");
+  const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
+  NFN_DISPATCH(dst_dtype, D, NFN_DISPATCH(src_dtype, S,
+      convert_kernel<<<grid, block, 0, ctx->stream>>>(static_cast<D*>(dst),
+                                                      static_cast<const S*>(src), n)));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), "convert");
+  return NFN_OK;
+}
+
+nfn_status nfn_widen_tokens(nfn_ctx* ctx, int32_t* dst, const uint16_t* src, size_t n) {
+  if (n == 0) return NFN_OK;
+  if (dst == nullptr || src == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "widen_tokens: null pointer");
+  const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
+  widen_kernel<<<grid, block, 0, ctx->stream>>>(dst, src, n);
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), "widen_tokens");
   return NFN_OK;
 }
 

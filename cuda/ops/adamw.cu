@@ -1,0 +1,107 @@
+// AdamW over many parameter groups in one launch per batch of groups. The clip scale is
+// computed on the device from the sum of squares, so the step needs no host round trip.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/ops/context.h"
+#include "cuda/ops/dtype.cuh"
+
+using nfn::cuda::fail;
+using nfn::cuda::from_f32;
+using nfn::cuda::to_f32;
+
+namespace {
+
+constexpr int kMaxGroups = 192;  // kernel parameters stay under 16 KiB
+
+struct GroupList {
+  float* master[kMaxGroups];
+  void* param[kMaxGroups];
+  const void* grad[kMaxGroups];
+  float* m[kMaxGroups];
+  float* v[kMaxGroups];
+  size_t end[kMaxGroups];  // exclusive prefix ends of the element counts
+  float weight_decay[kMaxGroups];
+  int count;
+};
+
+struct Hyper {
+  float lr, beta1, beta2, eps, bias1, bias2, max_grad_norm;  // bias* = 1 - beta^step
+};
+
+template <typename T>
+__global__ void adamw_kernel(GroupList list, size_t total, Hyper hp, const float* grad_sumsq) {
+  float scale = 1.f;
+  if (hp.max_grad_norm > 0.f) {
+    const float norm = sqrtf(*grad_sumsq);
+    if (norm > hp.max_grad_norm) scale = hp.max_grad_norm / norm;
+  }
+  int g = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    while (i >= list.end[g]) ++g;
+    const size_t k = i - (g == 0 ? 0 : list.end[g - 1]);
+    const float grad = to_f32(static_cast<const T*>(list.grad[g])[k]) * scale;
+    const float m = hp.beta1 * list.m[g][k] + (1.f - hp.beta1) * grad;
+    const float v = hp.beta2 * list.v[g][k] + (1.f - hp.beta2) * grad * grad;
+    list.m[g][k] = m;
+    list.v[g][k] = v;
+    const float p = list.master[g][k];
+    const float update = (m / hp.bias1) / (sqrtf(v / hp.bias2) + hp.eps) + list.weight_decay[g] * p;
+    const float p_new = p - hp.lr * update;
+    list.master[g][k] = p_new;
+    if (list.param[g] != nullptr) static_cast<T*>(list.param[g])[k] = from_f32<T>(p_new);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups, int ngroups,
+                               int step, float lr, float beta1, float beta2, float eps,
+                               const float* grad_sumsq, float max_grad_norm, nfn_dtype dtype) {
+  const char* op = "adamw_step_many";
+  NFN_CHECK_DTYPE(ctx, dtype, op);
+  if (ngroups < 0 || (ngroups > 0 && host_groups == nullptr))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: %d groups at %p", op, ngroups,
+                static_cast<const void*>(host_groups));
+  if (step < 1) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: step %d must be >= 1", op, step);
+  if (max_grad_norm > 0.f && grad_sumsq == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: max_grad_norm > 0 needs grad_sumsq", op);
+  for (int i = 0; i < ngroups; ++i) {
+    const nfn_adamw_group& g = host_groups[i];
+    if (g.n > 0 && (g.master == nullptr || g.grad == nullptr || g.m == nullptr || g.v == nullptr))
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: group %d has a null master, grad, m or v", op, i);
+  }
+  const Hyper hp{lr,
+                 beta1,
+                 beta2,
+                 eps,
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), step)),
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), step)),
+                 max_grad_norm};
+  for (int first = 0; first < ngroups; first += kMaxGroups) {
+    GroupList list{};
+    size_t total = 0;
+    list.count = std::min(kMaxGroups, ngroups - first);
+    for (int j = 0; j < list.count; ++j) {
+      const nfn_adamw_group& g = host_groups[first + j];
+      list.master[j] = g.master;
+      list.param[j] = g.param;
+      list.grad[j] = g.grad;
+      list.m[j] = g.m;
+      list.v[j] = g.v;
+      list.weight_decay[j] = g.weight_decay;
+      total += g.n;
+      list.end[j] = total;
+    }
+    if (total == 0) continue;
+    const unsigned block = 256, grid = std::min(nfn::cuda::grid_for(total, block), 132u * 16u);
+    NFN_DISPATCH(dtype, E, adamw_kernel<E><<<grid, block, 0, ctx->stream>>>(list, total, hp, grad_sumsq));
+    NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  }
+  return NFN_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,209 @@
+// cuBLASLt, opened with dlopen on first use: the library builds and loads without the
+// nvidia-cublas wheel, and finds the GPU machine's copy (LD_LIBRARY_PATH, NFN_CUBLASLT_PATH,
+// or the wheel found at build time).
+#include "cuda/ops/cublaslt.h"
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#ifdef NFN_HAVE_CUBLASLT
+#include <cublasLt.h>
+#endif
+
+namespace nfn::cuda {
+
+#ifndef NFN_HAVE_CUBLASLT
+
+nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs&) {
+  return fail(ctx, NFN_ERR_UNSUPPORTED,
+              "%s: this CUDA op library was built without cuBLASLt headers (install the "
+              "nvidia-cublas==13.0.* wheel and rebuild)",
+              op);
+}
+
+void gemm_release(nfn_ctx*) {}
+
+#else
+
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // Hopper kernels want up to 32 MiB
+
+// The cuBLASLt entry points nfn uses, typed from the real header.
+struct CublasLt {
+  decltype(&cublasLtCreate) create;
+  decltype(&cublasLtDestroy) destroy;
+  decltype(&cublasLtGetStatusString) status_string;
+  decltype(&cublasLtMatmulDescCreate) desc_create;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+  decltype(&cublasLtMatmulPreferenceCreate) pref_create;
+  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+  decltype(&cublasLtMatmul) matmul;
+};
+
+CublasLt api;
+std::string load_error;  // empty once loaded
+std::once_flag load_once;
+
+#ifndef NFN_CUBLASLT_LIB_DIR
+#define NFN_CUBLASLT_LIB_DIR ""
+#endif
+
+template <typename Fn>
+bool resolve(void* lib, const char* name, Fn* slot) {
+  *slot = reinterpret_cast<Fn>(dlsym(lib, name));
+  if (*slot == nullptr) load_error = std::string("libcublasLt has no symbol ") + name;
+  return *slot != nullptr;
+}
+
+void load_cublaslt() {
+  std::string tried;
+  void* lib = nullptr;
+  std::string candidates[3];
+  if (const char* env = std::getenv("NFN_CUBLASLT_PATH")) candidates[0] = env;
+  candidates[1] = "libcublasLt.so.13";  // LD_LIBRARY_PATH, the loader cache
+  if (NFN_CUBLASLT_LIB_DIR[0] != '\0')
+    candidates[2] = std::string(NFN_CUBLASLT_LIB_DIR) + "/libcublasLt.so.13";
+  for (const std::string& path : candidates) {
+    if (path.empty()) continue;
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) break;
+    tried += (tried.empty() ? "" : ", ") + path;
+  }
+  if (lib == nullptr) {
+    load_error = "cannot open libcublasLt.so.13 (tried " + tried +
+                 "; set NFN_CUBLASLT_PATH or LD_LIBRARY_PATH to the nvidia/cu13/lib folder)";
+    return;
+  }
+  bool ok = resolve(lib, "cublasLtCreate", &api.create) &&
+            resolve(lib, "cublasLtDestroy", &api.destroy) &&
+            resolve(lib, "cublasLtGetStatusString", &api.status_string) &&
+            resolve(lib, "cublasLtMatmulDescCreate", &api.desc_create) &&
+            resolve(lib, "cublasLtMatmulDescDestroy", &api.desc_destroy) &&
+            resolve(lib, "cublasLtMatmulDescSetAttribute", &api.desc_set) &&
+            resolve(lib, "cublasLtMatrixLayoutCreate", &api.layout_create) &&
+            resolve(lib, "cublasLtMatrixLayoutDestroy", &api.layout_destroy) &&
+            resolve(lib, "cublasLtMatmulPreferenceCreate", &api.pref_create) &&
+            resolve(lib, "cublasLtMatmulPreferenceDestroy", &api.pref_destroy) &&
+            resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &api.pref_set) &&
+            resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &api.heuristic) &&
+            resolve(lib, "cublasLtMatmul", &api.matmul);
+  if (ok) load_error.clear();
+}
+
+cudaDataType_t cuda_type(nfn_dtype dtype) { return dtype == NFN_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// The largest power of two up to 256 that divides the address (cuBLASLt picks kernels by it).
+uint32_t alignment(const void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align >>= 1;
+  return align;
+}
+
+// Owns the descriptors of one call, whichever way it returns.
+struct Descriptors {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descriptors() {
+    if (pref) api.pref_destroy(pref);
+    if (d) api.layout_destroy(d);
+    if (b) api.layout_destroy(b);
+    if (a) api.layout_destroy(a);
+    if (desc) api.desc_destroy(desc);
+  }
+};
+
+}  // namespace
+
+nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+  std::call_once(load_once, [] {
+    load_error = "not loaded";
+    load_cublaslt();
+  });
+  if (!load_error.empty()) return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %s", op, load_error.c_str());
+  if (g.m == 0 || g.n == 0) return NFN_OK;
+  if (ctx->cublaslt == nullptr) {
+    cublasLtHandle_t handle = nullptr;
+    cublasStatus_t st = api.create(&handle);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtCreate: %s", op, api.status_string(st));
+    ctx->cublaslt = handle;
+    NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->gemm_workspace, kGemmWorkspaceBytes), op);
+  }
+#define LT_TRY(expr)                                                                       \
+  do {                                                                                     \
+    cublasStatus_t st_ = (expr);                                                           \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      return fail(ctx, NFN_ERR_BACKEND, "%s: %s: %s", op, #expr, api.status_string(st_)); \
+  } while (0)
+  Descriptors s;
+  // f32 inputs get plain f32 math (no TF32) so results match the CPU to 1e-5.
+  LT_TRY(api.desc_create(&s.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (g.epilogue) {
+    case GemmEpilogue::none: break;
+    case GemmEpilogue::bias: epi = CUBLASLT_EPILOGUE_BIAS; break;
+    case GemmEpilogue::gelu_aux: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
+    case GemmEpilogue::gelu_aux_bias: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+  }
+  LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias)
+    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+  if (g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias) {
+    int64_t ld_aux = g.m;
+    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux));
+  }
+  const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
+  const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
+  LT_TRY(api.layout_create(&s.a, cuda_type(g.ab), a_rows, a_cols, g.lda));
+  LT_TRY(api.layout_create(&s.b, cuda_type(g.ab), b_rows, b_cols, g.ldb));
+  LT_TRY(api.layout_create(&s.d, cuda_type(g.d_dtype), g.m, g.n, g.ldd));
+  LT_TRY(api.pref_create(&s.pref));
+  size_t ws = kGemmWorkspaceBytes;
+  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d);
+  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  LT_TRY(api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, s.a, s.b, s.d, s.d,
+                       s.pref, 1, &result, &found));
+  if (found == 0)
+    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)",
+                op, g.m, g.n, g.k);
+  const float alpha = 1.f, beta = g.beta;
+  LT_TRY(api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
+                    s.b, &beta, g.d, s.d, g.d, s.d, &result.algo, ctx->gemm_workspace, ws,
+                    ctx->stream));
+#undef LT_TRY
+  return NFN_OK;
+}
+
+void gemm_release(nfn_ctx* ctx) {
+  if (ctx->cublaslt != nullptr) api.destroy(static_cast<cublasLtHandle_t>(ctx->cublaslt));
+  if (ctx->gemm_workspace != nullptr) cudaFree(ctx->gemm_workspace);
+  ctx->cublaslt = nullptr;
+  ctx->gemm_workspace = nullptr;
+}
+
+#endif  // NFN_HAVE_CUBLASLT
+
+}  // namespace nfn::cuda

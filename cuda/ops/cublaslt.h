@@ -1,0 +1,35 @@
+// GEMMs through cuBLASLt, which is opened at run time (libcublasLt.so.13) so that the op
+// library builds and loads without it; a GEMM op fails with the reason when it is missing.
+#pragma once
+
+#include "cuda/ops/context.h"
+
+namespace nfn::cuda {
+
+enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias };
+
+// Column-major D (m,n) = op(A) op(B) + beta * D, A (m,k) after op, B (k,n) after op, with
+// an optional epilogue: + bias (m), then GELU with the pre-activation stored in aux (ld m).
+// A and B are `ab` (f32 or bf16), D is `d` (f32 or bf16). f32 inputs use plain f32 math.
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int lda = 0;
+  const void* b = nullptr;
+  int ldb = 0;
+  void* d = nullptr;
+  int ldd = 0;
+  nfn_dtype ab = NFN_F32, d_dtype = NFN_F32;
+  float beta = 0.f;
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+};
+
+nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);
+
+// Frees the context's cuBLASLt handle and workspace.
+void gemm_release(nfn_ctx* ctx);
+
+}  // namespace nfn::cuda

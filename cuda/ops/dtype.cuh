@@ -1,0 +1,70 @@
+// Device-side loads and stores that convert between the storage dtype and f32 math.
+#pragma once
+
+#include <cuda_bf16.h>
+
+namespace nfn::cuda {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// Optional tensors (bias, weight) read as `fallback` when absent.
+template <typename T>
+__device__ __forceinline__ float load_or(const T* p, size_t i, float fallback) {
+  return p != nullptr ? to_f32(p[i]) : fallback;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread
+// gets the result. `shared` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < (blockDim.x >> 5) ? shared[lane] : 0.f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  v = warp_max(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < (blockDim.x >> 5) ? shared[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+}  // namespace nfn::cuda
+
+// Runs `body` with T bound to float or bf16 according to `dtype` (checked beforehand).
+#define NFN_DISPATCH(dtype, T, ...)      \
+  do {                                   \
+    if ((dtype) == NFN_F32) {            \
+      using T = float;                   \
+      __VA_ARGS__;                       \
+    } else {                             \
+      using T = nfn::cuda::bf16;         \
+      __VA_ARGS__;                       \
+    }                                    \
+  } while (0)

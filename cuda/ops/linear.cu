@@ -1,0 +1,112 @@
+// Linear layers through cuBLASLt. Row-major (N,IC) @ (OC,IC)^T is the column-major product
+// W^T-as-stored times inp, so every GEMM here is a column-major call on the same memory.
+#include "cuda/ops/activation.h"
+#include "cuda/ops/column_reduce.cuh"
+#include "cuda/ops/context.h"
+#include "cuda/ops/cublaslt.h"
+#include "cuda/ops/dtype.cuh"
+
+using nfn::cuda::fail;
+using nfn::cuda::GemmArgs;
+using nfn::cuda::GemmEpilogue;
+
+namespace {
+
+template <typename T>
+struct ColumnOf {
+  const T* x;
+  int C;
+  __device__ void operator()(int r, int c, float* v) const {
+    v[0] = nfn::cuda::to_f32(x[static_cast<size_t>(r) * C + c]);
+  }
+};
+
+nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int IC, int OC) {
+  if (N <= 0 || IC <= 0 || OC <= 0)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: N=%d IC=%d OC=%d must be positive", op, N, IC, OC);
+  return NFN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* inp, const void* weight,
+                              const void* bias, int N, int IC, int OC, nfn_epilogue epilogue,
+                              nfn_dtype dtype) {
+  const char* op = "linear_forward";
+  NFN_CHECK_DTYPE(ctx, dtype, op);
+  NFN_TRY(check_shape(ctx, op, N, IC, OC));
+  if (out == nullptr || inp == nullptr || weight == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null out, inp or weight", op);
+  if (epilogue != NFN_EPILOGUE_NONE && epilogue != NFN_EPILOGUE_GELU)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: unknown epilogue %d", op, static_cast<int>(epilogue));
+  const bool gelu = epilogue == NFN_EPILOGUE_GELU;
+  if (gelu != (aux != nullptr))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: aux must be given exactly when the epilogue is GELU", op);
+  GemmArgs g;
+  g.trans_a = true;
+  g.m = OC, g.n = N, g.k = IC;
+  g.a = weight, g.lda = IC;
+  g.b = inp, g.ldb = IC;
+  g.d = out, g.ldd = OC;
+  g.ab = g.d_dtype = dtype;
+  g.bias = bias;
+  if (!gelu) {
+    g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
+    return nfn::cuda::gemm(ctx, op, g);
+  }
+  g.epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux;
+  g.aux = aux;
+  nfn_status s = nfn::cuda::gemm(ctx, op, g);
+  if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
+  // No fused kernel for this shape or alignment: GEMM (+ bias) into aux, then GELU.
+  g.d = aux;
+  g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
+  g.aux = nullptr;
+  NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+  return nfn::cuda::launch_gelu_forward(ctx, out, aux, static_cast<size_t>(N) * OC, dtype);
+}
+
+nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias, const void* dout,
+                               const void* inp, const void* weight, int N, int IC, int OC,
+                               int accumulate_dinp, nfn_dtype dtype) {
+  const char* op = "linear_backward";
+  NFN_CHECK_DTYPE(ctx, dtype, op);
+  NFN_TRY(check_shape(ctx, op, N, IC, OC));
+  if (dout == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout", op);
+  if (dinp != nullptr && weight == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp needs weight", op);
+  if (dweight != nullptr && inp == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight needs inp", op);
+  if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
+    GemmArgs g;
+    g.m = IC, g.n = N, g.k = OC;
+    g.a = weight, g.lda = IC;
+    g.b = dout, g.ldb = OC;
+    g.d = dinp, g.ldd = IC;
+    g.ab = g.d_dtype = dtype;
+    g.beta = accumulate_dinp ? 1.f : 0.f;
+    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+  }
+  if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
+    GemmArgs g;
+    g.trans_b = true;
+    g.m = IC, g.n = OC, g.k = N;
+    g.a = inp, g.lda = IC;
+    g.b = dout, g.ldb = OC;
+    g.d = dweight, g.ldd = IC;
+    g.ab = g.d_dtype = dtype;
+    g.beta = 1.f;
+    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+  }
+  if (dbias != nullptr) {
+    NFN_DISPATCH(dtype, E, {
+      E* const dsts[1] = {static_cast<E*>(dbias)};
+      NFN_TRY(nfn::cuda::add_column_sums(ctx, op, dsts, ColumnOf<E>{static_cast<const E*>(dout), OC}, N, OC));
+    });
+  }
+  return NFN_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Training throughput of nfn against the PyTorch reference on the same GPU, in one run.
+
+Trains GPT-2 124M (seq 1024, bf16) with nfn's trainer on random-token shards, then with
+tools/bench_train_torch_cuda.py, and prints tokens/s and MFU for both and their ratio last
+(JSON key "ratio" = nfn / pytorch).
+
+    python3 tools/bench_train.py --backend cuda --json \\
+        --trainer .device/bin/nfn_gpt_native_train --tile-ops-lib .device/lib/libnfn_native_train_tile_ops.so
+
+Standard library only; the reference needs torch.
+"""
+import argparse
+import array
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="cuda", help="nfn backend (cuda)")
+    p.add_argument("--trainer", default=".device/bin/nfn_gpt_native_train", help="nfn_gpt_native_train binary")
+    p.add_argument("--tile-ops-lib", default="", help="op library for the trainer (default: its own search)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
+    p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args(argv)
+
+
+def write_shard(path, ntok, rng):
+    """An llm.c token shard: 256 int32 header, then ntok uint16 tokens."""
+    header = array.array("i", [0] * 256)
+    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, ntok
+    tokens = array.array("H", (rng.randrange(50257) for _ in range(ntok)))
+    with open(path, "wb") as f:
+        header.tofile(f)
+        tokens.tofile(f)
+
+
+def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
+    """6 FLOPs per parameter per token plus attention, as the reference counts them."""
+    per_layer = 12 * channels * channels + 13 * channels
+    params = layers * per_layer + vocab * channels + 2 * channels
+    return 6 * params + 6 * layers * seq_len * channels
+
+
+def run_nfn(args, workdir):
+    if not os.path.exists(args.trainer):
+        return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
+    rng = random.Random(0)
+    ntok = args.batch_size * args.seq_len * (args.steps + 2) + 1
+    data = os.path.join(workdir, "data")
+    os.makedirs(data, exist_ok=True)
+    write_shard(os.path.join(data, "bench_train_000000.bin"), ntok, rng)
+    write_shard(os.path.join(data, "bench_val_000000.bin"), args.batch_size * args.seq_len + 1, rng)
+    cmd = [args.trainer, "--template-name", "gpt2-124m", "--backend", args.backend,
+           "--dtype", "bf16", "--train-data", data, "--train-seq-len", str(args.seq_len),
+           "--batch-size", str(args.batch_size),
+           "--train-batch-tokens", str(args.batch_size * args.seq_len),
+           "--max-steps", str(args.steps), "--eval-every-steps", str(args.steps),
+           "--eval-batches", "1", "--output-dir", os.path.join(workdir, "out"), "--json"]
+    if args.tile_ops_lib:
+        cmd += ["--tile-ops-lib", args.tile_ops_lib]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
+    report = json.loads(proc.stdout)
+    tps = report.get("train_tokens_per_second", 0.0)
+    return {"impl": "nfn", "tokens_per_s": tps,
+            "mfu": tps * flops_per_token(seq_len=args.seq_len) / (args.peak_tflops * 1e12),
+            "final_loss": report.get("final_train_loss"),
+            "op_library": report.get("op_library")}
+
+
+def run_torch(args):
+    cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cuda.py"), "--json",
+           "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+           "--steps", str(args.steps), "--peak-tflops", str(args.peak_tflops)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": f"reference exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
+        nfn = run_nfn(args, workdir)
+    ref = {"skipped": True} if args.skip_torch else run_torch(args)
+    ratio = None
+    if nfn.get("tokens_per_s") and ref.get("tokens_per_s"):
+        ratio = nfn["tokens_per_s"] / ref["tokens_per_s"]
+    result = {"model": "gpt2-124m", "batch_size": args.batch_size, "seq_len": args.seq_len,
+              "steps": args.steps, "nfn": nfn, "pytorch": ref, "ratio": ratio}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name, r in (("nfn", nfn), ("pytorch", ref)):
+            if "tokens_per_s" in r:
+                print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  MFU {100 * r['mfu']:5.1f}%")
+            else:
+                print(f"{name:8s} {r.get('error', 'skipped')}")
+        print(f"ratio    {ratio:.3f}" if ratio else "ratio    n/a")
+    return 0 if ratio else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The PyTorch reference for GPT-2 training throughput on a CUDA GPU.
+
+GPT-2 small (124M: 12 layers, 12 heads, 768 channels, vocab 50304 padded) at sequence length
+1024, bf16 autocast, torch.compile, fused AdamW and flash SDPA (causal), trained on random
+tokens: the same model and step nfn's trainer runs, written the way a careful PyTorch user
+would. Prints one JSON object: tokens/s, step time, MFU against --peak-tflops.
+
+    python3 tools/bench_train_torch_cuda.py --steps 30 --batch-size 16 --json
+
+Needs torch with CUDA; never part of nfn's runtime.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch-size", type=int, default=16, help="micro-batch rows B")
+    p.add_argument("--seq-len", type=int, default=1024, help="tokens per row T")
+    p.add_argument("--steps", type=int, default=30, help="timed optimizer steps")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation)")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--channels", type=int, default=768)
+    p.add_argument("--vocab", type=int, default=50304, help="padded vocabulary")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    return p.parse_args(argv)
+
+
+def build_model(torch, args):
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            C = args.channels
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            shape = (B, T, args.heads, C // args.heads)
+            q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(args.vocab, args.channels)
+            self.wpe = nn.Embedding(args.seq_len, args.channels)
+            self.blocks = nn.ModuleList(Block() for _ in range(args.layers))
+            self.lnf = nn.LayerNorm(args.channels)
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.blocks:
+                x = block(x)
+            logits = self.lnf(x) @ self.wte.weight.t()  # tied LM head
+            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+    return GPT()
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print(json.dumps({"error": "torch sees no CUDA device"}))
+        return 1
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    dev = torch.device("cuda")
+    model = build_model(torch, args).to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    step_model = model if args.no_compile else torch.compile(model)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    B, T = args.batch_size, args.seq_len
+    # Several batches of random tokens, rotated, so no step reads the same data twice in a row.
+    batches = [torch.randint(0, 50257, (B, T + 1), device=dev) for _ in range(4)]
+
+    def step(i):
+        data = batches[i % len(batches)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_model(data[:, :-1], data[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for i in range(args.warmup):
+        step(i)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(args.steps):
+        loss = step(i)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1e3
+    tokens_per_s = B * T * args.steps / seconds
+    # FLOPs per token: 6 per parameter (forward + backward) plus attention's 6 * L * T * C
+    # (llm.c's and nanoGPT's accounting, causal half not subtracted).
+    non_embedding = params - args.vocab * args.channels - args.seq_len * args.channels
+    flops_per_token = 6 * (non_embedding + args.vocab * args.channels) + 6 * args.layers * T * args.channels
+    mfu = tokens_per_s * flops_per_token / (args.peak_tflops * 1e12)
+    result = {
+        "impl": "pytorch",
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(),
+        "parameters": params,
+        "batch_size": B,
+        "seq_len": T,
+        "steps": args.steps,
+        "step_ms": seconds / args.steps * 1e3,
+        "tokens_per_s": tokens_per_s,
+        "flops_per_token": flops_per_token,
+        "mfu": mfu,
+        "final_loss": float(loss.item()),
+        "compiled": not args.no_compile,
+    }
+    if not math.isfinite(result["final_loss"]):
+        result["error"] = "loss is not finite"
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Repository rules for optional CUDA libraries; nothing is downloaded.
+
+local_cublaslt: finds cuBLASLt's headers in the interpreter's site-packages (PyPI
+nvidia-cublas, nvidia/cu13/include); nothing is downloaded.
+
+The CUDA op library compiles against these headers but does not link libcublasLt: it opens
+libcublasLt.so.13 at run time (cuda/ops/cublaslt.cu), so it builds and loads on machines
+without the wheel and finds the GPU machine's own copy there. Provides
+  @local_cublaslt//:defs.bzl  HAS_CUBLASLT, CUBLASLT_INCLUDE, CUBLASLT_LIB_DIR
+  @local_cublaslt//:headers   the headers, plus NFN_HAVE_CUBLASLT=1 (empty without them)
+
+local_thunderkittens: the header-only ThunderKittens tree named by NFN_THUNDERKITTENS_DIR,
+  @local_thunderkittens//:defs.bzl  HAS_THUNDERKITTENS, THUNDERKITTENS_REASON (why not)
+"""
+
+_PROBE = """
+import importlib.util, os, sys
+spec = importlib.util.find_spec("nvidia")
+for root in (spec.submodule_search_locations if spec else []):
+    inc, lib = os.path.join(root, "cu13", "include"), os.path.join(root, "cu13", "lib")
+    if os.path.exists(os.path.join(inc, "cublasLt.h")):
+        print(inc); print(lib); sys.exit(0)
+"""
+
+def _local_cublaslt_impl(rctx):
+    env = rctx.os.environ
+    python = env.get("PYTHON_BIN_PATH", "") or rctx.which("python3")
+    inc, lib = "", ""
+    if env.get("NFN_DISABLE_CUDA", "0") in ("", "0") and python:
+        res = rctx.execute([str(python), "-c", _PROBE])
+        lines = res.stdout.strip().splitlines()
+        if res.return_code == 0 and len(lines) == 2:
+            inc, lib = lines[0], lines[1]
+    rctx.file("defs.bzl", "\n".join([
+        "HAS_CUBLASLT = %r" % (inc != ""),
+        "CUBLASLT_INCLUDE = %r" % inc,
+        "CUBLASLT_LIB_DIR = %r" % lib,
+        "",
+    ]))
+    if inc:
+        rctx.symlink(inc, "include")
+        build = """
+cc_library(
+    name = "headers",
+    hdrs = glob(["include/*.h"]),
+    includes = ["include"],
+    defines = ["NFN_HAVE_CUBLASLT=1"],
+)
+"""
+    else:
+        build = """
+# No nvidia-cublas wheel in the interpreter's site-packages: GEMM ops report why at run time.
+cc_library(name = "headers")
+"""
+    rctx.file("BUILD", """package(default_visibility = ["//visibility:public"])
+exports_files(["defs.bzl"])
+filegroup(name = "header_files", srcs = glob(["include/*.h"]))
+""" + build)
+
+local_cublaslt = repository_rule(
+    implementation = _local_cublaslt_impl,
+    environ = ["NFN_DISABLE_CUDA", "PYTHON_BIN_PATH", "PATH"],
+    local = True,
+)
+
+def _local_thunderkittens_impl(rctx):
+    root = rctx.os.environ.get("NFN_THUNDERKITTENS_DIR", "")
+    reason = ""
+    if not root:
+        reason = "NFN_THUNDERKITTENS_DIR was not set when the CUDA library was built"
+    elif not rctx.path(root + "/include/kittens.cuh").exists:
+        reason = "NFN_THUNDERKITTENS_DIR=%s has no include/kittens.cuh" % root
+    else:
+        rctx.symlink(root, "tk")
+    rctx.file("defs.bzl", "\n".join([
+        "HAS_THUNDERKITTENS = %r" % (reason == ""),
+        "THUNDERKITTENS_REASON = %r" % reason,
+        "",
+    ]))
+    rctx.file("BUILD", """package(default_visibility = ["//visibility:public"])
+exports_files(["defs.bzl"])
+filegroup(name = "headers", srcs = glob(["tk/include/**", "tk/prototype/**"]))
+""")
+
+local_thunderkittens = repository_rule(
+    implementation = _local_thunderkittens_impl,
+    environ = ["NFN_THUNDERKITTENS_DIR"],
+    local = True,
+)
