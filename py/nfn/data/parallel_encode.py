@@ -17,13 +17,18 @@ _dtype = None
 
 def _encode(doc_start, text):
     ids = _tokenizer.encode(text)
+    start = 1 if doc_start else 0
+    arr = np.empty(len(ids) + start, dtype=_dtype)
     if doc_start:
-        ids = [_tokenizer.eot_id] + list(ids)
-    arr = np.asarray(ids, dtype=np.int64)
-    if arr.size and (arr.max() >= _tokenizer.vocab_size or arr.min() < 0):
-        bad = int(arr.max() if arr.max() >= _tokenizer.vocab_size else arr.min())
+        arr[0] = _tokenizer.eot_id  # every document starts with the separator, as in llm.c
+    try:
+        arr[start:] = ids
+    except OverflowError:
+        arr = np.asarray(ids, dtype=np.int64)
+    if arr.size and int(arr.max()) >= _tokenizer.vocab_size or (arr.size and int(arr.min()) < 0):
+        bad = int(arr.max()) if int(arr.max()) >= _tokenizer.vocab_size else int(arr.min())
         raise ValueError(f"tokenizer {_tokenizer.name} produced id {bad}, outside its vocab of {_tokenizer.vocab_size}")
-    return arr.astype(_dtype)
+    return arr
 
 
 def default_workers():
