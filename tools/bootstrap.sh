@@ -28,3 +28,11 @@ if [ ! -f "$stamp_dir/$key" ] || ! "$python" -c "import numpy, nanobind" 2>/dev/
   mkdir -p "$stamp_dir"
   touch "$stamp_dir/$key"
 fi
+
+# cuBLASLt headers for the CUDA op library (tools/cuda_libs.bzl), only where nvcc exists and
+# CUDA is on; the 444 MB wheel is cached by pip, so a fresh environment reinstalls offline.
+if [ "${NFN_DISABLE_CUDA:-0}" = 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   ! "$python" -c "import importlib.util as u, os, sys; s = u.find_spec('nvidia'); sys.exit(not any(os.path.exists(os.path.join(p, 'cu13', 'include', 'cublasLt.h')) for p in (s.submodule_search_locations if s else [])))" 2>/dev/null; then
+  echo "bootstrap: installing nvidia-cublas==13.0.* (cuBLASLt headers)" >&2
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "nvidia-cublas==13.0.*" >&2
+fi

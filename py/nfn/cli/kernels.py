@@ -1,11 +1,17 @@
 """Inspect the op libraries: which ops exist on which backend and dtype.
 
-  nfn kernels list [--json]   the op registry, from metadata only (no library is loaded)
+  nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
+  nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, and which op
+                                library `--backend auto` would load
 """
 import json
+import os
 import sys
 
 from nfn.cli.common import add_command
+
+CUDA_LIB = "libnfn_native_train_tile_ops.so"
+CPU_LIB = "libnfn_native_train_cpu_ops.so"
 
 
 def run_list(args):
@@ -20,6 +26,140 @@ def run_list(args):
     return 0
 
 
+def _run(cmd, env):
+    """stdout of cmd, or None when it is missing or fails."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def find_nvcc(env):
+    import shutil
+
+    for var in ("NFN_CUDA_PATH", "CUDA_PATH"):
+        if env.get(var) and os.access(os.path.join(env[var], "bin", "nvcc"), os.X_OK):
+            return os.path.join(env[var], "bin", "nvcc")
+    found = shutil.which("nvcc", path=env.get("PATH", ""))
+    if found:
+        return found
+    return "/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None
+
+
+def toolchain(env):
+    nvcc = find_nvcc(env)
+    if not nvcc:
+        return {"nvcc": None, "version": None}
+    out = _run([nvcc, "--version"], env) or ""
+    release = [line.split("release", 1)[1].split(",")[0].strip() for line in out.splitlines() if "release" in line]
+    return {"nvcc": nvcc, "version": release[0] if release else None}
+
+
+def gpus_from_nvidia_smi(env):
+    import shutil
+
+    smi = shutil.which("nvidia-smi", path=env.get("PATH", ""))
+    if not smi:
+        return None
+    out = _run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], env)
+    if out is None:
+        return {"source": "nvidia-smi", "driver": None, "devices": [], "error": "nvidia-smi failed"}
+    devices, driver = [], None
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            devices.append({"name": parts[0], "memory": parts[2]})
+            driver = parts[1]
+    return {"source": "nvidia-smi", "driver": driver, "devices": devices}
+
+
+def gpus_from_libcuda(libname="libcuda.so.1"):
+    """The driver API through ctypes: works where nvidia-smi is absent (containers)."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL(libname)
+    except OSError as e:
+        return {"source": "libcuda", "driver": None, "devices": [], "error": f"cannot load {libname}: {e}"}
+    if cuda.cuInit(0) != 0:
+        return {"source": "libcuda", "driver": None, "devices": [], "error": "cuInit failed (no usable GPU)"}
+    version, count = ctypes.c_int(0), ctypes.c_int(0)
+    cuda.cuDriverGetVersion(ctypes.byref(version))
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    devices = []
+    for i in range(count.value):
+        dev, name = ctypes.c_int(0), ctypes.create_string_buffer(256)
+        if cuda.cuDeviceGet(ctypes.byref(dev), i) == 0 and cuda.cuDeviceGetName(name, 256, dev) == 0:
+            devices.append({"name": name.value.decode(errors="replace"), "memory": None})
+    v = version.value
+    return {"source": "libcuda", "driver": f"CUDA {v // 1000}.{v % 1000 // 10}", "devices": devices}
+
+
+def library_dirs(env):
+    """Where a trainer started by nfn looks for op libraries, most specific first."""
+    dirs = [env["NFN_TILE_OPS_DIR"]] if env.get("NFN_TILE_OPS_DIR") else []
+    here = os.path.dirname(os.path.abspath(__file__))  # .../nfn/cli
+    for up in (os.path.join(here, "..", "..", ".."), os.path.join(here, "..", "..")):
+        root = os.path.normpath(up)
+        dirs += [os.path.join(root, "cuda", "ops"), os.path.join(root, "cc", "ops"),
+                 os.path.join(root, "nfn", "cuda", "ops"), os.path.join(root, "nfn", "cc", "ops")]
+    return dirs
+
+
+def find_library(name, env):
+    for d in library_dirs(env):
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def doctor_report(env=None, libcuda="libcuda.so.1"):
+    env = dict(os.environ if env is None else env)
+    gpus = gpus_from_nvidia_smi(env) or gpus_from_libcuda(libcuda)
+    cuda_lib, cpu_lib = find_library(CUDA_LIB, env), find_library(CPU_LIB, env)
+    if cuda_lib and gpus["devices"]:
+        would, why = "cuda", f"{CUDA_LIB} found and {len(gpus['devices'])} GPU(s) visible"
+    elif cpu_lib or cuda_lib:
+        would = "cpu"
+        why = ("no CUDA op library built" if not cuda_lib
+               else "no GPU visible: " + gpus.get("error", "no devices"))
+    else:
+        would, why = None, "no op library found (build with bazel, or set NFN_TILE_OPS_DIR)"
+    return {
+        "toolchain": toolchain(env),
+        "gpu": gpus,
+        "op_libraries": {"cuda": cuda_lib, "cpu": cpu_lib},
+        "auto_backend": {"would_load": would, "reason": why},
+    }
+
+
+def format_report(r):
+    tc, gpu, libs, auto = r["toolchain"], r["gpu"], r["op_libraries"], r["auto_backend"]
+    devices = ", ".join(d["name"] for d in gpu["devices"]) or gpu.get("error", "none")
+    return "\n".join([
+        f"nvcc         {tc['nvcc'] or 'not found'}" + (f" (CUDA {tc['version']})" if tc["version"] else ""),
+        f"driver       {gpu['driver'] or 'not found'} (via {gpu['source']})",
+        f"GPUs         {devices}",
+        f"cuda ops     {libs['cuda'] or 'not found'}",
+        f"cpu ops      {libs['cpu'] or 'not found'}",
+        f"auto loads   {auto['would_load'] or 'nothing'}: {auto['reason']}",
+    ])
+
+
+def run_doctor(args):
+    report = doctor_report()
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_report(report))
+    return 0
+
+
 def register(sub):
     p = add_command(sub, "kernels", __doc__)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
@@ -27,3 +167,6 @@ def register(sub):
     lst = actions.add_parser("list", help="the op registry: ops, backends, dtypes")
     lst.add_argument("--json", action="store_true", help="print the registry as JSON")
     lst.set_defaults(run=run_list)
+    doc = actions.add_parser("doctor", help="toolchain, driver, GPU and the op library auto would load")
+    doc.add_argument("--json", action="store_true", help="print the report as JSON")
+    doc.set_defaults(run=run_doctor)

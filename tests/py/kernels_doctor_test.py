@@ -1,0 +1,60 @@
+"""`nfn kernels doctor`: what it finds, from fake nvcc/nvidia-smi programs and op libraries."""
+import os
+import stat
+import tempfile
+import unittest
+
+from nfn.cli import kernels
+
+
+def script(path, text):
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+
+class DoctorTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.bin = os.path.join(self.tmp.name, "bin")
+        self.libs = os.path.join(self.tmp.name, "libs")
+        os.makedirs(self.bin)
+        os.makedirs(self.libs)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def env(self):
+        return {"PATH": self.bin, "NFN_TILE_OPS_DIR": self.libs}
+
+    def test_gpu_and_cuda_library_choose_cuda(self):
+        script(os.path.join(self.bin, "nvcc"), "echo 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+        script(os.path.join(self.bin, "nvidia-smi"), "echo 'NVIDIA H200, 580.159.03, 143771 MiB'\n")
+        for name in (kernels.CUDA_LIB, kernels.CPU_LIB):
+            open(os.path.join(self.libs, name), "w").close()
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertEqual(r["toolchain"], {"nvcc": os.path.join(self.bin, "nvcc"), "version": "13.0"})
+        self.assertEqual(r["gpu"]["driver"], "580.159.03")
+        self.assertEqual([d["name"] for d in r["gpu"]["devices"]], ["NVIDIA H200"])
+        self.assertEqual(r["op_libraries"]["cuda"], os.path.join(self.libs, kernels.CUDA_LIB))
+        self.assertEqual(r["auto_backend"]["would_load"], "cuda")
+        self.assertIn("NVIDIA H200", kernels.format_report(r))
+
+    def test_no_gpu_falls_back_to_cpu_with_the_reason(self):
+        open(os.path.join(self.libs, kernels.CUDA_LIB), "w").close()
+        open(os.path.join(self.libs, kernels.CPU_LIB), "w").close()
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertEqual(r["gpu"]["source"], "libcuda")
+        self.assertEqual(r["gpu"]["devices"], [])
+        self.assertEqual(r["auto_backend"]["would_load"], "cpu")
+        self.assertIn("cannot load libnfn-no-such-libcuda.so", r["auto_backend"]["reason"])
+
+    def test_failing_nvidia_smi_is_reported_not_raised(self):
+        script(os.path.join(self.bin, "nvidia-smi"), "echo 'NVIDIA-SMI has failed' >&2; exit 9\n")
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertEqual(r["gpu"]["error"], "nvidia-smi failed")
+        self.assertEqual(r["auto_backend"]["would_load"], "cpu" if r["op_libraries"]["cpu"] else None)
+
+
+if __name__ == "__main__":
+    unittest.main()

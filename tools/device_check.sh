@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Every GPU check in one call on the device machine (no Bazel, no network there). Build and
+# copy first, here: tools/prepare_device.sh; then run with carry [".device"]:
+#   1. the op parity suite, CUDA library against the CPU library
+#   2. a short training run of a tiny GPT on cuda (f32 and bf16) against the same run on cpu
+#      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
+#   3. tools/bench_train.py: GPT-2 124M with nfn and with the PyTorch reference, tokens/s,
+#      MFU and the ratio
+# Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${OUT:-/tmp/nfn-device-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+declare -a rows
+
+row() { rows+=("$(printf '%-26s %-6s %s' "$1" "$2" "$3")"); }
+
+if [ ! -d "$root/.device" ]; then
+  echo "device_check: no .device/ (run tools/prepare_device.sh here and carry .device)"; exit 1
+fi
+work=/tmp/nfn-device
+rm -rf "$work" && cp -r "$root/.device" "$work" && chmod -R u+w "$work"
+for f in "$work"/lib/*.xz; do [ -e "$f" ] && xz -d "$f"; done
+# cuBLASLt from the PyTorch venv's nvidia wheels (the op library opens it at run time).
+cublas_dir=$(python3 - <<'PY'
+import glob, site, sys
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for hit in glob.glob(d + "/nvidia/cu13/lib/libcublasLt.so.13*") + glob.glob(d + "/nvidia/cublas/lib/libcublasLt.so.13*"):
+        print(hit.rsplit("/", 1)[0]); sys.exit(0)
+PY
+)
+export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cpu_lib=$work/lib/libnfn_native_train_cpu_ops.so
+cuda_lib=$work/lib/libnfn_native_train_tile_ops.so
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}"
+
+# 1. op parity
+start=$SECONDS
+"$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
+status=${PIPESTATUS[0]}
+summary=$(tail -n 1 "$out/parity.log")
+row "op parity" "$([ "$status" = 0 ] && echo PASS || echo FAIL)" "$summary ($((SECONDS - start)) s)"
+
+# 2. short training run: cuda (f32, bf16) against cpu (f32) from the same seed
+trainer=$work/bin/nfn_gpt_native_train
+if [ ! -x "$trainer" ]; then
+  row "training cpu vs cuda" "SKIP" "no nfn_gpt_native_train in .device/bin"
+else
+  data=/tmp/nfn-device-data
+  mkdir -p "$data"
+  python3 - "$data" <<'PY'
+import array, random, sys
+# A learnable stream: tokens follow a fixed random successor table with 10% noise.
+rng = random.Random(7)
+succ = [rng.randrange(512) for _ in range(512)]
+def shard(path, n):
+    h = array.array("i", [0] * 256); h[0], h[1], h[2] = 20240520, 1, n
+    t, toks = 0, array.array("H")
+    for _ in range(n):
+        t = succ[t] if rng.random() > 0.1 else rng.randrange(512)
+        toks.append(t)
+    with open(path, "wb") as f:
+        h.tofile(f); toks.tofile(f)
+shard(sys.argv[1] + "/tiny_train_000000.bin", 200000)
+shard(sys.argv[1] + "/tiny_val_000000.bin", 20000)
+PY
+  common=(--num-layers 2 --num-heads 4 --model-dim 128 --vocab-size 512 --train-data "$data"
+          --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
+          --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
+  "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
+  for dt in f32 bf16; do
+    "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --output-dir "/tmp/nfn-cuda-$dt" \
+      > "$out/train_cuda_$dt.json" 2> "$out/train_cuda_$dt.err"
+    bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
+    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_$dt.json" "$bound" <<'PY'
+import json, sys
+try:
+    cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
+except Exception as e:
+    print("FAIL", f"no report: {e}"); sys.exit()
+a, b = cpu["train_losses"], gpu["train_losses"]
+a = [loss for _, loss in a]  # rows are [step, loss]
+b = [loss for _, loss in b]
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+ok = worst < float(sys.argv[3]) and b[-1] < b[0]
+print("PASS" if ok else "FAIL", f"loss {b[0]:.3f}->{b[-1]:.3f}, worst step rel diff vs cpu {worst:.2e} (bound {sys.argv[3]})")
+PY
+)
+    row "training cuda $dt vs cpu" "${verdict%% *}" "${verdict#* }"
+  done
+fi
+
+# 3. throughput against the PyTorch reference
+python3 "$root/tools/bench_train.py" --json --steps 20 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+  > "$out/bench.json" 2> "$out/bench.err"
+bench=$(python3 - "$out/bench.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"FAIL no result ({e})"); sys.exit()
+def cell(x):
+    return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%" if "tokens_per_s" in x else x.get("error", "?")[:120]
+print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {cell(r['nfn'])} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
+PY
+)
+row "gpt2-124m nfn vs torch" "${bench%% *}" "${bench#* }"
+
+echo
+echo "== device_check $(date -u +%FT%TZ) on ${gpu%%,*}"
+printf '%s\n' "${rows[@]}"
