@@ -1,7 +1,7 @@
 // GPT-2's tanh GELU and its derivative, shared by the activation ops and linear's epilogue.
 #pragma once
 
-#include <cmath>
+#include "cc/ops/cpu/fast_math.h"
 
 namespace nfn::cpu {
 
@@ -10,12 +10,12 @@ constexpr float kGeluCubic = 0.044715f;
 
 inline float gelu(float x) {
   const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-  return 0.5f * x * (1.f + std::tanh(u));
+  return 0.5f * x * (1.f + fast_tanh(u));
 }
 
 inline float gelu_grad(float x) {
   const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-  const float t = std::tanh(u);
+  const float t = fast_tanh(u);
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluScale * (1.f + 3.f * kGeluCubic * x * x);
 }
 

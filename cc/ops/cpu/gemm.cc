@@ -17,7 +17,7 @@ using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
 // Everything that selects a distinct primitive.
-using Key = std::array<int64_t, 16>;
+using Key = std::array<int64_t, 21>;
 
 }  // namespace
 
@@ -41,15 +41,14 @@ GemmState* state_of(nfn_ctx* ctx) {
   return ctx->gemm;
 }
 
-// A stored matrix (rows, cols) with row stride ld, seen as op(X); batched as (batch, ...).
-dnnl::memory::desc matrix_desc(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols,
-                               int64_t ld, bool trans, dt type) {
-  // Logical dims are op(X): (cols, rows) with swapped strides when transposed.
+// A stored matrix (rows, cols) with row stride ld, seen as op(X), in a (batch0, batch1) grid.
+dnnl::memory::desc matrix_desc(const int64_t* batch, const int64_t* batch_stride, int64_t rows,
+                               int64_t cols, int64_t ld, bool trans, dt type) {
   Dims dims = trans ? Dims{cols, rows} : Dims{rows, cols};
   Dims strides = trans ? Dims{1, ld} : Dims{ld, 1};
-  if (batch > 1) {
-    dims.insert(dims.begin(), batch);
-    strides.insert(strides.begin(), batch_stride);
+  if (batch[0] * batch[1] > 1) {
+    dims.insert(dims.begin(), {batch[0], batch[1]});
+    strides.insert(strides.begin(), {batch_stride[0], batch_stride[1]});
   }
   return dnnl::memory::desc(dims, type, strides);
 }
@@ -68,24 +67,25 @@ void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld,
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g) {
   if (g.M <= 0 || g.N <= 0) return NFN_OK;
-  const bool bf16 = ctx->matmul_bf16 && g.allow_bf16 && g.batch == 1;
+  const bool batched = g.batch[0] * g.batch[1] > 1;
+  const bool bf16 = ctx->matmul_bf16 && g.allow_bf16 && !batched;
   GemmState* st = state_of(ctx);
   // Stored shapes: A is (M,K) or (K,M); B is (K,N) or (N,K).
   const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
   const int64_t lda = bf16 ? a_cols : g.lda, ldb = bf16 ? b_cols : g.ldb;
-  int32_t alpha_key;  // the bits of alpha
-  std::memcpy(&alpha_key, &g.alpha, 4);
+  int32_t alpha_bits;
+  std::memcpy(&alpha_bits, &g.alpha, 4);
   const Key key = {g.M, g.N, g.K, lda, ldb, g.ldc, g.trans_a, g.trans_b, g.bias != nullptr,
-                   g.accumulate, alpha_key, bf16, g.batch, g.batch_stride_a, g.batch_stride_b,
-                   g.batch_stride_c};
+                   g.accumulate, alpha_bits, bf16, g.batch[0], g.batch[1], g.stride_a[0],
+                   g.stride_a[1], g.stride_b[0], g.stride_b[1], g.stride_c[0], g.stride_c[1], 0};
   try {
     auto it = st->primitives.find(key);
     if (it == st->primitives.end()) {
       const dt in_type = bf16 ? dt::bf16 : dt::f32;
-      auto a_md = matrix_desc(g.batch, g.batch_stride_a, a_rows, a_cols, lda, g.trans_a, in_type);
-      auto b_md = matrix_desc(g.batch, g.batch_stride_b, b_rows, b_cols, ldb, g.trans_b, in_type);
-      auto c_md = matrix_desc(g.batch, g.batch_stride_c, g.M, g.N, g.ldc, false, dt::f32);
+      auto a_md = matrix_desc(g.batch, g.stride_a, a_rows, a_cols, lda, g.trans_a, in_type);
+      auto b_md = matrix_desc(g.batch, g.stride_b, b_rows, b_cols, ldb, g.trans_b, in_type);
+      auto c_md = matrix_desc(g.batch, g.stride_c, g.M, g.N, g.ldc, false, dt::f32);
       dnnl::post_ops post;
       if (g.alpha != 1.f) post.append_eltwise(dnnl::algorithm::eltwise_linear, g.alpha, 0.f);
       if (g.accumulate) post.append_sum(1.f);
@@ -93,17 +93,16 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g) {
       attr.set_post_ops(post);
       dnnl::matmul::primitive_desc pd;
       if (g.bias != nullptr) {
-        Dims bias_dims = g.batch > 1 ? Dims{1, 1, g.N} : Dims{1, g.N};
-        dnnl::memory::desc bias_md(bias_dims, dt::f32,
-                                   g.batch > 1 ? Dims{g.N, g.N, 1} : Dims{g.N, 1});
+        Dims bias_dims = batched ? Dims{1, 1, 1, g.N} : Dims{1, g.N};
+        Dims bias_strides = batched ? Dims{g.N, g.N, g.N, 1} : Dims{g.N, 1};
+        dnnl::memory::desc bias_md(bias_dims, dt::f32, bias_strides);
         pd = dnnl::matmul::primitive_desc(st->engine, a_md, b_md, bias_md, c_md, attr);
       } else {
         pd = dnnl::matmul::primitive_desc(st->engine, a_md, b_md, c_md, attr);
       }
       it = st->primitives.emplace(key, GemmState::Entry{pd, dnnl::matmul(pd)}).first;
     }
-    const dnnl::matmul& prim = it->second.prim;
-    const dnnl::matmul::primitive_desc& pd = it->second.pd;
+    const GemmState::Entry& e = it->second;
     void* a_ptr = const_cast<float*>(g.A);
     void* b_ptr = const_cast<float*>(g.B);
     if (bf16) {
@@ -113,17 +112,18 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g) {
       b_ptr = st->b_bf16.data();
     }
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl::memory(pd.src_desc(), st->engine, a_ptr)},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(pd.weights_desc(), st->engine, b_ptr)},
-        {DNNL_ARG_DST, dnnl::memory(pd.dst_desc(), st->engine, g.C)}};
+        {DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), st->engine, a_ptr)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), st->engine, b_ptr)},
+        {DNNL_ARG_DST, dnnl::memory(e.pd.dst_desc(), st->engine, g.C)}};
     if (g.bias != nullptr)
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(pd.bias_desc(), st->engine, const_cast<float*>(g.bias)));
-    prim.execute(st->stream, args);
+      args.emplace(DNNL_ARG_BIAS,
+                   dnnl::memory(e.pd.bias_desc(), st->engine, const_cast<float*>(g.bias)));
+    e.prim.execute(st->stream, args);
     st->stream.wait();
-  } catch (const dnnl::error& e) {
+  } catch (const dnnl::error& err) {
     return fail(ctx, NFN_ERR_BACKEND, "%s: oneDNN matmul %lldx%lldx%lld failed: %s", op,
                 static_cast<long long>(g.M), static_cast<long long>(g.N),
-                static_cast<long long>(g.K), e.what());
+                static_cast<long long>(g.K), err.what());
   }
   return NFN_OK;
 }

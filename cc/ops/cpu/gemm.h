@@ -12,7 +12,8 @@ namespace nfn::cpu {
 // C (M,N) = alpha * op(A) @ op(B) [+ bias (N)] [+ C when accumulate], all f32, row-major.
 // op(A) is (M,K): A is stored (M,K), or (K,M) when trans_a; likewise op(B) is (K,N), stored
 // (N,K) when trans_b. lda/ldb/ldc are the row strides of the stored matrices.
-// `batch` > 1 runs that many independent products, the i-th at A + i*batch_stride_a etc.
+// batch[0] x batch[1] independent products run in one call (attention's (batch, head)
+// blocks); product (i, j) reads A + i*stride_a[0] + j*stride_a[1], likewise B and C.
 struct Gemm {
   int64_t M = 0, N = 0, K = 0;
   const float* A = nullptr;
@@ -26,7 +27,8 @@ struct Gemm {
   const float* bias = nullptr;
   bool accumulate = false;
   float alpha = 1.f;
-  int64_t batch = 1, batch_stride_a = 0, batch_stride_b = 0, batch_stride_c = 0;
+  int64_t batch[2] = {1, 1};
+  int64_t stride_a[2] = {0, 0}, stride_b[2] = {0, 0}, stride_c[2] = {0, 0};
   // Multiply in bf16 (inputs rounded, f32 accumulation) when the context asks for it
   // (matmul=bf16). Attention keeps f32: its products are small and feed exp().
   bool allow_bf16 = true;

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/reduce_math.h"
 #include "cc/ops/cpu/row_reduce.h"
 
 namespace {
@@ -24,12 +25,8 @@ nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rs
   for (int i = 0; i < N; ++i) {
     const float* xi = x + static_cast<size_t>(i) * C;
     float* yi = y + static_cast<size_t>(i) * C;
-    float s = 0.f;
-    for (int c = 0; c < C; ++c) s += xi[c];
-    const float m = s / C;
-    float v = 0.f;
-    for (int c = 0; c < C; ++c) v += (xi[c] - m) * (xi[c] - m);
-    const float r = 1.f / std::sqrt(v / C + kEps);
+    const float m = nfn::cpu::row_sum(xi, C) / C;
+    const float r = 1.f / std::sqrt(nfn::cpu::row_sum_sq_dev(xi, m, C) / C + kEps);
     for (int c = 0; c < C; ++c) yi[c] = (xi[c] - m) * r * w[c] + (b ? b[c] : 0.f);
     mean[i] = m;
     rstd[i] = r;
@@ -56,19 +53,15 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
     float* dxi = dx + i * C;
     const float m = mean[i], r = rstd[i];
     // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w
-    float sum_d = 0.f, sum_dx = 0.f;
-    for (int c = 0; c < C; ++c) {
-      const float xhat = (xi[c] - m) * r, dnorm = gi[c] * w[c];
-      sum_d += dnorm;
-      sum_dx += dnorm * xhat;
-    }
-    sum_d /= C;
-    sum_dx /= C;
+    // sum(dnorm * xhat) = r * (sum(dnorm * x) - m * sum(dnorm))
+    const float sum_d = nfn::cpu::row_dot(gi, w, C);
+    const float mean_d = sum_d / C;
+    const float mean_dx = r * (nfn::cpu::row_dot3(gi, w, xi, C) - m * sum_d) / C;
     float* pw = partial;
     float* pb = partial + C;
     for (int c = 0; c < C; ++c) {
       const float xhat = (xi[c] - m) * r;
-      dxi[c] += r * (gi[c] * w[c] - sum_d - xhat * sum_dx);
+      dxi[c] += r * (gi[c] * w[c] - mean_d - xhat * mean_dx);
       pw[c] += gi[c] * xhat;
       pb[c] += gi[c];
     }

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/fast_math.h"
 #include "cc/ops/cpu/gemm.h"
+#include "cc/ops/cpu/reduce_math.h"
 
 using nfn::cpu::Gemm;
 
@@ -48,21 +50,18 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     for (int i = 0; i < rows; ++i) {
       float* l = logits + static_cast<size_t>(i) * V;
       const int target = targets[r0 + i];
-      float m = -INFINITY;
-      for (int j = 0; j < V; ++j) m = std::fmax(m, l[j]);
-      float sum = 0.f;
-      for (int j = 0; j < V; ++j) sum += std::exp(l[j] - m);
-      const float lse = m + std::log(sum);
-      const float loss = target >= 0 ? lse - l[target] : 0.f;
+      const float m = nfn::cpu::row_max(l, V);
+      const float target_logit = target >= 0 ? l[target] : 0.f;
+      for (int j = 0; j < V; ++j) l[j] = nfn::cpu::fast_exp(l[j] - m);  // l now holds e^(logit-m)
+      const float sum = nfn::cpu::row_sum(l, V);
+      const float loss = target >= 0 ? m + std::log(sum) - target_logit : 0.f;
       if (losses != nullptr) losses[r0 + i] = loss;
       chunk_total += loss;
       if (dx == nullptr) continue;
-      if (target < 0) {
-        for (int j = 0; j < V; ++j) l[j] = 0.f;
-        continue;
-      }
-      for (int j = 0; j < V; ++j) l[j] = std::exp(l[j] - lse) * grad_scale;
-      l[target] -= grad_scale;
+      // dlogits = (softmax - onehot) * grad_scale; masked rows give nothing
+      const float k = target >= 0 ? grad_scale / sum : 0.f;
+      for (int j = 0; j < V; ++j) l[j] *= k;
+      if (target >= 0) l[target] -= grad_scale;
     }
     total += chunk_total;
     if (dx == nullptr) continue;

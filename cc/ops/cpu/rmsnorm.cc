@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/reduce_math.h"
 #include "cc/ops/cpu/row_reduce.h"
 
 namespace {
@@ -22,8 +23,7 @@ nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void*
   for (int i = 0; i < N; ++i) {
     const float* xi = x + static_cast<size_t>(i) * C;
     float* yi = y + static_cast<size_t>(i) * C;
-    float ss = 0.f;
-    for (int c = 0; c < C; ++c) ss += xi[c] * xi[c];
+    const float ss = nfn::cpu::row_dot(xi, xi, C);
     const float r = 1.f / std::sqrt(ss / C + kEps);
     for (int c = 0; c < C; ++c) yi[c] = xi[c] * r * (w ? w[c] : 1.f);
     rstd[i] = r;
@@ -50,8 +50,7 @@ nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const v
     float* dxi = dx + i * C;
     const float r = rstd[i];
     // dinp = r * (dout*w - x * r^2 * mean(dout * w * x))
-    float dot = 0.f;
-    for (int c = 0; c < C; ++c) dot += gi[c] * (w ? w[c] : 1.f) * xi[c];
+    const float dot = w ? nfn::cpu::row_dot3(gi, w, xi, C) : nfn::cpu::row_dot(gi, xi, C);
     const float k = r * r * dot / C;
     for (int c = 0; c < C; ++c) {
       dxi[c] += r * (gi[c] * (w ? w[c] : 1.f) - xi[c] * k);

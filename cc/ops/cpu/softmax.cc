@@ -2,6 +2,8 @@
 #include <cmath>
 
 #include "cc/ops/cpu/check.h"
+#include "cc/ops/cpu/fast_math.h"
+#include "cc/ops/cpu/reduce_math.h"
 
 extern "C" {
 
@@ -16,11 +18,9 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
   for (int i = 0; i < N; ++i) {
     const float* xi = x + static_cast<size_t>(i) * stride;
     float* yi = out + static_cast<size_t>(i) * V;
-    float m = -INFINITY;
-    for (int j = 0; j < V; ++j) m = std::fmax(m, xi[j]);
-    float sum = 0.f;
-    for (int j = 0; j < V; ++j) sum += (yi[j] = std::exp(xi[j] - m));
-    const float inv = 1.f / sum;
+    const float m = nfn::cpu::row_max(xi, V);
+    for (int j = 0; j < V; ++j) yi[j] = nfn::cpu::fast_exp(xi[j] - m);
+    const float inv = 1.f / nfn::cpu::row_sum(yi, V);
     for (int j = 0; j < V; ++j) yi[j] *= inv;
   }
   return NFN_OK;
