@@ -71,9 +71,15 @@ def isolation_report():
     as_root = os.geteuid() == 0
     user = "nobody (uid 65534)" if as_root else f"uid {os.geteuid()} (yours)"
     bwrap = shutil.which("bwrap")
-    if bwrap and _bwrap_works(bwrap, as_root):
-        missing = [] if as_root else ["a separate user (the snippet runs as your uid in a user namespace)"]
-        return {"mode": "bwrap", "bwrap": bwrap, "as_root": as_root, "user": user, "missing": missing}
+    if bwrap and as_root and _bwrap_works(bwrap, True):
+        return {"mode": "bwrap", "bwrap": bwrap, "as_root": True, "user": user, "missing": []}
+    if bwrap and _bwrap_works(bwrap, False):
+        # Not root, or root inside another sandbox's user namespace (no real user switch).
+        missing = [f"a separate user (the snippet runs as uid {os.geteuid()} in a user namespace)"]
+        if as_root:
+            missing.append("the process limit (uid 0 outside the sandbox ignores RLIMIT_NPROC)")
+        return {"mode": "bwrap", "bwrap": bwrap, "as_root": False, "user": f"uid {os.geteuid()}",
+                "missing": missing}
     missing = list(NO_BWRAP_MISSING)
     if not bwrap:
         missing.insert(0, "bubblewrap (bwrap) is not installed")
@@ -88,8 +94,13 @@ def isolation_report():
 
 
 def _bwrap_works(bwrap, as_root):
+    """Namespaces can be made here, and (as root) the switch to the sandbox user works."""
+    probe = ["--", "/bin/true"]
+    if as_root:
+        probe = ["--", "/bin/sh", "-c", f"exec /usr/bin/setpriv --reuid={SANDBOX_UID} "
+                 f"--regid={SANDBOX_UID} --clear-groups /bin/true"]
     try:
-        proc = subprocess.run(_bwrap_prefix(bwrap, as_root) + ["--", "/bin/true"],
+        proc = subprocess.run(_bwrap_prefix(bwrap, as_root) + probe,
                               capture_output=True, timeout=10, env={})
         return proc.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -117,7 +128,7 @@ def _command(isolation, host_dir, limits):
     cpu = max(1, int(limits["timeout"] + 0.999))
     fsize = int(limits["max_file_mb"]) << 20
     nproc = int(limits["max_processes"])
-    as_root = isolation["as_root"]
+    as_root = isolation["as_root"]  # False when root cannot switch users (nested sandbox)
     uid = SANDBOX_UID if as_root else -1
     if isolation["mode"] != "bwrap":
         if as_root and not _reachable_by_others(os.path.realpath(sys.executable)):
