@@ -88,6 +88,7 @@ class BestFitPacker:
                 # Longest waiting sequence with length <= room.
                 i = bisect.bisect_right(waiting, (room, float("inf"))) - 1
                 if i >= 0:
+                    i = bisect.bisect_left(waiting, (waiting[i][0],))  # equal lengths: first come
                     _, _, ids, mask = waiting.pop(i)
                 elif not row_ids or self.crop_to_fill:
                     # Nothing fits: crop one (the shortest wastes least) to the room left.
