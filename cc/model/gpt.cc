@@ -141,6 +141,25 @@ bool GPT::get_parameters(std::vector<float>* host, std::string* error) {
          check(ops_->synchronize(ctx_), "synchronize", error);
 }
 
+bool GPT::get_gradients(std::vector<float>* host, std::string* error) {
+  host->resize(num_params_);
+  if (dtype_ == NFN_F32)
+    return check(ops_->copy(ctx_, host->data(), grads_, num_params_ * 4, NFN_DEVICE_TO_HOST), "downloading gradients",
+                 error) &&
+           check(ops_->synchronize(ctx_), "synchronize", error);
+  // bf16 gradients: widen on the host (only tests ask for them).
+  std::vector<uint16_t> raw(num_params_);
+  if (!check(ops_->copy(ctx_, raw.data(), grads_, num_params_ * 2, NFN_DEVICE_TO_HOST), "downloading gradients",
+             error) ||
+      !check(ops_->synchronize(ctx_), "synchronize", error))
+    return false;
+  for (size_t i = 0; i < num_params_; ++i) {
+    uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
+    std::memcpy(&(*host)[i], &bits, 4);
+  }
+  return true;
+}
+
 bool GPT::get_moments(std::vector<float>* m, std::vector<float>* v, std::string* error) {
   m->resize(num_params_);
   v->resize(num_params_);

@@ -32,6 +32,8 @@ class GPT {
   static std::vector<float> random_parameters(const GPTConfig& config, uint64_t seed);
   bool set_parameters(const std::vector<float>& host, std::string* error);
   bool get_parameters(std::vector<float>* host, std::string* error);  // f32 (the master)
+  // Parameter gradients as f32 (tests compare them with references).
+  bool get_gradients(std::vector<float>* host, std::string* error);
   // AdamW moments, for checkpoints.
   bool get_moments(std::vector<float>* m, std::vector<float>* v, std::string* error);
   bool set_moments(const std::vector<float>& m, const std::vector<float>& v, std::string* error);

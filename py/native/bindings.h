@@ -8,5 +8,6 @@ namespace nfn::py {
 
 void bind_ops(nanobind::module_& m);
 void bind_data(nanobind::module_& m);
+void bind_model(nanobind::module_& m);
 
 }  // namespace nfn::py

@@ -7,4 +7,5 @@ NB_MODULE(_native, m) {
   m.doc() = "nfn native bridge";
   nfn::py::bind_ops(m);
   nfn::py::bind_data(m);
+  nfn::py::bind_model(m);
 }
