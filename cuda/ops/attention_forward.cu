@@ -1,0 +1,95 @@
+// Causal flash attention of nfn's own ("flash_simt"), forward: tiles of K and V stream
+// through shared memory, each thread owns one query row with f32 math, and the (T,T) scores
+// never reach device memory. CUDA cores only: a tensor-core (sm_90a wgmma) path is future
+// work (docs/cuda.md).
+#include "cuda/ops/attention_common.cuh"
+
+using namespace nfn::cuda::attention;
+using nfn::cuda::fail;
+using nfn::cuda::from_f32;
+using nfn::cuda::to_f32;
+
+namespace {
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse, const T* qkv,
+                                                              QkvIndex ix, float scale) {
+  constexpr int BC = tile_keys<HD>();
+  __shared__ float ks[BC][HD], vs[BC][HD];
+  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int q0 = blockIdx.x * kRows, row = q0 + threadIdx.x;
+  const bool active = row < ix.T;
+  float q[HD], acc[HD];
+  if (active) {
+    const T* qrow = qkv + ix.q(b, h, row, HD);
+#pragma unroll
+    for (int d = 0; d < HD; ++d) q[d] = to_f32(qrow[d]) * scale, acc[d] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const int kv_end = min(ix.T, q0 + kRows);
+  for (int k0 = 0; k0 < kv_end; k0 += BC) {
+    for (int i = threadIdx.x; i < BC * HD; i += kRows) {
+      const int j = i / HD, d = i % HD, t = k0 + j;
+      const bool in = t < ix.T;
+      ks[j][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + ix.C + d]) : 0.f;
+      vs[j][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + 2 * ix.C + d]) : 0.f;
+    }
+    __syncthreads();
+    if (active && k0 <= row) {
+      float s[BC], tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < BC; ++j) {
+        float dot = 0.f;
+#pragma unroll
+        for (int d = 0; d < HD; ++d) dot += q[d] * ks[j][d];
+        s[j] = k0 + j <= row ? dot : -INFINITY;
+        tile_max = fmaxf(tile_max, s[j]);
+      }
+      const float m_new = fmaxf(m, tile_max);  // finite: key k0 <= row is in this tile
+      const float correction = expf(m - m_new);
+      l *= correction;
+#pragma unroll
+      for (int d = 0; d < HD; ++d) acc[d] *= correction;
+#pragma unroll
+      for (int j = 0; j < BC; ++j) {
+        const float p = expf(s[j] - m_new);
+        l += p;
+#pragma unroll
+        for (int d = 0; d < HD; ++d) acc[d] += p * vs[j][d];
+      }
+      m = m_new;
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+  T* orow = out + (static_cast<size_t>(b) * ix.T + row) * ix.C + static_cast<size_t>(h) * HD;
+  const float inv_l = 1.f / l;
+#pragma unroll
+  for (int d = 0; d < HD; ++d) orow[d] = from_f32<T>(acc[d] * inv_l);
+  lse[(static_cast<size_t>(b) * ix.NH + h) * ix.T + row] = m + logf(l);
+}
+
+template <typename S, int HD>
+nfn_status forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+  dim3 grid((T + kRows - 1) / kRows, B * NH);
+  flash_forward_kernel<S, HD><<<grid, kRows, 0, ctx->stream>>>(
+      static_cast<S*>(out), lse, static_cast<const S*>(qkv), QkvIndex{T, C, NH}, 1.f / sqrtf(HD));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), "attention_forward");
+  return NFN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T,
+                                 int C, int NH, nfn_dtype dtype) {
+  int hd = 0;
+  NFN_TRY(check_args(ctx, "attention_forward", B, T, C, NH, dtype, &hd));
+  if (out == nullptr || lse == nullptr || qkv == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_forward: null out, lse or qkv");
+  NFN_ATTENTION_DISPATCH(forward, dtype, hd, ctx, out, lse, qkv, B, T, C, NH);
+  return NFN_OK;
+}
+
+}  // extern "C"
