@@ -9,7 +9,17 @@
 
 namespace nfn {
 
+struct Backend;
+void close_backend(Backend* b);
+
+// Owns the loaded library and its context; declare it before anything that calls its ops,
+// so that it is destroyed after them.
 struct Backend {
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  ~Backend() { close_backend(this); }
+
   OpLibrary lib;
   nfn_ctx* ctx = nullptr;
   std::string name;  // "cpu" or "cuda" (from the library itself)
@@ -23,6 +33,5 @@ constexpr const char* kCudaOpsLib = "libnfn_native_train_tile_ops.so";
 // Where the library for `backend` would be loaded from; "" when not found.
 std::string find_op_library(const std::string& backend);
 bool open_backend(const std::string& backend, const std::string& lib_path, Backend* out, std::string* error);
-void close_backend(Backend* b);
 
 }  // namespace nfn

@@ -361,7 +361,6 @@ int run_training(const TrainConfig& c) {
   if (!write_file_atomic(report_path, report.dump(2) + "\n", &error)) return fail(error);
   if (c.json) std::printf("%s\n", report.dump(2).c_str());
   else std::fprintf(stderr, "nfn: wrote %s and %s\n", model_path.c_str(), report_path.c_str());
-  close_backend(&backend);
   return 0;
 }
 

@@ -3,13 +3,20 @@
 Prepares the dataset when it is not cached, then runs nfn_<family>_native_train. With no
 arguments it trains a small GPT on the embedded default corpus in a few minutes on the CPU.
 """
-from nfn.cli.common import add_command, not_implemented
+from nfn.cli.common import add_command
+
+
+def run(args):
+    from nfn.train import launch
+
+    return launch.run(args)
 
 
 def register(sub):
     p = add_command(sub, "train", __doc__)
     model = p.add_argument_group("model")
-    model.add_argument("--base-model", default="gpt", help="model to train (default: gpt)")
+    model.add_argument("--base-model", default="gpt",
+                       help="model family to train: gpt, gpt2 or gpt3 (default: gpt)")
     model.add_argument("--model-family", choices=["gpt", "gpt2", "gpt3"],
                        help="dense GPT family; gpt, gpt2 and gpt3 share one trainer")
     model.add_argument("--template-name", "--preset", dest="template_name",
@@ -35,15 +42,21 @@ def register(sub):
     sched.add_argument("--eval-every-steps", type=int, help="validate every N steps")
     sched.add_argument("--eval-batches", type=int, help="validation micro-batches")
     sched.add_argument("--seed", type=int, help="random seed")
-    run = p.add_argument_group("run")
-    run.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto",
+    sched.add_argument("--checkpoint-every", type=int, help="also checkpoint every N steps")
+    sched.add_argument("--sample-tokens", type=int, default=64,
+                       help="tokens to sample after training, saved as sample.txt (default: 64)")
+    opts = p.add_argument_group("run")
+    opts.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto",
                      help="op library to load (default: auto)")
-    run.add_argument("--tile-ops-lib", help="path to an op library .so (overrides --backend)")
-    run.add_argument("--output-dir", help="checkpoint directory (default: under the artifacts dir)")
-    run.add_argument("--resume", help="auto, or a checkpoint path")
-    run.add_argument("--dry-run", action="store_true", help="print the plan JSON without training")
-    run.add_argument("--print-plan", action="store_true", help="same as --dry-run")
-    run.add_argument("--print-command", action="store_true",
+    opts.add_argument("--tile-ops-lib", help="path to an op library .so (overrides --backend)")
+    opts.add_argument("--dtype", choices=["f32", "bf16"],
+                     help="parameter and activation storage (default: f32 on CPU, bf16 on CUDA)")
+    opts.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    opts.add_argument("--output-dir", help="checkpoint directory (default: under the artifacts dir)")
+    opts.add_argument("--resume", help="auto, or a checkpoint path")
+    opts.add_argument("--dry-run", action="store_true", help="print the plan JSON without training")
+    opts.add_argument("--print-plan", action="store_true", help="same as --dry-run")
+    opts.add_argument("--print-command", action="store_true",
                      help="print the trainer argv and exit without starting it")
-    run.add_argument("--json", action="store_true", help="print the final report JSON on stdout")
-    p.set_defaults(run=not_implemented("nfn train", "#4"))
+    opts.add_argument("--json", action="store_true", help="print the final report JSON on stdout")
+    p.set_defaults(run=run)

@@ -1,0 +1,1 @@
+"""Driving the native trainers from Python: dataset resolution, the argv, the run."""

@@ -1,0 +1,160 @@
+"""`nfn train`: resolve the dataset (preparing it only when it is not cached), build the
+native trainer's argv, run it, then decode its sample with the dataset's tokenizer.
+
+Standard library only until a dataset must be prepared or a sample decoded, so the dispatch
+path for a cached dataset never imports numpy or the native module.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from nfn import paths
+from nfn.errors import UserError
+
+BINARY_ENV = "NFN_NATIVE_BIN_DIR"
+DISPATCHER = "nfn_native_train"
+
+# nfn train flag -> trainer flag, passed through when given.
+PASSTHROUGH = [
+    ("model_family", "--model-family"), ("template_name", "--template-name"),
+    ("graph_file", "--graph-file"), ("weights", "--weights"),
+    ("num_layers", "--num-layers"), ("num_heads", "--num-heads"), ("model_dim", "--model-dim"),
+    ("train_seq_len", "--train-seq-len"), ("batch_size", "--batch-size"),
+    ("train_batch_tokens", "--train-batch-tokens"), ("max_steps", "--max-steps"),
+    ("learning_rate", "--learning-rate"), ("weight_decay", "--weight-decay"),
+    ("warmup_steps", "--warmup-steps"), ("eval_every_steps", "--eval-every-steps"),
+    ("eval_batches", "--eval-batches"), ("seed", "--seed"), ("backend", "--backend"),
+    ("tile_ops_lib", "--tile-ops-lib"), ("resume", "--resume"), ("sample_tokens", "--sample-tokens"),
+    ("checkpoint_every", "--checkpoint-every"), ("dtype", "--dtype"), ("threads", "--threads"),
+]
+
+
+def trainer_binary():
+    """The dispatcher binary: $NFN_NATIVE_BIN_DIR, else Bazel's runfiles beside this package."""
+    candidates = []
+    if os.environ.get(BINARY_ENV):
+        candidates.append(os.path.join(os.environ[BINARY_ENV], DISPATCHER))
+    # <runfiles>/nfn/py/nfn/train/launch.py -> <runfiles>/nfn/cc/bin/
+    workspace = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    candidates.append(os.path.join(workspace, "cc", "bin", DISPATCHER))
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    raise UserError(f"the native trainer {DISPATCHER} is not built; run through `bazel run //py:nfn` "
+                    f"or point ${BINARY_ENV} at a directory holding it")
+
+
+def resolve_dataset(args, prepare):
+    """The dataset summary (prepared when needed and `prepare`), and whether it exists yet."""
+    from nfn.data import cache
+    dataset = "tinystories" if args.tinystories else args.dataset
+    if not dataset and not args.pretraining_file:
+        from nfn.data import DEFAULT_DATASET
+        dataset = DEFAULT_DATASET
+    info = cache.find_cached(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer=args.tokenizer)
+    if info is not None:
+        return info, True
+    if not prepare:
+        from nfn.data.resolve import resolve
+        src = resolve(dataset, args.pretraining_file, args.tokenizer)
+        return {"dataset": src.dataset, "tokenizer": args.tokenizer, "dir": cache.entry_dir(src.key),
+                "train_shards": [], "val_shards": [], "vocab_size": None, "meta": None}, False
+    from nfn.data.prepare import prepare_dataset
+    return prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file,
+                           tokenizer=args.tokenizer, quiet=args.json), True
+
+
+def eot_of(info):
+    """The document separator id recorded in the dataset's meta.json, if any."""
+    if info.get("meta"):
+        try:
+            with open(info["meta"], encoding="utf-8") as f:
+                return json.load(f).get("eot_id")
+        except (OSError, ValueError):
+            return None
+    return 50256 if info.get("tokenizer") == "gpt2" else None
+
+
+def data_path(shards, directory):
+    """One file as itself; several as their directory (the trainer globs the split)."""
+    if len(shards) == 1:
+        return shards[0]
+    return directory
+
+
+def output_dir(args):
+    return os.path.abspath(args.output_dir or os.path.join(paths.artifacts_dir(), args.base_model))
+
+
+def build_argv(args, info):
+    argv = [trainer_binary(), "--base-model", args.base_model,
+            "--train-data", data_path(info["train_shards"], info["dir"]),
+            "--dataset-name", info["dataset"], "--tokenizer", info["tokenizer"],
+            "--output-dir", output_dir(args)]
+    if info["val_shards"]:
+        argv += ["--val-data", data_path(info["val_shards"], info["dir"])]
+    if info.get("vocab_size") and not args.graph_file:
+        argv += ["--vocab-size", str(info["vocab_size"])]
+    eot = eot_of(info)
+    if eot is not None:
+        argv += ["--eot-token", str(eot)]
+    for attr, flag in PASSTHROUGH:
+        value = getattr(args, attr, None)
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.dry_run or args.print_plan:
+        argv.append("--dry-run")
+    return argv
+
+
+def write_sample(report, tokenizer_name):
+    """Decodes the trainer's sample ids into sample.txt beside the report; returns the text."""
+    ids = report.get("sample_tokens") or []
+    if not ids:
+        return None
+    from nfn import tokenizers
+    text = tokenizers.load(tokenizer_name).decode(ids)
+    path = os.path.join(report["checkpoint_dir"], "sample.txt")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    report["sample_text"] = text
+    report["sample_file"] = path
+    return text
+
+
+def run(args):
+    if args.base_model not in ("gpt", "gpt2", "gpt3"):
+        raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
+                        "(gpt, gpt2 and gpt3 are ready)")
+    planning = args.print_command or args.dry_run or args.print_plan
+    info, exists = resolve_dataset(args, prepare=not planning)
+    argv = build_argv(args, info)
+    if args.print_command:
+        note = "" if exists else "  # dataset not prepared yet: `nfn train` would prepare it first"
+        print(" ".join(_quote(a) for a in argv) + note)
+        return 0
+    proc = subprocess.run(argv)
+    if proc.returncode != 0 or args.dry_run or args.print_plan:
+        return proc.returncode
+    report_path = os.path.join(output_dir(args), "report.json")
+    with open(report_path, encoding="utf-8") as f:
+        report = json.load(f)
+    text = write_sample(report, info["tokenizer"])
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"final validation loss: {report['final_validation_loss']}   "
+              f"train tokens/s: {report['train_tokens_per_second']:.0f}")
+        print(f"checkpoint: {report['model_file']}\nreport: {report_path}")
+        if text is not None:
+            print(f"sample ({report['sample_file']}):\n{text}")
+    return 0
+
+
+def _quote(arg):
+    import shlex
+    return shlex.quote(arg)

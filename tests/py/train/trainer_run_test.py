@@ -1,0 +1,154 @@
+"""The native trainer binary end to end on a tiny model: resume is bitwise identical to an
+uninterrupted run, incomplete checkpoints are ignored, and bad input gives one clear line
+and a non-zero exit without losing the last good checkpoint."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+TRAINER = os.path.abspath(os.environ["NFN_TRAINER"])
+VOCAB = 64
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def make_data(root):
+    rng = np.random.default_rng(0)
+    # A learnable stream: a noisy repeating pattern.
+    base = np.tile(np.arange(VOCAB), 200)
+    noise = rng.integers(0, VOCAB, size=base.size)
+    tokens = np.where(rng.random(base.size) < 0.2, noise, base)
+    write_shard(os.path.join(root, "tiny_train_000000.bin"), tokens[:10000])
+    write_shard(os.path.join(root, "tiny_val_000000.bin"), tokens[10000:12000])
+
+
+def run(args, check=True):
+    proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"trainer failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+class TrainerRunTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.data = os.path.join(cls.tmp, "data")
+        os.makedirs(cls.data)
+        make_data(cls.data)
+        cls.common = ["--train-data", cls.data, "--vocab-size", str(VOCAB), "--num-layers", "2",
+                      "--num-heads", "2", "--model-dim", "32", "--train-seq-len", "16", "--batch-size", "4",
+                      "--train-batch-tokens", "128", "--max-steps", "6", "--warmup-steps", "2",
+                      "--learning-rate", "3e-3", "--eval-every-steps", "3", "--eval-batches", "2",
+                      "--checkpoint-every", "3", "--backend", "cpu", "--threads", "2", "--seed", "5"]
+        cls.full = os.path.join(cls.tmp, "full")
+        cls.report = json.loads(run(cls.common + ["--output-dir", cls.full, "--json"]).stdout)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def read(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def interrupted_copy(self, name, keep_done=True):
+        """The full run's directory as a crash after step 3's checkpoint would leave it."""
+        out = os.path.join(self.tmp, name)
+        shutil.copytree(self.full, out)
+        for f in ["model_00000006.bin", "state_00000006_00000.bin", "DONE_00000006", "report.json"]:
+            os.remove(os.path.join(out, f))
+        if not keep_done:
+            os.remove(os.path.join(out, "DONE_00000003"))
+        return out
+
+    def test_report(self):
+        r = self.report
+        self.assertEqual(r["model_family"], "gpt")
+        self.assertEqual(r["steps"], 6)
+        self.assertEqual(r["parameters"], 2 * 12 * 32 * 32 + 2 * 13 * 32 + 128 * 32 + 16 * 32 + 2 * 32)
+        self.assertEqual([s for s, _ in r["train_losses"]], [1, 2, 3, 4, 5, 6])
+        self.assertEqual([s for s, _ in r["validation_losses"]], [3, 6])
+        self.assertEqual(r["final_validation_loss"], r["validation_losses"][-1][1])
+        self.assertLess(r["train_losses"][-1][1], r["train_losses"][0][1])
+        self.assertGreater(r["train_tokens_per_second"], 0)
+        self.assertEqual(r["checkpoint_dir"], self.full)
+        manifest = json.loads(self.read(os.path.join(self.full, "manifest.json")))
+        self.assertEqual(manifest["geometry"]["channels"], 32)
+        self.assertEqual(manifest["weights"], "model_00000006.bin")
+
+    def test_resume_is_bitwise_identical(self):
+        out = self.interrupted_copy("resumed")
+        report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        self.assertEqual(report["resumed_from"], os.path.join(out, "model_00000003.bin"))
+        self.assertEqual(report["train_losses"], self.report["train_losses"][3:])
+        self.assertEqual(report["final_validation_loss"], self.report["final_validation_loss"])
+        for f in ["model_00000006.bin", "state_00000006_00000.bin"]:
+            self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(self.full, f)), f)
+
+    def test_checkpoint_without_done_marker_is_ignored(self):
+        out = self.interrupted_copy("no_done", keep_done=False)
+        # Naming the incomplete checkpoint explicitly is an error, not a silent fresh start.
+        proc = run(self.common + ["--output-dir", out, "--resume", os.path.join(out, "model_00000003.bin")],
+                   check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("checkpoint is incomplete (no DONE_00000003 beside it)", proc.stderr)
+        # auto skips it and starts fresh, which reproduces the full run exactly.
+        report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        self.assertIsNone(report["resumed_from"])
+        self.assertEqual(report["train_losses"], self.report["train_losses"])
+
+    def test_bad_batch_math(self):
+        proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "x"), "--train-batch-tokens", "100"],
+                   check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertEqual(proc.stderr.strip(), "nfn_gpt_native_train: error: --train-batch-tokens 100 is not a "
+                                              "multiple of micro-batch x seq_len = 4 x 16 = 64")
+
+    def test_corrupt_and_mismatched_checkpoints(self):
+        out = self.interrupted_copy("corrupt")
+        model = os.path.join(out, "model_00000003.bin")
+        with open(model, "r+b") as f:
+            f.truncate(5000)
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto"], check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(f"{model}: size 5000 bytes, the header implies", proc.stderr)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+
+        other = self.interrupted_copy("mismatch")
+        proc = run([a if a != "32" else "64" for a in self.common] + ["--output-dir", other, "--resume", "auto"],
+                   check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("checkpoint geometry", proc.stderr)
+        self.assertIn("does not match", proc.stderr)
+
+    def test_missing_op_library(self):
+        proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "y"), "--tile-ops-lib", "/nope/libops.so"],
+                   check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("/nope/libops.so: cannot load op library", proc.stderr)
+
+    def test_non_finite_loss_keeps_last_good_checkpoint(self):
+        out = self.interrupted_copy("nan")
+        before = self.read(os.path.join(out, "model_00000003.bin"))
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--learning-rate", "1e30",
+                                  "--max-grad-norm", "0"], check=False)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertRegex(proc.stderr, r"step \d+: loss is (NaN|infinite); stopping without writing a checkpoint "
+                                      r"\(last good: .*model_00000003\.bin\)")
+        self.assertEqual(sorted(f for f in os.listdir(out) if f.startswith("DONE")), ["DONE_00000003"])
+        self.assertEqual(self.read(os.path.join(out, "model_00000003.bin")), before)
+
+
+if __name__ == "__main__":
+    unittest.main()
