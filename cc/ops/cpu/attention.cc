@@ -1,7 +1,8 @@
 // Causal scaled-dot-product attention on the CPU (f32), flash style: the forward saves each
 // row's log-sum-exp and the backward recomputes the probabilities from it, so no (T,T)
 // matrix outlives a call. The products are batched oneDNN GEMMs over groups of (batch,
-// head) blocks whose (T,T) scores fit a fixed scratch budget.
+// head) blocks, one query tile at a time: tile i needs only keys up to its last row, which
+// skips most of the masked half of the scores.
 #include <algorithm>
 #include <cmath>
 
@@ -17,6 +18,8 @@ namespace {
 
 // Scores per scratch buffer (16 MB): bounds memory for long sequences.
 constexpr long kScoreBudget = 1L << 22;
+// Query rows per tile: small enough to skip masked work, large enough for efficient GEMMs.
+constexpr int kQueryTile = 64;
 
 nfn_status check_geometry(nfn_ctx* ctx, const char* op, int B, int T, int C, int NH) {
   NFN_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0, "%s: B=%d T=%d C=%d NH=%d must be positive", op,
@@ -28,11 +31,13 @@ nfn_status check_geometry(nfn_ctx* ctx, const char* op, int B, int T, int C, int
 // A rectangle of (batch, head) blocks processed together: whole batches when all heads fit.
 struct Group {
   int b0, nb, h0, nh;
+  long blocks() const { return static_cast<long>(nb) * nh; }
 };
 
 template <typename Fn>
 nfn_status for_each_group(int B, int T, int NH, Fn fn) {
-  const long fit = std::max(1L, kScoreBudget / (static_cast<long>(T) * T));
+  const long tile = std::min(T, kQueryTile);
+  const long fit = std::max(1L, kScoreBudget / (tile * T));
   for (int b0 = 0; b0 < B;) {
     if (fit >= NH) {
       const int nb = static_cast<int>(std::min<long>(B - b0, fit / NH));
@@ -47,61 +52,67 @@ nfn_status for_each_group(int B, int T, int NH, Fn fn) {
   return NFN_OK;
 }
 
-// The shape every product of this op shares: (T x T) blocks in a (nb, nh) grid.
-struct Layout {
-  int T, C, hs;
-  long C3() const { return 3L * C; }
-  // Offsets of block (b, h) in qkv (q; +C for k, +2C for v), in out/dout, in scores.
-  long qkv_at(int b, int h) const { return static_cast<long>(b) * T * C3() + static_cast<long>(h) * hs; }
-  long out_at(int b, int h) const { return static_cast<long>(b) * T * C + static_cast<long>(h) * hs; }
+// One query tile: rows [r0, r1) of every block attend to keys [0, r1).
+struct Tile {
+  int r0, r1;
+  int rows() const { return r1 - r0; }
 };
 
-// Block strides of an operand that is a head slice of qkv or out (row stride ld): the next
-// batch is T rows down, the next head hs columns right.
-void head_strides(long ld, const Layout& L, int64_t* stride) {
-  stride[0] = static_cast<int64_t>(L.T) * ld;
-  stride[1] = L.hs;
+// A matrix operand of a batched product: pointer, row stride, and the distance to the
+// next batch and the next head.
+struct Operand {
+  const float* p;
+  int64_t ld, batch_stride, head_stride;
+};
+
+// Where the heads live: qkv (B,T,3C) with q, k, v side by side; out/dout (B,T,C).
+struct Layout {
+  int T, C, hs;
+  const float* qkv;
+  Operand head_of(const float* base, long ld, int b, int h, int row) const {
+    return {base + (static_cast<long>(b) * T + row) * ld + static_cast<long>(h) * hs, ld,
+            static_cast<int64_t>(T) * ld, hs};
+  }
+  Operand q(const Group& g, int row) const { return head_of(qkv, 3L * C, g.b0, g.h0, row); }
+  Operand k(const Group& g, int row) const { Operand o = q(g, row); o.p += C; return o; }
+  Operand v(const Group& g, int row) const { Operand o = q(g, row); o.p += 2 * C; return o; }
+};
+
+// The (rows, keys) score blocks of a tile in scratch: contiguous per (batch, head).
+Operand score_block(const float* base, const Group& g, const Tile& t) {
+  const int64_t size = static_cast<int64_t>(t.rows()) * t.r1;
+  return {base, t.r1, g.nh * size, size};
 }
 
-// Block strides of a (nb, nh, T, T) score buffer.
-void score_strides(const Layout& L, const Group& g, int64_t* stride) {
-  stride[0] = static_cast<int64_t>(g.nh) * L.T * L.T;
-  stride[1] = static_cast<int64_t>(L.T) * L.T;
-}
-
-// S (nb,nh,T,T) = scale * Q K^T for the group.
-nfn_status scores(nfn_ctx* ctx, const char* op, const float* qkv, float* S, const Layout& L,
-                  const Group& g, float scale) {
+// C = alpha op(A) op(B) (+ C) for every block of the group.
+nfn_status block_gemm(nfn_ctx* ctx, const char* op, const Group& g, int64_t M, int64_t N,
+                      int64_t K, Operand a, bool trans_a, Operand b, bool trans_b, float* c,
+                      Operand c_layout, float alpha, bool accumulate) {
   Gemm m;
-  m.M = L.T, m.N = L.T, m.K = L.hs;
-  m.A = qkv + L.qkv_at(g.b0, g.h0), m.lda = L.C3();
-  m.B = qkv + L.qkv_at(g.b0, g.h0) + L.C, m.ldb = L.C3(), m.trans_b = true;
-  m.C = S, m.ldc = L.T;
-  head_strides(L.C3(), L, m.stride_a);
-  head_strides(L.C3(), L, m.stride_b);
-  score_strides(L, g, m.stride_c);
+  m.M = M, m.N = N, m.K = K;
+  m.A = a.p, m.lda = a.ld, m.trans_a = trans_a;
+  m.B = b.p, m.ldb = b.ld, m.trans_b = trans_b;
+  m.C = c, m.ldc = c_layout.ld;
+  m.stride_a[0] = a.batch_stride, m.stride_a[1] = a.head_stride;
+  m.stride_b[0] = b.batch_stride, m.stride_b[1] = b.head_stride;
+  m.stride_c[0] = c_layout.batch_stride, m.stride_c[1] = c_layout.head_stride;
   m.batch[0] = g.nb, m.batch[1] = g.nh;
-  m.alpha = scale;
-  m.allow_bf16 = false;
+  m.alpha = alpha;
+  m.accumulate = accumulate;
+  m.allow_bf16 = false;  // small products that feed exp(): kept f32
   return nfn::cpu::gemm(ctx, op, m);
 }
 
-// A product whose A operand is a (T,T) score block (optionally transposed) and whose B
-// operand and output are head slices: C(T,hs) = op(P) @ Bh.
-nfn_status scores_times_head(nfn_ctx* ctx, const char* op, const float* P, bool trans_p,
-                             const float* b, long ldb, float* c, long ldc, const Layout& L,
-                             const Group& g) {
-  Gemm m;
-  m.M = L.T, m.N = L.hs, m.K = L.T;
-  m.A = P, m.lda = L.T, m.trans_a = trans_p;
-  m.B = b, m.ldb = ldb;
-  m.C = c, m.ldc = ldc;
-  score_strides(L, g, m.stride_a);
-  head_strides(ldb, L, m.stride_b);
-  head_strides(ldc, L, m.stride_c);
-  m.batch[0] = g.nb, m.batch[1] = g.nh;
-  m.allow_bf16 = false;
-  return nfn::cpu::gemm(ctx, op, m);
+// Calls fn(row, block index, b, h) for every row of the tile in every block, in parallel.
+template <typename Fn>
+void for_each_row(const Group& g, const Tile& t, Fn fn) {
+  const long rows = g.blocks() * t.rows();
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < rows; ++r) {
+    const long blk = r / t.rows();
+    fn(t.r0 + static_cast<int>(r % t.rows()), r, g.b0 + static_cast<int>(blk / g.nh),
+       g.h0 + static_cast<int>(blk % g.nh));
+  }
 }
 
 }  // namespace
@@ -114,32 +125,33 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_RETURN_IF_ERROR(check_geometry(ctx, op, B, T, C, NH));
   NFN_REQUIRE(out && lse && qkv, "attention_forward: null pointer");
-  const float* x = static_cast<const float*>(qkv);
   float* y = static_cast<float*>(out);
-  const Layout L{T, C, C / NH};
+  const Layout L{T, C, C / NH, static_cast<const float*>(qkv)};
   const float scale = 1.f / std::sqrt(static_cast<float>(L.hs));
   return for_each_group(B, T, NH, [&](const Group& g) -> nfn_status {
-    const long blocks = static_cast<long>(g.nb) * g.nh;
-    float* S = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention, blocks * T * T);
-    NFN_RETURN_IF_ERROR(scores(ctx, op, x, S, L, g, scale));
-    // Causal softmax of each row in place; row t keeps columns 0..t.
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < blocks * T; ++r) {
-      const int t = static_cast<int>(r % T);
-      const long blk = r / T;
-      float* s = S + r * T;
-      const float m = nfn::cpu::row_max(s, t + 1);
-      for (int j = 0; j <= t; ++j) s[j] = fast_exp(s[j] - m);
-      const float sum = nfn::cpu::row_sum(s, t + 1);
-      const float inv = 1.f / sum;
-      for (int j = 0; j <= t; ++j) s[j] *= inv;
-      for (int j = t + 1; j < T; ++j) s[j] = 0.f;
-      const int b = g.b0 + static_cast<int>(blk / g.nh), h = g.h0 + static_cast<int>(blk % g.nh);
-      lse[(static_cast<long>(b) * NH + h) * T + t] = m + std::log(sum);
+    float* S = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention,
+                                        g.blocks() * std::min(T, kQueryTile) * T);
+    for (int r0 = 0; r0 < T; r0 += kQueryTile) {
+      const Tile t{r0, std::min(T, r0 + kQueryTile)};
+      const Operand s = score_block(S, g, t);
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), t.r1, L.hs, L.q(g, t.r0), false,
+                                     L.k(g, 0), true, S, s, scale, false));
+      // Causal softmax of each row in place; row `row` keeps keys 0..row.
+      for_each_row(g, t, [&](int row, long r, int b, int h) {
+        float* p = S + r * t.r1;
+        const float m = nfn::cpu::row_max(p, row + 1);
+        for (int j = 0; j <= row; ++j) p[j] = fast_exp(p[j] - m);
+        const float sum = nfn::cpu::row_sum(p, row + 1);
+        const float inv = 1.f / sum;
+        for (int j = 0; j <= row; ++j) p[j] *= inv;
+        for (int j = row + 1; j < t.r1; ++j) p[j] = 0.f;
+        lse[(static_cast<long>(b) * NH + h) * T + row] = m + std::log(sum);
+      });
+      const Operand o = L.head_of(y, C, g.b0, g.h0, t.r0);  // out rows = P V
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), L.hs, t.r1, s, false, L.v(g, 0), false,
+                                     y + (o.p - y), o, 1.f, false));
     }
-    // out = P V
-    return scores_times_head(ctx, op, S, false, x + L.qkv_at(g.b0, g.h0) + 2 * C, L.C3(),
-                             y + L.out_at(g.b0, g.h0), C, L, g);
+    return NFN_OK;
   });
 }
 
@@ -150,56 +162,51 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_RETURN_IF_ERROR(check_geometry(ctx, op, B, T, C, NH));
   NFN_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward: null pointer");
-  const float* x = static_cast<const float*>(qkv);
   const float* go = static_cast<const float*>(dout);
   const float* y = static_cast<const float*>(out);
   float* dx = static_cast<float*>(dqkv);
-  const Layout L{T, C, C / NH};
+  const Layout L{T, C, C / NH, static_cast<const float*>(qkv)};
+  const Layout dL{T, C, C / NH, dx};
   const float scale = 1.f / std::sqrt(static_cast<float>(L.hs));
   return for_each_group(B, T, NH, [&](const Group& g) -> nfn_status {
-    const long blocks = static_cast<long>(g.nb) * g.nh;
-    float* P = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention, 2 * blocks * T * T);
-    float* dS = P + blocks * T * T;
-    NFN_RETURN_IF_ERROR(scores(ctx, op, x, P, L, g, scale));
-    {  // dP = dO V^T
-      Gemm m;
-      m.M = T, m.N = T, m.K = L.hs;
-      m.A = go + L.out_at(g.b0, g.h0), m.lda = C;
-      m.B = x + L.qkv_at(g.b0, g.h0) + 2 * C, m.ldb = L.C3(), m.trans_b = true;
-      m.C = dS, m.ldc = T;
-      head_strides(C, L, m.stride_a);
-      head_strides(L.C3(), L, m.stride_b);
-      score_strides(L, g, m.stride_c);
-      m.batch[0] = g.nb, m.batch[1] = g.nh;
-      m.allow_bf16 = false;
-      NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, op, m));
+    const long tile_floats = g.blocks() * std::min(T, kQueryTile) * T;
+    float* P = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention, 2 * tile_floats);
+    float* dS = P + tile_floats;
+    // The last tile sees every key, so going backwards its dK and dV products overwrite and
+    // the earlier tiles' accumulate.
+    const int last = (T - 1) / kQueryTile * kQueryTile;
+    for (int r0 = last; r0 >= 0; r0 -= kQueryTile) {
+      const Tile t{r0, std::min(T, r0 + kQueryTile)};
+      const bool first = r0 == last;
+      const Operand p = score_block(P, g, t), ds = score_block(dS, g, t);
+      const Operand go_rows = L.head_of(go, C, g.b0, g.h0, t.r0);
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), t.r1, L.hs, L.q(g, t.r0), false,
+                                     L.k(g, 0), true, P, p, scale, false));
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), t.r1, L.hs, go_rows, false, L.v(g, 0),
+                                     true, dS, ds, 1.f, false));  // dP = dO V^T
+      // P = exp(S - lse) (causal), dS = P * (dP - rowdot(dO, O)) * scale.
+      for_each_row(g, t, [&](int row, long r, int b, int h) {
+        const float l = lse[(static_cast<long>(b) * NH + h) * T + row];
+        const long at = (static_cast<long>(b) * T + row) * C + static_cast<long>(h) * L.hs;
+        const float D = nfn::cpu::row_dot(go + at, y + at, L.hs);
+        float* pr = P + r * t.r1;
+        float* dsr = dS + r * t.r1;
+        for (int j = 0; j <= row; ++j) {
+          pr[j] = fast_exp(pr[j] - l);
+          dsr[j] = pr[j] * (dsr[j] - D) * scale;
+        }
+        for (int j = row + 1; j < t.r1; ++j) pr[j] = dsr[j] = 0.f;
+      });
+      const Operand dq = dL.q(g, t.r0), dk = dL.k(g, 0), dv = dL.v(g, 0);
+      // dQ rows = dS K; dK += dS^T Q rows; dV += P^T dO rows
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), L.hs, t.r1, ds, false, L.k(g, 0), false,
+                                     dx + (dq.p - dx), dq, 1.f, false));
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.r1, L.hs, t.rows(), ds, true, L.q(g, t.r0), false,
+                                     dx + (dk.p - dx), dk, 1.f, !first));
+      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.r1, L.hs, t.rows(), p, true, go_rows, false,
+                                     dx + (dv.p - dx), dv, 1.f, !first));
     }
-    // P = exp(S - lse) (causal), dS = P * (dP - rowdot(dO, O)) * scale.
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < blocks * T; ++r) {
-      const int t = static_cast<int>(r % T);
-      const long blk = r / T;
-      const int b = g.b0 + static_cast<int>(blk / g.nh), h = g.h0 + static_cast<int>(blk % g.nh);
-      const float l = lse[(static_cast<long>(b) * NH + h) * T + t];
-      const float* gor = go + L.out_at(b, h) + static_cast<long>(t) * C;
-      const float* yr = y + L.out_at(b, h) + static_cast<long>(t) * C;
-      const float D = nfn::cpu::row_dot(gor, yr, L.hs);
-      float* p = P + r * T;
-      float* ds = dS + r * T;
-      for (int j = 0; j <= t; ++j) {
-        p[j] = fast_exp(p[j] - l);
-        ds[j] = p[j] * (ds[j] - D) * scale;
-      }
-      for (int j = t + 1; j < T; ++j) p[j] = ds[j] = 0.f;
-    }
-    float* dq = dx + L.qkv_at(g.b0, g.h0);
-    // dQ = dS K, dK = dS^T Q, dV = P^T dO (each block written once: overwrite)
-    NFN_RETURN_IF_ERROR(scores_times_head(ctx, op, dS, false, x + L.qkv_at(g.b0, g.h0) + C, L.C3(),
-                                          dq, L.C3(), L, g));
-    NFN_RETURN_IF_ERROR(scores_times_head(ctx, op, dS, true, x + L.qkv_at(g.b0, g.h0), L.C3(),
-                                          dq + C, L.C3(), L, g));
-    return scores_times_head(ctx, op, P, true, go + L.out_at(g.b0, g.h0), C, dq + 2 * C, L.C3(),
-                             L, g);
+    return NFN_OK;
   });
 }
 
