@@ -27,6 +27,10 @@ cp "$bin/tests/cuda/ops_parity_test" .device/bin/
 [ "$have_trainer" = 1 ] && cp "$bin/cc/bin/nfn_gpt_native_train" .device/bin/
 # Libraries outside the base system that the binaries load (the device image has its own
 # libc, libstdc++ and driver; CUDA's runtime is copied too in case its toolkit differs).
+missing=$(for f in .device/lib/*.so .device/bin/*; do ldd "$f" | awk -v f="$f" '/not found/ {print f ": " $1}'; done)
+if [ -n "$missing" ]; then
+  echo "prepare_device: unresolved libraries (link the target statically):"; echo "$missing"; exit 1
+fi
 for f in .device/lib/*.so .device/bin/*; do
   ldd "$f" | awk '/=> \// {print $3}'
 done | sort -u | while read -r dep; do
