@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The PyTorch CPU reference for nfn's CPU training throughput.
+
+The same GPT (LayerNorm, tanh GELU, learned positions, tied head, biases) and the same step
+as nfn's trainer: AdamW with decay/no-decay groups, global-norm clipping at 1.0, on random
+tokens. Four modes: eager and torch.compile, fp32 and bf16 autocast. Prints one JSON object
+with tokens/s per mode (median step time over the timed steps).
+
+    python3 tools/bench_train_torch_cpu.py --json
+
+Needs torch; never part of nfn's runtime.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--channels", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--modes", default="eager_fp32,eager_bf16,compiled_fp32,compiled_bf16")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    return p.parse_args(argv)
+
+
+def build_model(torch, args):
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            C = args.channels
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, args.heads, C // args.heads).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(args.vocab, args.channels)
+            self.wpe = nn.Embedding(args.seq_len, args.channels)
+            self.blocks = nn.ModuleList(Block() for _ in range(args.layers))
+            self.lnf = nn.LayerNorm(args.channels)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            logits = self.lnf(x) @ self.wte.weight.T  # tied head
+            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+    model = GPT()
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * args.layers) if name.endswith(("proj.weight", "fcproj.weight")) else 0.02
+            torch.nn.init.normal_(p, std=std)
+    return model
+
+
+def run_mode(torch, args, mode):
+    torch.manual_seed(0)
+    model = build_model(torch, args)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    step_fn = torch.compile(model) if mode.startswith("compiled") else model
+    bf16 = mode.endswith("bf16")
+    gen = torch.Generator().manual_seed(1)
+    times, losses = [], []
+    for i in range(args.warmup + args.steps):
+        idx = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1), generator=gen)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = step_fn(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    step = statistics.median(times)
+    return {"tokens_per_s": args.batch_size * args.seq_len / step, "median_step_s": step,
+            "final_loss": losses[-1]}
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+    torch.set_num_threads(args.threads)
+    results = {}
+    for mode in args.modes.split(","):
+        try:
+            results[mode] = run_mode(torch, args, mode)
+        except Exception as e:  # a mode that cannot run here is reported, not fatal
+            results[mode] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        if not args.json:
+            print(f"{mode:14s} {results[mode]}", file=sys.stderr)
+    ok = {m: r["tokens_per_s"] for m, r in results.items() if "tokens_per_s" in r}
+    best = max(ok, key=ok.get) if ok else None
+    out = {"torch": torch.__version__, "threads": args.threads, "modes": results,
+           "best_mode": best, "tokens_per_s": ok.get(best)}
+    print(json.dumps(out))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
