@@ -131,9 +131,13 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g) {
     void* b_ptr = const_cast<float*>(g.B);
     if (bf16) {
       pack(g.A, a_rows, a_cols, g.lda, g.trans_a, &st->a_bf16, to_bf16);
-      pack(g.B, b_rows, b_cols, g.ldb, false, &st->b_bf16, to_bf16);
       a_ptr = st->a_bf16.data();
-      b_ptr = st->b_bf16.data();
+      if (g.B_bf16 != nullptr) {
+        b_ptr = const_cast<uint16_t*>(g.B_bf16);
+      } else {
+        pack(g.B, b_rows, b_cols, g.ldb, false, &st->b_bf16, to_bf16);
+        b_ptr = st->b_bf16.data();
+      }
     } else if (pack_a) {
       pack(g.A, a_rows, a_cols, g.lda, true, &st->a_plain, as_is);
       a_ptr = st->a_plain.data();

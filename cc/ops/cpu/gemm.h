@@ -32,6 +32,9 @@ struct Gemm {
   // Multiply in bf16 (inputs rounded, f32 accumulation) when the context asks for it
   // (matmul=bf16). Attention keeps f32: its products are small and feed exp().
   bool allow_bf16 = true;
+  // In bf16 mode: B already rounded to bf16, stored like B but packed (row stride = its
+  // stored column count), so a weight used by many GEMMs of one op is rounded once.
+  const uint16_t* B_bf16 = nullptr;
 };
 
 // Runs the product; on failure records "<op>: ..." on the context.

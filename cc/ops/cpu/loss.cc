@@ -36,13 +36,20 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   const float* w = static_cast<const float*>(wte);
   const int R = chunk_rows(N, V);
   float* logits = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchLogits, static_cast<size_t>(R) * V);
+  // In matmul=bf16 mode the tied weight is rounded once here, not once per chunk and GEMM.
+  const uint16_t* wte_bf16 = nullptr;
+  if (ctx->matmul_bf16) {
+    uint16_t* rounded = nfn::cpu::scratch_bf16(ctx, static_cast<size_t>(V) * C);
+    NFN_RETURN_IF_ERROR(nfn_convert(ctx, rounded, NFN_BF16, wte, NFN_F32, static_cast<size_t>(V) * C));
+    wte_bf16 = rounded;
+  }
   double total = 0.0;
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     Gemm fwd;  // logits (rows,V) = x (rows,C) @ wte^T
     fwd.M = rows, fwd.N = V, fwd.K = C;
     fwd.A = xs + static_cast<size_t>(r0) * C, fwd.lda = C;
-    fwd.B = w, fwd.ldb = C, fwd.trans_b = true;
+    fwd.B = w, fwd.ldb = C, fwd.trans_b = true, fwd.B_bf16 = wte_bf16;
     fwd.C = logits, fwd.ldc = V;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", fwd));
     double chunk_total = 0.0;
@@ -68,7 +75,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     Gemm back_x;  // dx (rows,C) = dlogits (rows,V) @ wte (V,C)
     back_x.M = rows, back_x.N = C, back_x.K = V;
     back_x.A = logits, back_x.lda = V;
-    back_x.B = w, back_x.ldb = C;
+    back_x.B = w, back_x.ldb = C, back_x.B_bf16 = wte_bf16;
     back_x.C = static_cast<float*>(dx) + static_cast<size_t>(r0) * C, back_x.ldc = C;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", back_x));
     if (dwte == nullptr) continue;

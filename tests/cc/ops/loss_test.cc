@@ -78,6 +78,34 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
                                    N, C, V, 1.f, NFN_F32) == NFN_OK && losses2 == losses, "forward-only losses");
 }
 
+// matmul=bf16 (where this CPU has it): losses equal the double reference on bf16-rounded
+// x and wte, since only the GEMM inputs are rounded; the gradient stays near the f32 one.
+static void test_bf16_mode(nfn_ctx* ctx) {
+  if (nfn_ctx_configure(ctx, "matmul", "bf16") != NFN_OK) {
+    std::printf("note: matmul=bf16 unsupported here, not checked: %s\n", nfn_ctx_last_error(ctx));
+    return;
+  }
+  const int N = 40, C = 16, V = 500;
+  std::vector<float> x = random_vec(N * C, 41), wte = random_vec(V * C, 42, 0.5f), losses(N), dx(N * C);
+  std::vector<float> dwte(V * C, 0.f), xr(N * C), wr(V * C), dx32(N * C), dwte32(V * C, 0.f), losses32(N);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = (i * 37) % V;
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
+                                   tgt.data(), N, C, V, 1.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
+  std::vector<uint16_t> half(V * C);
+  nfn_convert(ctx, half.data(), NFN_BF16, x.data(), NFN_F32, N * C);
+  nfn_convert(ctx, xr.data(), NFN_F32, half.data(), NFN_BF16, N * C);
+  nfn_convert(ctx, half.data(), NFN_BF16, wte.data(), NFN_F32, V * C);
+  nfn_convert(ctx, wr.data(), NFN_F32, half.data(), NFN_BF16, V * C);
+  expect_close("lm_head losses, matmul=bf16", losses, ref_losses(xr, wr, tgt, N, C, V), 1e-4, 1e-4);
+  EXPECT(nfn_ctx_configure(ctx, "matmul", "f32") == NFN_OK, "back to f32");
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses32.data(), nullptr, dx32.data(), dwte32.data(), x.data(), wte.data(),
+                                   tgt.data(), N, C, V, 1.f, NFN_F32) == NFN_OK, "f32 lm head");
+  std::vector<double> dx_ref(dx32.begin(), dx32.end()), dwte_ref(dwte32.begin(), dwte32.end());
+  expect_close("lm_head dx, matmul=bf16 vs f32", dx, dx_ref, 3e-2, 3e-2);
+  expect_close("lm_head dwte, matmul=bf16 vs f32", dwte, dwte_ref, 3e-2, 3e-2);
+}
+
 static void test_softmax(nfn_ctx* ctx) {
   const int N = 4, V = 10, stride = 13;
   std::vector<float> x = random_vec(N * stride, 31, 4.f), y(N * V);
@@ -101,6 +129,7 @@ int main() {
   check(ctx, 6, 5, 11, 0);        // tiny: every element checked
   check(ctx, 150, 4, 32768, 6);   // 64-row chunks: three of them, the last partial
   test_softmax(ctx);
+  test_bf16_mode(ctx);
   std::vector<float> buf(64);
   std::vector<int32_t> tgt = {0, 3, 9};
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
