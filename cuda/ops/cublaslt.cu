@@ -184,9 +184,12 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  LT_TRY(api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, s.a, s.b, s.d, s.d,
-                       s.pref, 1, &result, &found));
-  if (found == 0)
+  const cublasStatus_t heuristic = api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt),
+                                                 s.desc, s.a, s.b, s.d, s.d, s.pref, 1, &result, &found);
+  if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
+    return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmulAlgoGetHeuristic: %s", op,
+                api.status_string(heuristic));
+  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0)
     return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)",
                 op, g.m, g.n, g.k);
   const float alpha = 1.f, beta = g.beta;

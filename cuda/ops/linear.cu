@@ -56,11 +56,15 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
     g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
     return nfn::cuda::gemm(ctx, op, g);
   }
-  g.epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux;
-  g.aux = aux;
-  nfn_status s = nfn::cuda::gemm(ctx, op, g);
-  if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
-  // No fused kernel for this shape or alignment: GEMM (+ bias) into aux, then GELU.
+  // bf16: GELU fused into the GEMM (GELU_AUX_BIAS). f32 keeps our own GELU kernel, the
+  // CPU's exact formula, so f32 results hold to 1e-5 whatever approximation cuBLASLt uses.
+  if (dtype == NFN_BF16) {
+    g.epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux;
+    g.aux = aux;
+    nfn_status s = nfn::cuda::gemm(ctx, op, g);
+    if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
+  }
+  // f32, or no fused kernel for this shape or alignment: GEMM (+ bias) into aux, then GELU.
   g.d = aux;
   g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
   g.aux = nullptr;
