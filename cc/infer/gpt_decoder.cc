@@ -1,0 +1,224 @@
+#include "cc/infer/gpt_decoder.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace nfn {
+
+namespace {
+constexpr size_t kAlign = 256;
+size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+// Parameter tensor indices, in checkpoint order.
+enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+}  // namespace
+
+GPTDecoder::~GPTDecoder() { release(); }
+
+void GPTDecoder::release() {
+  if (ops_ != nullptr) {
+    if (act_block_) ops_->free(ctx_, act_block_);
+    if (logits_) ops_->free(ctx_, logits_);
+    if (params_) ops_->free(ctx_, params_);
+    if (k_cache_) ops_->free(ctx_, k_cache_);
+  }
+  act_block_ = params_ = nullptr;
+  logits_ = nullptr;
+  k_cache_ = v_cache_ = nullptr;
+  cap_rows_ = cap_logit_rows_ = 0;
+}
+
+bool GPTDecoder::check(nfn_status s, const char* what, std::string* error) const {
+  if (s == NFN_OK) return true;
+  *error = std::string(what) + ": " + ops_->ctx_last_error(ctx_);
+  return false;
+}
+
+void* GPTDecoder::param(int i, int layer) const {
+  return static_cast<float*>(params_) + offsets_[i] + static_cast<size_t>(layer) * per_layer_[i];
+}
+
+bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config,
+                      const std::vector<float>& params, std::string* error) {
+  release();
+  std::string bad = validate_config(config);
+  if (!bad.empty()) {
+    *error = "model geometry: " + bad;
+    return false;
+  }
+  if (params.size() != num_parameters(config)) {
+    *error = "parameters: got " + std::to_string(params.size()) + " values, the geometry needs " +
+             std::to_string(num_parameters(config));
+    return false;
+  }
+  ops_ = ops;
+  ctx_ = ctx;
+  config_ = config;
+  offsets_.clear();
+  per_layer_.clear();
+  for (const ParamTensor& t : param_layout(config)) {
+    offsets_.push_back(t.offset);
+    per_layer_.push_back(t.count / config.num_layers);  // the layer stride of ln1w..fcprojb
+  }
+  per_layer_[WTE] = per_layer_[WPE] = per_layer_[LNFW] = per_layer_[LNFB] = 0;  // not per layer
+  const size_t cache = static_cast<size_t>(config.num_layers) * config.max_seq_len * config.channels;
+  void* kv = nullptr;
+  if (!check(ops_->alloc(ctx_, params.size() * 4, &params_), "allocating parameters", error) ||
+      !check(ops_->copy(ctx_, params_, params.data(), params.size() * 4, NFN_HOST_TO_DEVICE),
+             "uploading parameters", error) ||
+      !check(ops_->alloc(ctx_, 2 * cache * 4, &kv), "allocating the KV cache", error))
+    return false;
+  k_cache_ = static_cast<float*>(kv);
+  v_cache_ = k_cache_ + cache;
+  // Ask the backend for the cached attention once, on the cache itself, so a library that
+  // lacks it is named before any output is produced.
+  if (!ensure_rows(1, false, error)) return false;
+  const int C = config.channels;
+  if (!check(ops_->fill(ctx_, qkv_, NFN_F32, 0.f, 3 * static_cast<size_t>(C)), "fill", error) ||
+      !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, config.max_seq_len, C,
+                                       config.num_heads, NFN_F32),
+             "attention_kv_cached", error))
+    return false;
+  pos_ = rows_ = 0;
+  return true;
+}
+
+bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
+  const size_t C = config_.channels, Vp = config_.padded_vocab_size;
+  // Logits live in their own allocation, so growing them keeps the last forward's rows.
+  const int logit_rows = logits_all ? n : 1;
+  if (logit_rows > cap_logit_rows_) {
+    if (logits_) ops_->free(ctx_, logits_);
+    logits_ = nullptr;
+    cap_logit_rows_ = 0;
+    void* p = nullptr;
+    if (!check(ops_->alloc(ctx_, static_cast<size_t>(logit_rows) * Vp * 4, &p), "allocating logits", error))
+      return false;
+    logits_ = static_cast<float*>(p);
+    cap_logit_rows_ = logit_rows;
+  }
+  if (n <= cap_rows_) return true;
+  if (act_block_) ops_->free(ctx_, act_block_);
+  act_block_ = nullptr;
+  cap_rows_ = 0;
+  const size_t N = n;
+  std::vector<std::pair<void**, size_t>> plan = {
+      {reinterpret_cast<void**>(&tokens_), N * 4},  {reinterpret_cast<void**>(&targets_), N * 4},
+      {reinterpret_cast<void**>(&x_), N * C * 4},   {reinterpret_cast<void**>(&ln_), N * C * 4},
+      {reinterpret_cast<void**>(&mean_), N * 4},    {reinterpret_cast<void**>(&rstd_), N * 4},
+      {reinterpret_cast<void**>(&qkv_), N * 3 * C * 4}, {reinterpret_cast<void**>(&atty_), N * C * 4},
+      {reinterpret_cast<void**>(&proj_), N * C * 4}, {reinterpret_cast<void**>(&fch_), N * 4 * C * 4},
+      {reinterpret_cast<void**>(&fch_gelu_), N * 4 * C * 4}, {reinterpret_cast<void**>(&losses_), N * 4},
+  };
+  size_t total = 0;
+  for (auto& slot : plan) total += align_up(slot.second);
+  if (!check(ops_->alloc(ctx_, total, &act_block_), "allocating activations", error)) return false;
+  char* p = static_cast<char*>(act_block_);
+  for (auto& slot : plan) {
+    *slot.first = p;
+    p += align_up(slot.second);
+  }
+  cap_rows_ = n;
+  return true;
+}
+
+bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
+  const GPTConfig& g = config_;
+  if (n < 1 || pos_ + n > g.max_seq_len) {
+    *error = "forward: " + std::to_string(n) + " tokens at position " + std::to_string(pos_) +
+             " do not fit the context of " + std::to_string(g.max_seq_len);
+    return false;
+  }
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= g.vocab_size) {
+      *error = "forward: token id " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
+               std::to_string(g.vocab_size) + ")";
+      return false;
+    }
+  if (!ensure_rows(n, false, error)) return false;
+  const int C = g.channels, NH = g.num_heads, maxT = g.max_seq_len;
+  const size_t cache_layer = static_cast<size_t>(maxT) * C;
+  const nfn_op_table& o = *ops_;
+  const float* wpe = static_cast<const float*>(param(WPE)) + static_cast<size_t>(pos_) * C;  // rows from pos
+  if (!check(o.copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE), "uploading tokens",
+             error) ||
+      !check(o.embedding_forward(ctx_, x_, tokens_, param(WTE), wpe, 1, n, C, NFN_F32), "embedding_forward",
+             error))
+    return false;
+  for (int l = 0; l < g.num_layers; ++l) {
+    // The same op sequence as the training forward (cc/model/gpt.cc), with the cached
+    // attention in place of the full one; x_ is the residual stream, updated in place.
+    bool ok =
+        check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN1W, l), param(LN1B, l), n, C, NFN_F32),
+              "layernorm_forward (ln1)", error) &&
+        check(o.linear_forward(ctx_, qkv_, nullptr, ln_, param(QKVW, l), param(QKVB, l), n, C, 3 * C,
+                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (qkv)", error) &&
+        check(o.attention_kv_cached(ctx_, atty_, k_cache_ + l * cache_layer, v_cache_ + l * cache_layer, qkv_, 1,
+                                    n, pos_, maxT, C, NH, NFN_F32), "attention_kv_cached", error) &&
+        check(o.linear_forward(ctx_, proj_, nullptr, atty_, param(ATTPROJW, l), nullptr, n, C, C,
+                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (attproj)", error) &&
+        check(o.residual_forward(ctx_, x_, x_, proj_, param(ATTPROJB, l), n, C, NFN_F32),
+              "residual_forward (attention)", error) &&
+        check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN2W, l), param(LN2B, l), n, C, NFN_F32),
+              "layernorm_forward (ln2)", error) &&
+        check(o.linear_forward(ctx_, fch_gelu_, fch_, ln_, param(FCW, l), param(FCB, l), n, C, 4 * C,
+                               NFN_EPILOGUE_GELU, NFN_F32), "linear_forward (fc)", error) &&
+        check(o.linear_forward(ctx_, proj_, nullptr, fch_gelu_, param(FCPROJW, l), nullptr, n, 4 * C, C,
+                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (fcproj)", error) &&
+        check(o.residual_forward(ctx_, x_, x_, proj_, param(FCPROJB, l), n, C, NFN_F32), "residual_forward (mlp)",
+              error);
+    if (!ok) return false;
+  }
+  if (!check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LNFW), param(LNFB), n, C, NFN_F32),
+             "layernorm_forward (lnf)", error))
+    return false;
+  pos_ += n;
+  rows_ = n;
+  return true;
+}
+
+bool GPTDecoder::logits(bool all_rows, std::vector<float>* out, std::string* error) {
+  if (rows_ == 0) {
+    *error = "logits: no forward to read";
+    return false;
+  }
+  if (!ensure_rows(rows_, all_rows, error)) return false;
+  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const int rows = all_rows ? rows_ : 1;
+  const float* x = ln_ + static_cast<size_t>(rows_ - rows) * C;
+  if (!check(ops_->linear_forward(ctx_, logits_, nullptr, x, param(WTE), nullptr, rows, C, Vp, NFN_EPILOGUE_NONE,
+                                  NFN_F32), "linear_forward (logits)", error))
+    return false;
+  std::vector<float> padded(static_cast<size_t>(rows) * Vp);
+  if (!check(ops_->copy(ctx_, padded.data(), logits_, padded.size() * 4, NFN_DEVICE_TO_HOST), "copy", error) ||
+      !check(ops_->synchronize(ctx_), "synchronize", error))
+    return false;
+  out->resize(static_cast<size_t>(rows) * V);
+  for (int r = 0; r < rows; ++r)
+    std::copy(padded.begin() + static_cast<size_t>(r) * Vp, padded.begin() + static_cast<size_t>(r) * Vp + V,
+              out->begin() + static_cast<size_t>(r) * V);
+  return true;
+}
+
+bool GPTDecoder::losses(const int32_t* targets, std::vector<float>* out, std::string* error) {
+  if (rows_ == 0) {
+    *error = "losses: no forward to read";
+    return false;
+  }
+  const int n = rows_, V = config_.vocab_size;
+  for (int i = 0; i < n; ++i)
+    if (targets[i] < 0 || targets[i] >= V) {
+      *error = "losses: target id " + std::to_string(targets[i]) + " is outside the vocabulary [0, " +
+               std::to_string(V) + ")";
+      return false;
+    }
+  out->resize(n);
+  return check(ops_->copy(ctx_, targets_, targets, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
+               "uploading targets", error) &&
+         check(ops_->lm_head_cross_entropy(ctx_, losses_, nullptr, nullptr, nullptr, ln_, param(WTE), targets_, n,
+                                           config_.channels, V, 0.f, NFN_F32), "lm_head_cross_entropy", error) &&
+         check(ops_->copy(ctx_, out->data(), losses_, static_cast<size_t>(n) * 4, NFN_DEVICE_TO_HOST), "copy",
+               error) &&
+         check(ops_->synchronize(ctx_), "synchronize", error);
+}
+
+}  // namespace nfn
