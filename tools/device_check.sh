@@ -6,7 +6,8 @@
 #      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. tools/bench_train.py: GPT-2 124M with nfn and with the PyTorch reference, tokens/s,
 #      MFU and the ratio
-# Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last.
+# Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last. Each step
+# has its own time limit (about 9.5 minutes in all), so give the device tool timeout_s 600.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/nfn-device-out}
@@ -38,7 +39,7 @@ echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowher
 
 # 1. op parity
 start=$SECONDS
-"$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
+timeout 150 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
 status=${PIPESTATUS[0]}
 summary=$(tail -n 1 "$out/parity.log")
 verdict=$([ "$status" = 0 ] && echo PASS || echo FAIL)
@@ -71,9 +72,9 @@ PY
   common=(--num-layers 2 --num-heads 4 --model-dim 128 --vocab-size 512 --train-data "$data"
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
-  "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
+  timeout 90 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
   for dt in f32 bf16; do
-    "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --output-dir "/tmp/nfn-cuda-$dt" \
+    timeout 60 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --output-dir "/tmp/nfn-cuda-$dt" \
       > "$out/train_cuda_$dt.json" 2> "$out/train_cuda_$dt.err"
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
     verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_$dt.json" "$bound" <<'PY'
@@ -95,7 +96,7 @@ PY
 fi
 
 # 3. throughput against the PyTorch reference
-python3 "$root/tools/bench_train.py" --json --steps 20 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+timeout 280 python3 "$root/tools/bench_train.py" --json --steps 20 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   > "$out/bench.json" 2> "$out/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys
