@@ -32,6 +32,7 @@ def parse_args(argv):
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
+    p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each of the two runs")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -71,7 +72,10 @@ def run_nfn(args, workdir):
            "--eval-batches", "1", "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"trainer ran past {args.timeout} s"}
     if proc.returncode != 0:
         return {"error": f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
     report = json.loads(proc.stdout)
@@ -86,7 +90,10 @@ def run_torch(args):
     cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cuda.py"), "--json",
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
            "--steps", str(args.steps), "--peak-tflops", str(args.peak_tflops)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"reference ran past {args.timeout} s"}
     if proc.returncode != 0:
         return {"error": f"reference exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
