@@ -95,7 +95,8 @@ def run_torch(args):
     except subprocess.TimeoutExpired:
         return {"error": f"reference ran past {args.timeout} s"}
     if proc.returncode != 0:
-        return {"error": f"reference exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
+        why = (proc.stderr.strip() or proc.stdout.strip())[-400:]
+        return {"error": f"reference exited {proc.returncode}: {why}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
