@@ -211,6 +211,23 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   }
 }
 
+void check_kv_cached(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  struct Shape { int B, Tq, pos, maxT, C, NH; };
+  for (Shape s : {Shape{2, 3, 5, 16, 64, 4}, Shape{1, 1, 40, 48, 96, 3}, Shape{2, 9, 0, 9, 32, 2}}) {
+    const int B = s.B, Tq = s.Tq, pos = s.pos, maxT = s.maxT, C = s.C, NH = s.NH;
+    const std::string dims = " Tq" + std::to_string(Tq) + " pos" + std::to_string(pos);
+    compare(cpu, gpu, Case{"attention_kv_cached" + dims,
+                           {output("out", B * Tq * C), accumulated("k_cache", random_floats(B * maxT * C, rng)),
+                            accumulated("v_cache", random_floats(B * maxT * C, rng)),
+                            input("qkv", random_floats(B * Tq * 3 * C, rng))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().attention_kv_cached(b.ctx, P(0), P(1), P(2), P(3), B, Tq, pos, maxT,
+                                                                C, NH, d);
+                           }},
+            dt);
+  }
+}
+
 void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   const int N = 45, V = 1000, stride = 1024;
   compare(cpu, gpu, Case{"softmax_forward",
@@ -401,6 +418,7 @@ int main(int argc, char** argv) {
     check_linear(cpu, gpu, dt);
     check_elementwise(cpu, gpu, dt);
     check_attention(cpu, gpu, dt);
+    check_kv_cached(cpu, gpu, dt);
     check_softmax_and_loss(cpu, gpu, dt);
     check_adamw(cpu, gpu, dt);
   }
