@@ -11,7 +11,7 @@
 namespace nfn::cpu {
 struct GemmState;
 // Scratch slots: each op that needs temporary memory owns one, so nested use cannot clash.
-enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchReduce, kScratchSlots };
+enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchSlots };
 }  // namespace nfn::cpu
 
 struct nfn_ctx {
