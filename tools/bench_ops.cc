@@ -146,6 +146,16 @@ int main(int argc, char** argv) {
   int step = 0;
   add("adamw_step_many", 1, [&] { return nfn_adamw_step_many(ctx, &group, 1, ++step, 1e-4f, 0.9f, 0.95f, 1e-8f, &sumsq, 1.f, NFN_F32); }, 0);
 
+  // Not part of a step: the machine's f32 (or bf16-mode) GEMM rate, for comparison.
+  {
+    const int S = 2048;
+    auto a = random_vec(size_t(S) * S, 11, 1.f), w2 = random_vec(size_t(S) * S, 12, 1.f);
+    std::vector<float> c(size_t(S) * S);
+    add("calibration: linear 2048x2048x2048", 0, [&] {
+      return nfn_linear_forward(ctx, c.data(), nullptr, a.data(), w2.data(), nullptr, S, S, S, NFN_EPILOGUE_NONE,
+                                NFN_F32);
+    }, gf(S, S, S));
+  }
   double total = 0;
   std::printf("%-36s %8s %10s %9s %10s\n", "op (matmul=" , "calls", "median ms", "GFLOP/s", "ms/step");
   std::printf("%-36s\n", bf16 ? "bf16)" : "f32)");
