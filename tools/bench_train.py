@@ -25,12 +25,16 @@ SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="cuda", help="nfn backend (cuda)")
-    p.add_argument("--trainer", default=".device/bin/nfn_gpt_native_train", help="nfn_gpt_native_train binary")
+    p.add_argument("--backend", default="cuda", choices=["cpu", "cuda"],
+                   help="cuda: GPT-2 124M against tools/bench_train_torch_cuda.py; cpu: a small GPT "
+                        "(4 layers, 256 channels, seq 256, vocab 8192) against "
+                        "tools/bench_train_torch_cpu.py in four modes")
+    p.add_argument("--trainer", default=None,
+                   help="nfn_gpt_native_train binary (default: bazel-bin/cc/bin, else .device/bin)")
     p.add_argument("--tile-ops-lib", default="", help="op library for the trainer (default: its own search)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
     p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each of the two runs")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
@@ -38,14 +42,17 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def write_shard(path, ntok, rng):
-    """An llm.c token shard: 256 int32 header, then ntok uint16 tokens."""
+def write_shard_tokens(path, tokens):
+    """An llm.c token shard: 256 int32 header, then the tokens as uint16."""
     header = array.array("i", [0] * 256)
-    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, ntok
-    tokens = array.array("H", (rng.randrange(50257) for _ in range(ntok)))
+    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(tokens)
     with open(path, "wb") as f:
         header.tofile(f)
-        tokens.tofile(f)
+        array.array("H", tokens).tofile(f)
+
+
+def write_shard(path, ntok, rng):
+    write_shard_tokens(path, [rng.randrange(50257) for _ in range(ntok)])
 
 
 def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
@@ -100,8 +107,31 @@ def run_torch(args):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def default_trainer():
+    for path in ("bazel-bin/cc/bin/nfn_gpt_native_train", ".device/bin/nfn_gpt_native_train"):
+        if os.path.exists(path):
+            return path
+    return ".device/bin/nfn_gpt_native_train"
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.trainer = os.path.abspath(args.trainer or default_trainer())
+    if args.steps is None:
+        args.steps = 10 if args.backend == "cpu" else 30
+    if args.backend == "cpu":
+        import bench_train_cpu
+        with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
+            result = bench_train_cpu.run(args, workdir)
+        if not args.json:
+            for mode, r in result["nfn"]["modes"].items():
+                print(f"nfn {mode:18s} {r.get('tokens_per_s', 0):10.0f} tok/s  {r.get('error', '')}")
+            for mode, r in result["pytorch"].get("modes", {}).items():
+                print(f"pytorch {mode:14s} {r.get('tokens_per_s', 0):10.0f} tok/s  {r.get('error', '')}")
+            print(f"ratio {result['ratio']:.3f}" if result["ratio"] else "ratio n/a")
+        else:
+            print(json.dumps(result))
+        return 0 if result["ratio"] else 1
     with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
         nfn = run_nfn(args, workdir)
     ref = {"skipped": True} if args.skip_torch else run_torch(args)

@@ -67,7 +67,7 @@ def build_model(torch, args):
             for block in self.blocks:
                 x = block(x)
             logits = self.lnf(x) @ self.wte.weight.T  # tied head
-            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     model = GPT()
     for name, p in model.named_parameters():
