@@ -9,5 +9,6 @@ namespace nfn::py {
 void bind_ops(nanobind::module_& m);
 void bind_data(nanobind::module_& m);
 void bind_model(nanobind::module_& m);
+void bind_infer(nanobind::module_& m);
 
 }  // namespace nfn::py

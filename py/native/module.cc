@@ -8,4 +8,5 @@ NB_MODULE(_native, m) {
   nfn::py::bind_ops(m);
   nfn::py::bind_data(m);
   nfn::py::bind_model(m);
+  nfn::py::bind_infer(m);
 }

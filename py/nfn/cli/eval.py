@@ -1,5 +1,13 @@
-"""Evaluate a checkpoint: mean loss, perplexity and bits per byte on a dataset split."""
-from nfn.cli.common import add_command, not_implemented
+"""Evaluate a checkpoint: mean loss, perplexity and bits per byte on a dataset split.
+
+The split's shards are scored in windows of the model's context with the native engine.
+Bits per byte divide the summed loss by ln 2 and by the UTF-8 bytes of the decoded targets
+(end-of-text tokens excluded), as nanochat does.
+
+example:
+  nfn eval --checkpoint gpt --dataset shakespeare --max-tokens 20000 --json
+"""
+from nfn.cli.common import add_command
 
 
 def register(sub):
@@ -8,6 +16,14 @@ def register(sub):
     p.add_argument("--dataset", help="dataset alias or shard directory")
     p.add_argument("--split", default="val", choices=["train", "val"], help="split (default: val)")
     p.add_argument("--max-tokens", type=int, help="stop after this many tokens")
+    p.add_argument("--graph-file", help="manifest overriding the checkpoint's")
+    p.add_argument("--weights", help="weights file overriding the checkpoint's")
+    p.add_argument("--tokenizer", help="tokenizer overriding the manifest's (for files without one)")
     p.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto")
     p.add_argument("--json", action="store_true", help="print loss, perplexity, bits_per_byte, tokens")
-    p.set_defaults(run=not_implemented("nfn eval", "#6"))
+    p.set_defaults(run=run)
+
+
+def run(args):
+    from nfn.infer import evaluate
+    return evaluate.run(args)

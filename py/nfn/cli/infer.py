@@ -1,14 +1,24 @@
-"""Generate text from a checkpoint with a KV cache, or inspect a checkpoint's layout.
+"""Generate text from a checkpoint with a KV cache, or inspect or convert a checkpoint.
 
-The tokenizer and geometry come from the checkpoint's manifest. Text streams as it is made.
+The tokenizer and geometry come from the checkpoint's manifest. The prompt is prefilled once,
+then tokens are sampled one at a time through the KV cache; text streams as it is made.
+--checkpoint takes a directory written by `nfn train` (its newest step with a DONE marker),
+a model_%08d.bin or other llm.c model file (v3 fp32 / v5 bf16), a Hugging Face GPT-2
+directory (config.json + model.safetensors), or an artifact name.
+
+examples:
+  nfn infer --checkpoint gpt --prompt "Once upon" --max-new-tokens 40 --temperature 0.8 --top-k 50
+  nfn infer --checkpoint gpt --prompt-tokens 464,2068 --temperature 0 --json
+  nfn infer --checkpoint gpt --checkpoint-layout
+  nfn infer --checkpoint gpt --export-hf /tmp/gpt-hf
 """
-from nfn.cli.common import add_command, not_implemented
+from nfn.cli.common import add_command
 
 
 def register(sub):
     p = add_command(sub, "infer", __doc__)
     p.add_argument("--checkpoint", required=True,
-                   help="checkpoint directory, model_%%08d.bin file, or artifact name")
+                   help="checkpoint directory, model_%%08d.bin file, HF directory, or artifact name")
     prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", help="prompt text")
     prompt.add_argument("--prompt-tokens", help="comma-separated prompt token ids")
@@ -19,9 +29,17 @@ def register(sub):
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.add_argument("--graph-file", help="manifest overriding the checkpoint's")
     p.add_argument("--weights", help="weights file overriding the checkpoint's")
+    p.add_argument("--tokenizer", help="tokenizer overriding the manifest's (for files without one)")
     p.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto")
     p.add_argument("--native-info", action="store_true", help="print the checkpoint header as JSON")
     p.add_argument("--checkpoint-layout", action="store_true",
                    help="print tensor names, shapes and byte offsets as JSON")
+    p.add_argument("--export-hf", metavar="DIR", help="write config.json + model.safetensors (GPT-2 layout)")
+    p.add_argument("--export-llmc", metavar="FILE", help="write an llm.c model file (from any checkpoint)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    p.set_defaults(run=not_implemented("nfn infer", "#6"))
+    p.set_defaults(run=run)
+
+
+def run(args):
+    from nfn.infer import generate
+    return generate.run(args)

@@ -1,0 +1,155 @@
+// Bindings for the inference engine: a KV-cached GPT on the linked CPU op library, or on an
+// op library loaded at run time (the CUDA one) through the trainer's loader.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cc/infer/engine.h"
+#include "cc/infer/gpt_decoder.h"
+#include "cc/ops/linked_op_table.h"
+#include "cc/train/backend.h"
+#include "py/native/bindings.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using F32Vector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I32Vector = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+void check(bool ok, const std::string& error) {
+  if (!ok) throw std::runtime_error(error);
+}
+
+nb::ndarray<nb::numpy, float, nb::ndim<2>> to_numpy(std::vector<float>&& v, size_t rows, size_t cols) {
+  auto* heap = new std::vector<float>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::ndarray<nb::numpy, float, nb::ndim<2>>(heap->data(), {rows, cols}, owner);
+}
+
+class InferenceEngine {
+ public:
+  // library "" means the CPU ops linked into this module; otherwise the op library at that
+  // path is loaded (and must implement attention_kv_cached).
+  InferenceEngine(F32Vector params, int max_seq_len, int vocab_size, int num_layers, int num_heads, int channels,
+                  int padded_vocab_size, const std::string& library, int threads) {
+    std::string error;
+    if (library.empty()) {
+      linked_ = nfn::linked_op_table();
+      ops_ = &linked_;
+      check(ops_->ctx_create(0, &ctx_) == NFN_OK, "cannot create a CPU op context");
+    } else {
+      backend_ = std::make_unique<nfn::Backend>();
+      check(nfn::open_backend("", library, backend_.get(), &error), error);
+      ops_ = &backend_->lib.ops;
+      ctx_ = backend_->ctx;
+    }
+    if (threads > 0) {
+      const std::string n = std::to_string(threads);
+      check(ops_->ctx_configure(ctx_, "threads", n.c_str()) == NFN_OK,
+            std::string("threads: ") + ops_->ctx_last_error(ctx_));
+    }
+    nfn::GPTConfig c;
+    c.max_seq_len = max_seq_len, c.vocab_size = vocab_size, c.num_layers = num_layers, c.num_heads = num_heads;
+    c.channels = channels, c.padded_vocab_size = padded_vocab_size;
+    std::vector<float> host(params.data(), params.data() + params.size());
+    decoder_ = std::make_unique<nfn::GPTDecoder>();
+    if (!decoder_->init(ops_, ctx_, c, host, &error)) {
+      release();
+      throw std::runtime_error(std::string(backend_name_or_cpu()) + " op library: " + error);
+    }
+  }
+  ~InferenceEngine() { release(); }
+
+  std::string backend() const { return ops_->backend_name(); }
+  int position() const { return decoder_->position(); }
+  void reset() { decoder_->reset(); }
+
+  // Runs tokens through the cache; logits of the last row (1, V) or of every row (n, V).
+  nb::ndarray<nb::numpy, float, nb::ndim<2>> forward(I32Vector tokens, bool all_logits) {
+    std::string error;
+    std::vector<float> out;
+    const int n = static_cast<int>(tokens.shape(0));
+    {
+      nb::gil_scoped_release unlocked;
+      check(decoder_->forward(tokens.data(), n, &error) && decoder_->logits(all_logits, &out, &error), error);
+    }
+    const size_t V = decoder_->config().vocab_size;
+    return to_numpy(std::move(out), out.size() / V, V);
+  }
+
+  // Cross-entropy of each position of a fresh sequence (the cache is reset first).
+  nb::ndarray<nb::numpy, float, nb::ndim<2>> losses(I32Vector inputs, I32Vector targets) {
+    if (inputs.shape(0) != targets.shape(0)) throw std::invalid_argument("inputs and targets differ in length");
+    std::string error;
+    std::vector<float> out;
+    {
+      nb::gil_scoped_release unlocked;
+      decoder_->reset();
+      check(decoder_->forward(inputs.data(), static_cast<int>(inputs.shape(0)), &error) &&
+                decoder_->losses(targets.data(), &out, &error),
+            error);
+    }
+    return to_numpy(std::move(out), 1, inputs.shape(0));
+  }
+
+  nb::dict generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k, float top_p,
+                    uint64_t seed, int32_t stop_token, std::function<bool(int32_t)> on_token) {
+    nfn::SamplingConfig s;
+    s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
+    nfn::GenerationResult r;
+    std::string error;
+    check(nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, on_token, &r, &error), error);
+    nb::dict out;
+    out["tokens"] = r.tokens;
+    out["prefill_seconds"] = r.prefill_seconds;
+    out["decode_seconds"] = r.decode_seconds;
+    out["stop_reason"] = r.stop_reason;
+    return out;
+  }
+
+ private:
+  const char* backend_name_or_cpu() const { return backend_ ? backend_->path.c_str() : "cpu"; }
+  void release() {
+    decoder_.reset();  // frees backend memory while the context lives
+    if (backend_) {
+      backend_.reset();
+    } else if (ctx_ != nullptr) {
+      ops_->ctx_destroy(ctx_);
+    }
+    ctx_ = nullptr;
+  }
+
+  nfn_op_table linked_{};
+  std::unique_ptr<nfn::Backend> backend_;
+  const nfn_op_table* ops_ = nullptr;
+  nfn_ctx* ctx_ = nullptr;
+  std::unique_ptr<nfn::GPTDecoder> decoder_;
+};
+
+}  // namespace
+
+namespace nfn::py {
+
+void bind_infer(nb::module_& m) {
+  nb::class_<InferenceEngine>(m, "InferenceEngine", "KV-cached GPT generation over an op library.")
+      .def(nb::init<F32Vector, int, int, int, int, int, int, const std::string&, int>(), nb::arg("params"),
+           nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"), nb::arg("num_heads"),
+           nb::arg("channels"), nb::arg("padded_vocab_size"), nb::arg("library") = "", nb::arg("threads") = 0)
+      .def_prop_ro("backend", &InferenceEngine::backend)
+      .def_prop_ro("position", &InferenceEngine::position)
+      .def("reset", &InferenceEngine::reset)
+      .def("forward", &InferenceEngine::forward, nb::arg("tokens"), nb::arg("all_logits") = false)
+      .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
+      .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),
+           nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0f, nb::arg("seed") = 0,
+           nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none());
+}
+
+}  // namespace nfn::py

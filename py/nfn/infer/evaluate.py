@@ -1,0 +1,105 @@
+"""`nfn eval`: mean loss, perplexity and bits per byte of a checkpoint on a dataset split.
+
+The split's shards are read as one token stream and cut into windows of the model's
+context; every position predicts the next token, so each token after the first is scored
+once. Bits per byte follow nanochat: the summed loss in nats over the scored tokens,
+divided by ln 2 and by the UTF-8 bytes of those tokens' decoded text; end-of-text tokens
+count as no bytes and their losses are left out of that one ratio.
+"""
+import math
+import sys
+
+from nfn.errors import UserError
+
+
+def read_split_tokens(shards, limit):
+    """The split's tokens, concatenated, at most `limit` (None: all)."""
+    import numpy as np
+    from nfn.data import shard_headers
+    parts, total = [], 0
+    for path in shards:
+        ntok, width = shard_headers.read_header(path)
+        dtype = np.uint16 if width == 2 else np.uint32
+        take = ntok if limit is None else min(ntok, limit - total)
+        parts.append(np.fromfile(path, dtype=dtype, count=take, offset=shard_headers.HEADER_BYTES).astype(np.int32))
+        total += take
+        if limit is not None and total >= limit:
+            break
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32), parts
+
+
+def dataset_shards(args, tokenizer):
+    """The split's shard paths for --dataset, prepared with the checkpoint's tokenizer if needed."""
+    from nfn.data import cache
+    info = cache.find_cached(dataset=args.dataset, tokenizer=tokenizer)
+    if info is None:
+        from nfn.data.prepare import prepare_dataset
+        info = prepare_dataset(dataset=args.dataset, tokenizer=tokenizer, quiet=args.json)
+    if info["tokenizer"] != tokenizer:
+        raise UserError(f"dataset {args.dataset} is tokenized with {info['tokenizer']} but the checkpoint "
+                        f"uses {tokenizer}")
+    shards = info["val_shards"] if args.split == "val" else info["train_shards"]
+    if not shards:
+        raise UserError(f"dataset {args.dataset}: no {args.split} shards")
+    return shards
+
+
+def score(engine, tokens, window):
+    """Per-token losses (nats) of tokens[1:], in windows of `window` positions."""
+    import numpy as np
+    losses = []
+    for start in range(0, len(tokens) - 1, window):
+        end = min(start + window, len(tokens) - 1)
+        losses.append(engine.losses(tokens[start:end], tokens[start + 1:end + 1])[0])
+    return np.concatenate(losses) if losses else np.zeros(0, dtype=np.float32)
+
+
+def metrics(losses, targets, tok, eot):
+    """loss, perplexity, bits per byte (None without a tokenizer) from per-token losses."""
+    import numpy as np
+    loss = float(np.mean(losses, dtype=np.float64))
+    out = {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": None, "tokens": int(len(losses))}
+    if tok is not None:
+        keep = targets != eot if eot is not None else np.ones(len(targets), dtype=bool)
+        nbytes = len(tok.decode([int(t) for t in targets[keep]]).encode("utf-8"))
+        if nbytes:
+            out["bits_per_byte"] = float(np.sum(losses[keep], dtype=np.float64)) / (math.log(2) * nbytes)
+        out["bytes"] = nbytes
+    return out
+
+
+def run(args):
+    if not args.dataset:
+        raise UserError("--dataset is required (an alias from `nfn data list`, or a shard directory)")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UserError(f"--max-tokens must be >= 1 (got {args.max_tokens})")
+    from nfn.infer import model as model_lib
+    m = model_lib.load(args, need_tokenizer=True)
+    shards = dataset_shards(args, m.tokenizer)
+    limit = None if args.max_tokens is None else args.max_tokens + 1  # +1: the first token is only context
+    tokens, _ = read_split_tokens(shards, limit)
+    if len(tokens) < 2:
+        raise UserError(f"dataset {args.dataset}: the {args.split} split has fewer than 2 tokens")
+    top = int(tokens.max())
+    if top >= m.geometry["vocab_size"]:
+        raise UserError(f"dataset {args.dataset}: token id {top} is outside the checkpoint's vocabulary "
+                        f"[0, {m.geometry['vocab_size']}) (tokenizer mismatch)")
+    from nfn import tokenizers
+    tok = tokenizers.load(m.tokenizer)
+    engine, note = model_lib.start_engine(m, args.backend)
+    try:
+        losses = score(engine, tokens, m.geometry["max_seq_len"])
+    except (RuntimeError, ValueError) as e:
+        raise UserError(str(e)) from None
+    result = metrics(losses, tokens[1:], tok, m.eot)
+    result.update({"checkpoint": m.source, "dataset": args.dataset, "split": args.split,
+                   "backend": engine.backend, "backend_note": note})
+    if args.json:
+        import json
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        bpb = "n/a" if result["bits_per_byte"] is None else f"{result['bits_per_byte']:.4f}"
+        print(f"{args.split} loss {result['loss']:.4f}   perplexity {result['perplexity']:.2f}   "
+              f"bits/byte {bpb}   tokens {result['tokens']}")
+    return 0

@@ -1,0 +1,149 @@
+"""`nfn infer`: print a checkpoint's header or layout, convert it, or generate from it.
+
+Generation tokenizes the prompt, prefills it in one native forward, then samples token by
+token through the KV cache, printing text as soon as it decodes to whole characters.
+"""
+import json
+import os
+import sys
+
+from nfn.errors import UserError
+from nfn.infer import checkpoint
+
+
+def print_json(obj):
+    json.dump(obj, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def header_only(args):
+    """--native-info / --checkpoint-layout: from the header alone (standard library)."""
+    ckpt = checkpoint.resolve(args.weights or args.checkpoint)
+    info = checkpoint.header_info(ckpt)
+    if args.checkpoint_layout:
+        if ckpt.kind == "hf":
+            from nfn.infer import hf
+            info["tensors"] = hf.hf_layout(ckpt.path)
+        else:
+            info["tensors"] = checkpoint.layout(info)
+    print_json(info)
+    return 0
+
+
+def export(args):
+    """--export-hf DIR / --export-llmc FILE: the checkpoint in another layout, bit for bit."""
+    from nfn.infer import hf, model
+    geom, dtype, flat, manifest, source = model.load_stored(args)
+    manifest = manifest or {}
+    if args.export_hf:
+        hf.export(flat, geom, dtype, args.export_hf, manifest.get("tokenizer"), manifest.get("eot_token"))
+        print(f"wrote {os.path.join(args.export_hf, 'config.json')} and model.safetensors from {source}")
+    if args.export_llmc:
+        model.write_llmc(args.export_llmc, geom, dtype, flat)
+        print(f"wrote {args.export_llmc} (llm.c version {3 if dtype == 'f32' else 5}) from {source}")
+    return 0
+
+
+def parse_prompt_tokens(text, vocab_size):
+    ids = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            ids.append(int(part))
+        except ValueError:
+            raise UserError(f"--prompt-tokens: {part!r} is not an integer token id") from None
+    for i in ids:
+        if not 0 <= i < vocab_size:
+            raise UserError(f"--prompt-tokens: id {i} is outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
+def check_sampling(args):
+    if args.max_new_tokens < 0:
+        raise UserError(f"--max-new-tokens must be >= 0 (got {args.max_new_tokens})")
+    if not args.temperature >= 0:
+        raise UserError(f"--temperature must be >= 0 (got {args.temperature})")
+    if args.top_k is not None and args.top_k < 0:
+        raise UserError(f"--top-k must be >= 0 (got {args.top_k})")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0 (got {args.seed})")
+
+
+class TextStream:
+    """Prints the decoded text as it grows, holding back an unfinished UTF-8 character."""
+
+    def __init__(self, tok, out):
+        self.tok, self.out, self.ids, self.shown = tok, out, [], 0
+
+    def push(self, token):
+        self.ids.append(token)
+        text = self.tok.decode(self.ids)
+        end = len(text.rstrip("\ufffd"))
+        if end > self.shown:
+            self.out.write(text[self.shown:end])
+            self.out.flush()
+            self.shown = end
+        return True
+
+    def finish(self):
+        text = self.tok.decode(self.ids)
+        self.out.write(text[self.shown:] + "\n")
+        self.out.flush()
+
+
+def run(args):
+    if args.native_info or args.checkpoint_layout:
+        return header_only(args)
+    if args.export_hf or args.export_llmc:
+        return export(args)
+    if args.prompt is None and args.prompt_tokens is None:
+        raise UserError("give --prompt TEXT or --prompt-tokens IDS (or --native-info, --checkpoint-layout)")
+    check_sampling(args)
+    from nfn.infer import model as model_lib
+    m = model_lib.load(args, need_tokenizer=args.prompt is not None)
+    tok = None
+    if m.tokenizer is not None:
+        from nfn import tokenizers
+        tok = tokenizers.load(m.tokenizer)
+    if args.prompt is not None:
+        prompt = tok.encode(args.prompt)
+        if not prompt:
+            raise UserError("--prompt: the text encodes to no tokens")
+    else:
+        prompt = parse_prompt_tokens(args.prompt_tokens, m.geometry["vocab_size"])
+        if not prompt:
+            raise UserError("--prompt-tokens: no token ids given")
+    if len(prompt) > m.geometry["max_seq_len"]:
+        raise UserError(f"prompt: {len(prompt)} tokens is longer than the context of {m.geometry['max_seq_len']}")
+    engine, note = model_lib.start_engine(m, args.backend)
+    stream = TextStream(tok, sys.stdout) if tok is not None and not args.json else None
+    eot = m.eot if m.eot is not None else -1
+    on_token = None
+    if stream is not None:
+        on_token = lambda t: t == eot or stream.push(t)  # noqa: E731 (the EOT is not printed)
+    try:
+        result = engine.generate(prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 0,
+                                 top_p=1.0 if args.top_p is None else args.top_p, seed=args.seed,
+                                 stop_token=eot, on_token=on_token)
+    except (RuntimeError, ValueError) as e:
+        raise UserError(str(e)) from None
+    tokens = result["tokens"]
+    if stream is not None:
+        stream.finish()
+    emitted = [t for t in tokens if t != eot]
+    prefill_tps = len(prompt) / result["prefill_seconds"] if result["prefill_seconds"] > 0 else None
+    # Decode speed counts the tokens fed back through the cache (the first came from the prefill).
+    decode_tps = (len(tokens) - 1) / result["decode_seconds"] if len(tokens) > 1 and result["decode_seconds"] > 0 \
+        else None
+    if args.json:
+        print_json({"checkpoint": m.source, "backend": engine.backend, "backend_note": note,
+                    "prompt_tokens": prompt, "generated_tokens": tokens,
+                    "text": tok.decode(emitted) if tok is not None else None,
+                    "stop_reason": result["stop_reason"],
+                    "prefill_tokens_per_second": prefill_tps, "decode_tokens_per_second": decode_tps})
+    elif tok is None:
+        print(",".join(str(t) for t in tokens))
+    return 0

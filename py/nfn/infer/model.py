@@ -1,0 +1,133 @@
+"""Everything a command needs to run a checkpoint: weights, geometry, tokenizer, engine.
+
+`load(args)` follows --checkpoint (and the --weights / --graph-file / --tokenizer
+overrides); `start_engine` opens the native engine on the backend asked for.
+"""
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from nfn.errors import UserError
+from nfn.infer import checkpoint
+
+CUDA_LIB = "libnfn_native_train_tile_ops.so"
+
+
+@dataclass
+class LoadedModel:
+    geometry: dict
+    dtype: str               # storage of the file: "f32" or "bf16"
+    params: object           # numpy float32, checkpoint order (bf16 files widened)
+    tokenizer: Optional[str]
+    eot: Optional[int]
+    source: str              # the file or directory the weights came from
+
+
+def read_raw(path):
+    """(header, parameters as stored: float32, or uint16 bf16 words)."""
+    import numpy as np
+    header = checkpoint.read_header(path)
+    dtype = np.float32 if header["version"] == 3 else np.uint16
+    return header, np.fromfile(path, dtype=dtype, offset=checkpoint.HEADER_BYTES)
+
+
+def widen_bf16(words):
+    import numpy as np
+    return (words.astype(np.uint32) << 16).view(np.float32)
+
+
+def write_llmc(path, geom, dtype, flat):
+    """An llm.c model file (version 3 for f32, 5 for bf16 words), atomically."""
+    import numpy as np
+    header = np.zeros(checkpoint.HEADER_INTS, dtype="<i4")
+    header[0], header[1] = checkpoint.MODEL_MAGIC, 3 if dtype == "f32" else 5
+    header[2:8] = [geom[k] for k in checkpoint.GEOMETRY_FIELDS]
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.ascontiguousarray(flat, dtype="<f4" if dtype == "f32" else "<u2").tobytes())
+    os.replace(tmp, path)
+
+
+def load_stored(args):
+    """(geometry, dtype, parameters as stored, manifest dict or None, source) for the args."""
+    weights = getattr(args, "weights", None)
+    ckpt = checkpoint.resolve(weights if weights else args.checkpoint)
+    manifest_path = getattr(args, "graph_file", None) or ckpt.manifest
+    if ckpt.kind == "hf":
+        from nfn.infer import hf
+        geom, dtype, flat, cfg = hf.load(ckpt.path)
+        manifest = {"tokenizer": cfg.get("nfn_tokenizer"), "eot_token": cfg.get("eos_token_id")}
+    else:
+        header, flat = read_raw(ckpt.path)
+        geom, dtype, manifest = checkpoint.geometry(header), header["dtype"], None
+    if manifest_path:
+        manifest = checkpoint.read_manifest(manifest_path)
+        checkpoint.check_manifest_matches(manifest_path, manifest, geom)
+    return geom, dtype, flat, manifest, ckpt.path
+
+
+def load(args, need_tokenizer=True):
+    geom, dtype, flat, manifest, source = load_stored(args)
+    params = flat if dtype == "f32" else widen_bf16(flat)
+    tokenizer = getattr(args, "tokenizer", None) or (manifest or {}).get("tokenizer")
+    if tokenizer is None and geom["vocab_size"] == 50257:
+        tokenizer = "gpt2"  # llm.c's GPT-2 files carry no manifest; their vocabulary says gpt2
+    eot = (manifest or {}).get("eot_token")
+    if tokenizer is not None:
+        check_tokenizer(tokenizer, geom, source)
+    elif need_tokenizer:
+        raise UserError(f"{source}: no tokenizer recorded (no manifest); pass --tokenizer NAME or "
+                        "--prompt-tokens IDS")
+    return LoadedModel(geom, dtype, params, tokenizer, eot, source)
+
+
+def check_tokenizer(name, geom, source):
+    from nfn import tokenizers
+    size = tokenizers.vocab_size_of(name)
+    if size != geom["vocab_size"]:
+        raise UserError(f"tokenizer {name} has {size} tokens but {source} has a vocabulary of "
+                        f"{geom['vocab_size']}: they do not belong together")
+
+
+def cuda_library():
+    """The CUDA op library: $NFN_TILE_OPS_DIR, else the Bazel runfiles beside this package."""
+    dirs = []
+    if os.environ.get("NFN_TILE_OPS_DIR"):
+        dirs.append(os.environ["NFN_TILE_OPS_DIR"])
+    # <runfiles>/nfn/py/nfn/infer/model.py -> <runfiles>/nfn/cuda/ops/
+    workspace = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    dirs.append(os.path.join(workspace, "cuda", "ops"))
+    for d in dirs:
+        path = os.path.join(d, CUDA_LIB)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def start_engine(model, backend="auto", threads=0):
+    """(engine, backend note). cpu: the CPU ops linked into nfn._native; cuda: the CUDA op
+    library, loaded at run time; auto: CUDA when it loads and runs every op needed, else CPU."""
+    from nfn import _native
+    g = model.geometry
+    dims = (g["max_seq_len"], g["vocab_size"], g["num_layers"], g["num_heads"], g["channels"],
+            g["padded_vocab_size"])
+    note = None
+    if backend in ("cuda", "auto"):
+        lib = cuda_library()
+        if lib is None:
+            if backend == "cuda":
+                raise UserError(f"--backend cuda: {CUDA_LIB} is not built (no CUDA toolkit at build time) "
+                                "and $NFN_TILE_OPS_DIR does not hold it")
+            note = "auto: no CUDA op library built"
+        else:
+            try:
+                return _native.InferenceEngine(model.params, *dims, library=lib, threads=threads), None
+            except RuntimeError as e:
+                if backend == "cuda":
+                    raise UserError(f"--backend cuda: {e}") from None
+                note = f"auto: CUDA unusable ({e})"
+    try:
+        return _native.InferenceEngine(model.params, *dims, threads=threads), note
+    except (RuntimeError, ValueError) as e:
+        raise UserError(str(e)) from None

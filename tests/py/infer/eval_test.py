@@ -1,0 +1,120 @@
+"""`nfn eval` against a reference computed here: the split's tokens cut into context-sized
+windows, each scored by an independent numpy GPT-2 forward; loss, perplexity and bits per
+byte (decoded UTF-8 bytes of the targets, end-of-text excluded) recomputed from scratch."""
+import json
+import math
+import os
+import shutil
+import struct
+import tempfile
+import unittest
+
+import numpy as np
+
+import fixtures
+from nfn import tokenizers
+
+T, V, L, NH, C = 32, 50257, 2, 2, 32
+EOT = 50256
+TEXT = ["First Citizen: Before we proceed any further, hear me speak.",
+        "All: Speak, speak. You are all resolved rather to die than to famish?",
+        "Caf\u00e9 na\u00efve \u2014 \u00fcber \u6771\u4eac: bytes that are not ASCII.",
+        "Second Citizen: One word, good citizens."]
+
+
+def write_shard(path, tokens):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(1012))
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def log_softmax_at(logits, targets):
+    m = logits.max(-1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(logits - m).sum(-1))
+    return lse - logits[np.arange(len(targets)), targets]
+
+
+class EvalTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.geom, cls.params = fixtures.random_model(T, V, L, NH, C, seed=4)
+        cls.ckpt = os.path.join(cls.tmp, "run")
+        os.makedirs(cls.ckpt)
+        fixtures.write_llmc_by_hand(os.path.join(cls.ckpt, "model_00000010.bin"), cls.geom, cls.params)
+        open(os.path.join(cls.ckpt, "DONE_00000010"), "w").close()
+        with open(os.path.join(cls.ckpt, "manifest.json"), "w") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "geometry": cls.geom, "tokenizer": "gpt2",
+                       "eot_token": EOT}, f)
+        tok = tokenizers.load("gpt2")
+        stream = []
+        for text in TEXT * 3:
+            stream += [EOT] + tok.encode(text)
+        cls.tokens = np.array(stream, dtype=np.int64)
+        cls.data = os.path.join(cls.tmp, "data")
+        os.makedirs(cls.data)
+        write_shard(os.path.join(cls.data, "tiny_train_000000.bin"), stream[:40])
+        write_shard(os.path.join(cls.data, "tiny_val_000000.bin"), stream)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def reference(self, max_tokens=None):
+        tokens = self.tokens if max_tokens is None else self.tokens[:max_tokens + 1]
+        hf = fixtures.llmc_to_hf_names(self.params, V)
+        losses = []
+        for start in range(0, len(tokens) - 1, T):
+            inputs = tokens[start:start + T]
+            targets = tokens[start + 1:start + T + 1]
+            inputs = inputs[:len(targets)]
+            losses.append(log_softmax_at(fixtures.hf_forward(hf, inputs, NH), targets))
+        losses = np.concatenate(losses)
+        targets = tokens[1:]
+        keep = targets != EOT
+        nbytes = len(tokenizers.load("gpt2").decode(targets[keep].tolist()).encode("utf-8"))
+        loss = losses.mean()
+        return {"loss": loss, "perplexity": math.exp(loss), "tokens": len(losses),
+                "bits_per_byte": losses[keep].sum() / math.log(2) / nbytes}
+
+    def check(self, max_tokens=None):
+        args = ["eval", "--checkpoint", self.ckpt, "--dataset", self.data, "--json", "--backend", "cpu"]
+        if max_tokens:
+            args += ["--max-tokens", str(max_tokens)]
+        code, out, err, _ = fixtures.run_nfn(args)
+        self.assertEqual(code, 0, err)
+        got, want = json.loads(out), self.reference(max_tokens)
+        self.assertEqual(got["tokens"], want["tokens"])
+        for key in ("loss", "perplexity", "bits_per_byte"):
+            self.assertAlmostEqual(got[key], want[key], delta=2e-5 * abs(want[key]), msg=key)
+
+    def test_metrics_against_reference(self):
+        self.assertGreater(len(self.tokens), 3 * T)  # several windows, the last one partial
+        self.check()
+
+    def test_max_tokens(self):
+        self.check(max_tokens=45)
+
+    def test_bad_input(self):
+        wide = os.path.join(self.tmp, "wide")
+        os.makedirs(wide)
+        write_shard(os.path.join(wide, "x_train_000000.bin"), [1, 2, 3])
+        with open(os.path.join(wide, "x_val_000000.bin"), "wb") as f:  # uint32 ids beyond the vocabulary
+            f.write(struct.pack("<3i", 20240801, 7, 3) + bytes(1012) + np.array([1, 60000, 2], "<u4").tobytes())
+        cases = [
+            (["--checkpoint", self.ckpt], "--dataset is required"),
+            (["--checkpoint", self.ckpt, "--dataset", wide], "token id 60000 is outside the checkpoint's vocabulary"),
+            (["--checkpoint", self.ckpt, "--dataset", self.data, "--tokenizer", "sp1024"], "tokenizer sp1024"),
+            (["--checkpoint", os.path.join(self.tmp, "missing"), "--dataset", self.data], "not a file"),
+        ]
+        for args, needle in cases:
+            with self.subTest(args=args):
+                code, out, err, _ = fixtures.run_nfn(["eval"] + args + ["--backend", "cpu"])
+                self.assertEqual(code, 1, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertTrue(err.startswith("nfn eval: error: "), err)
+                self.assertIn(needle, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
