@@ -1,5 +1,6 @@
 #include "cc/train/trainer.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -349,6 +350,10 @@ int run_training(const TrainConfig& c) {
   lib.set("path", backend.path);
   lib.set("dtype", dtype_name);
   if (!backend.auto_note.empty()) lib.set("note", backend.auto_note);
+  // The CUDA library names its attention kernel path (flash, thunderkittens) outside the ABI.
+  using AttentionPath = const char* (*)(const nfn_ctx*);
+  if (auto path = reinterpret_cast<AttentionPath>(dlsym(backend.lib.handle, "nfn_cuda_attention_path")))
+    lib.set("attention", path(backend.ctx));
   report.set("op_library", lib);
   report.set("checkpoint_dir", c.output_dir);
   report.set("model_file", model_path);
