@@ -113,10 +113,12 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("the following arguments are required: COMMAND", err)
 
-    def test_unbuilt_command_says_so_and_fails(self):
-        code, out, err, _ = run_nfn(["infer", "--checkpoint", "x", "--prompt", "hi"])
+    def test_user_error_is_one_line_and_exit_1(self):
+        code, out, err, _ = run_nfn(["infer", "--checkpoint", "/nonexistent/x", "--prompt", "hi"],
+                                    env={"NEURALFN_ARTIFACTS_DIR": "/nonexistent"})
         self.assertEqual(code, 1)
-        self.assertEqual(err.strip(), "nfn infer: error: nfn infer is not implemented yet (tracked in issue #6)")
+        self.assertEqual(err.strip(), "nfn infer: error: checkpoint /nonexistent/x: not a file, a directory, "
+                                      "or an artifact name under /nonexistent")
         self.assertEqual(out.strip(), "")
 
 
