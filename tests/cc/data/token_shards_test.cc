@@ -12,20 +12,11 @@
 #include <vector>
 
 #include "cc/data/token_shards.h"
+#include "tests/cc/expect.h"
 
 using nfn::data::TokenBatchSampler;
 using nfn::data::TokenShard;
 
-static int failures = 0;
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++failures;                                      \
-    }                                                  \
-  } while (0)
 
 static std::string tmp_root;
 
@@ -260,7 +251,5 @@ int main() {
   test_resume_and_seed();
   test_sampler_errors();
   test_uint32_values();
-  if (failures) std::printf("%d failures\n", failures);
-  else std::printf("all token shard tests passed\n");
-  return failures ? 1 : 0;
+  return nfn_test::finish("token_shards_test");
 }

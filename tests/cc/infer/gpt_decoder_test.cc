@@ -13,17 +13,8 @@
 #include "cc/infer/gpt_decoder.h"
 #include "cc/model/gpt.h"
 #include "cc/ops/linked_op_table.h"
+#include "tests/cc/expect.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++failures;                                      \
-    }                                                  \
-  } while (0)
 
 static double worst(const float* a, const float* b, size_t n, double atol, double rtol) {
   double w = 0;
@@ -135,6 +126,5 @@ int main() {
 
   }
   ops.ctx_destroy(ctx);
-  std::printf(failures ? "gpt_decoder_test: %d failures\n" : "gpt_decoder_test: PASS\n", failures);
-  return failures ? 1 : 0;
+  return nfn_test::finish("gpt_decoder_test");
 }

@@ -7,17 +7,8 @@
 #include <vector>
 
 #include "cc/infer/sampler.h"
+#include "tests/cc/expect.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++failures;                                      \
-    }                                                  \
-  } while (0)
 
 static const std::vector<float> kLogits = {1.0f, 2.5f, -1.0f, 2.5f, 0.3f, 1.7f, -3.0f, 0.9f};
 
@@ -95,6 +86,5 @@ int main() {
   EXPECT(nfn::validate_sampling(bad).find("top_k") == 0, "negative top_k refused");
   EXPECT(nfn::validate_sampling({}).empty(), "defaults accepted");
 
-  std::printf(failures ? "sampler_test: %d failures\n" : "sampler_test: PASS\n", failures);
-  return failures ? 1 : 0;
+  return nfn_test::finish("sampler_test");
 }

@@ -9,17 +9,8 @@
 
 #include "cc/ops/cpu/context.h"
 #include "cc/ops/nfn_tile_ops.h"
+#include "tests/cc/expect.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                      \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
-      std::printf(__VA_ARGS__);                                \
-      std::printf("\n");                                       \
-      ++failures;                                              \
-    }                                                          \
-  } while (0)
 
 static uint32_t bits_of(float f) {
   uint32_t b;
@@ -106,6 +97,5 @@ int main() {
   test_memory_ops(ctx);
   test_sum_squares(ctx);
   nfn_ctx_destroy(ctx);
-  std::printf(failures ? "%d failures\n" : "PASS\n", failures);
-  return failures ? 1 : 0;
+  return nfn_test::finish("cpu_ops_test");
 }

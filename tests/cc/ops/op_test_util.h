@@ -10,23 +10,10 @@
 #include <vector>
 
 #include "cc/ops/nfn_tile_ops.h"
+#include "tests/cc/expect.h"
 
 namespace nfn_test {
 
-inline int& failures() {
-  static int n = 0;
-  return n;
-}
-
-#define EXPECT(cond, ...)                                      \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
-      std::printf(__VA_ARGS__);                                \
-      std::printf("\n");                                       \
-      ++::nfn_test::failures();                                \
-    }                                                          \
-  } while (0)
 
 inline std::vector<float> random_vec(size_t n, unsigned seed, float scale = 1.f) {
   std::mt19937 rng(seed);
@@ -88,11 +75,6 @@ inline void expect_invalid(nfn_ctx* ctx, nfn_status status, const char* op, cons
   std::string msg = nfn_ctx_last_error(ctx);
   EXPECT(msg.rfind(std::string(op) + ":", 0) == 0 && msg.find('\n') == std::string::npos,
          "%s: %s message is not one line naming the op: '%s'", op, what, msg.c_str());
-}
-
-inline int finish(const char* name) {
-  std::printf(failures() ? "%s: %d failures\n" : "%s: PASS\n", name, failures());
-  return failures() ? 1 : 0;
 }
 
 }  // namespace nfn_test
