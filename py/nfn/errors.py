@@ -4,6 +4,3 @@
 class UserError(Exception):
     """Bad input or a missing prerequisite, explained in one line for the user."""
 
-
-class NotImplementedYet(UserError):
-    """A command that is planned but not built; its message says what exists instead."""

@@ -1,8 +1,6 @@
 """Small helpers shared by the command parsers (standard library only)."""
 import argparse
 
-from nfn.errors import NotImplementedYet
-
 
 def add_command(sub, name, module_doc, **kwargs):
     """A subcommand whose help is its module docstring: first line short, the rest as description."""
@@ -14,12 +12,3 @@ def add_command(sub, name, module_doc, **kwargs):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **kwargs,
     )
-
-
-def not_implemented(what, issue):
-    """A `run` for a command that is planned but not built yet."""
-
-    def run(_args):
-        raise NotImplementedYet(f"{what} is not implemented yet (tracked in issue {issue})")
-
-    return run
