@@ -25,8 +25,8 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   training.set("train_batch_tokens", static_cast<int64_t>(c.train_batch_tokens));
   training.set("batch_size", c.batch_size);
   training.set("max_steps", c.max_steps);
-  training.set("learning_rate", static_cast<double>(c.learning_rate));
-  training.set("weight_decay", static_cast<double>(c.weight_decay));
+  training.set("learning_rate", c.learning_rate);
+  training.set("weight_decay", c.weight_decay);
   training.set("warmup_steps", c.warmup_steps);
   training.set("seed", static_cast<uint64_t>(c.seed));
   m.set("training", training);

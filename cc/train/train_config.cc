@@ -74,7 +74,7 @@ bool read_int(const Flags& f, const char* name, int* out, int min_value, std::st
   return true;
 }
 
-bool read_float(const Flags& f, const char* name, float* out, std::string* error) {
+bool read_float(const Flags& f, const char* name, double* out, std::string* error) {
   if (!f.has(name) && f.get(name).empty()) return true;
   double v;
   if (!f.get_double(name, &v, error)) return false;
@@ -82,7 +82,7 @@ bool read_float(const Flags& f, const char* name, float* out, std::string* error
     *error = std::string("--") + name + ": must not be negative";
     return false;
   }
-  *out = static_cast<float>(v);
+  *out = v;
   return true;
 }
 
@@ -155,8 +155,8 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     c->batch_size = 64;
     c->train_batch_tokens = 524288;
     c->max_steps = 20000;
-    c->learning_rate = 6e-4f;
-    c->weight_decay = 0.1f;
+    c->learning_rate = 6e-4;
+    c->weight_decay = 0.1;
     c->warmup_steps = 60;
     c->eval_every_steps = 250;
     c->eval_batches = 20;
@@ -164,8 +164,8 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     c->batch_size = 8;
     c->train_batch_tokens = 0;  // one micro-batch per step
     c->max_steps = 300;
-    c->learning_rate = 1e-3f;
-    c->weight_decay = 0.1f;
+    c->learning_rate = 1e-3;
+    c->weight_decay = 0.1;
     c->warmup_steps = 20;
     c->eval_every_steps = 100;
     c->eval_batches = 8;
@@ -244,11 +244,11 @@ Json plan_json(const TrainConfig& c) {
   p.set("batch", batch);
   Json s = Json::object();
   s.set("max_steps", c.max_steps);
-  s.set("learning_rate", static_cast<double>(c.learning_rate));
+  s.set("learning_rate", c.learning_rate);
   s.set("warmup_steps", c.warmup_steps);
   s.set("decay", "cosine to zero");
-  s.set("weight_decay", static_cast<double>(c.weight_decay));
-  s.set("max_grad_norm", static_cast<double>(c.max_grad_norm));
+  s.set("weight_decay", c.weight_decay);
+  s.set("max_grad_norm", c.max_grad_norm);
   s.set("eval_every_steps", c.eval_every_steps);
   s.set("eval_batches", c.eval_batches);
   s.set("total_tokens", static_cast<int64_t>(c.train_batch_tokens * c.max_steps));

@@ -26,8 +26,8 @@ struct TrainConfig {
   int64_t train_batch_tokens = 0;
   int grad_accum_steps = 1;
   int max_steps = 0;
-  float learning_rate = 0, weight_decay = 0, max_grad_norm = 1.0f;
-  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  double learning_rate = 0, weight_decay = 0, max_grad_norm = 1.0;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int warmup_steps = 0, eval_every_steps = 0, eval_batches = 0, checkpoint_every = 0;
   uint64_t seed = 1337;
   int sample_tokens = 0;

@@ -262,8 +262,10 @@ int run_training(const TrainConfig& c) {
       ph.forward_backward += seconds_since(t0);
     }
     auto t0 = Clock::now();
-    const float lr = learning_rate_at(step, c.max_steps, c.warmup_steps, c.learning_rate);
-    if (!model.optimizer_step(step + 1, lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.max_grad_norm, &error))
+    const float lr = learning_rate_at(step, c.max_steps, c.warmup_steps, static_cast<float>(c.learning_rate));
+    if (!model.optimizer_step(step + 1, lr, static_cast<float>(c.beta1), static_cast<float>(c.beta2),
+                              static_cast<float>(c.eps), static_cast<float>(c.weight_decay),
+                              static_cast<float>(c.max_grad_norm), &error))
       return fail(error);
     float loss_sum = 0, sumsq = 0;
     if (!model.read_scalars(&loss_sum, &sumsq, &error)) return fail(error);

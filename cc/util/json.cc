@@ -70,8 +70,12 @@ void Json::dump_to(std::string* out, int indent, int depth) const {
         std::snprintf(buf, sizeof buf, "%.0f", num_);
         *out += buf;
       } else {
+        // The shortest form that reads back as the same double (0.1, not 0.1000000000000000056).
         char buf[32];
-        std::snprintf(buf, sizeof buf, "%.9g", num_);
+        for (int precision = 15; precision <= 17; ++precision) {
+          std::snprintf(buf, sizeof buf, "%.*g", precision, num_);
+          if (std::strtod(buf, nullptr) == num_) break;
+        }
         *out += buf;
       }
       break;

@@ -1,0 +1,61 @@
+"""nfn_native_train: family listing, dispatch to the dense GPT trainer, and the plan a
+family or template resolves to (checked against llm.c's GPT-2 124M numbers)."""
+import json
+import os
+import subprocess
+import unittest
+
+DISPATCHER = os.path.abspath(os.environ["NFN_DISPATCHER"])
+
+
+def run(args):
+    return subprocess.run([DISPATCHER] + args, capture_output=True, text=True, timeout=60)
+
+
+def plan(args):
+    proc = run(args + ["--dry-run"])
+    if proc.returncode != 0:
+        raise AssertionError(proc.stderr)
+    return json.loads(proc.stdout)
+
+
+class DispatcherTest(unittest.TestCase):
+    def test_list_models(self):
+        proc = run(["--list-models", "--json"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        models = {m["name"]: m for m in json.loads(proc.stdout)["models"]}
+        for name in ("gpt", "gpt2", "gpt3"):
+            self.assertEqual(models[name]["status"], "ready")
+            self.assertEqual(models[name]["binary"], "nfn_gpt_native_train")
+        self.assertEqual(models["llama"]["status"], "missing")
+        self.assertIn("no trainer yet", models["llama"]["reason"])
+
+    def test_unknown_and_unbuilt_families(self):
+        proc = run(["--base-model", "nope"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown --base-model nope", proc.stderr)
+        proc = run(["--base-model", "llama", "--dry-run"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--base-model llama: no trainer yet", proc.stderr)
+
+    def test_gpt2_124m_follows_llmc(self):
+        p = plan(["--base-model", "gpt2", "--template-name", "gpt2-124m"])
+        self.assertEqual(p["model_family"], "gpt2")
+        self.assertEqual(p["parameters"], 124475904)  # llm.c's count with the vocabulary padded to 50304
+        self.assertEqual(p["geometry"]["padded_vocab_size"], 50304)
+        self.assertEqual(p["batch"], {"seq_len": 1024, "batch_size": 64, "train_batch_tokens": 524288,
+                                      "grad_accum_steps": 8})
+        s = p["schedule"]
+        self.assertEqual((s["max_steps"], s["learning_rate"], s["warmup_steps"], s["weight_decay"],
+                          s["eval_every_steps"]), (20000, 6e-4, 60, 0.1, 250))
+
+    def test_gpt3_context(self):
+        self.assertEqual(plan(["--base-model", "gpt3"])["geometry"]["max_seq_len"], 2048)
+        self.assertEqual(plan(["--base-model", "gpt3", "--train-seq-len", "512"])["batch"]["seq_len"], 512)
+        self.assertEqual(plan(["--base-model", "gpt3", "--template-name", "gpt2-124m"])["geometry"]["max_seq_len"],
+                         1024)
+        self.assertEqual(plan(["--base-model", "gpt"])["geometry"]["max_seq_len"], 128)
+
+
+if __name__ == "__main__":
+    unittest.main()
