@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import sys
-import time
 
 
 def parse_args(argv):

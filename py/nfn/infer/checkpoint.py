@@ -6,14 +6,13 @@ marker), a model file (`model_%08d.bin` or any llm.c model file), a Hugging Face
 directory (config.json + model.safetensors), or an artifact name under the artifacts
 directory.
 """
-import json
 import os
 import re
 import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from nfn import paths
+from nfn import fileio, paths
 from nfn.errors import UserError
 
 MODEL_MAGIC = 20240326
@@ -156,13 +155,7 @@ def resolve(spec):
 
 def read_manifest(path):
     """A trainer manifest as a dict (format nfn.manifest, version 1)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            m = json.load(f)
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    except ValueError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
+    m = fileio.read_json(path)
     if not isinstance(m, dict) or m.get("format") != "nfn.manifest":
         raise UserError(f'{path}: not an nfn manifest (field format must be "nfn.manifest")')
     if m.get("version") != 1:

@@ -8,9 +8,9 @@ bf16 (version 5 files) as BF16.
 
 Module level is standard library only; numpy is imported by the functions that move data.
 """
-import json
 import os
 
+from nfn import fileio
 from nfn.errors import UserError
 from nfn.infer import checkpoint, safetensors
 
@@ -48,13 +48,7 @@ def config_json(geom, dtype, tokenizer=None, eot=None):
 def read_config(directory):
     """Our geometry from config.json; refuses configs our GPT cannot represent."""
     path = os.path.join(directory, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    except ValueError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
+    cfg = fileio.read_json(path)
     if not isinstance(cfg, dict) or cfg.get("model_type") != "gpt2":
         raise UserError(f"{path}: model_type must be \"gpt2\" (got {cfg.get('model_type') if isinstance(cfg, dict) else cfg!r})")
     for field in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
@@ -121,11 +115,7 @@ def export(flat, geom, dtype, out_dir, tokenizer=None, eot=None):
     tensors += [(PREFIX + "ln_f.weight", st_dtype, p["lnfw"]), (PREFIX + "ln_f.bias", st_dtype, p["lnfb"])]
     os.makedirs(out_dir, exist_ok=True)
     safetensors.write(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
-    cfg_path = os.path.join(out_dir, "config.json")
-    with open(cfg_path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(config_json(geom, dtype, tokenizer, eot), f, indent=2)
-        f.write("\n")
-    os.replace(cfg_path + ".tmp", cfg_path)
+    fileio.write_json(os.path.join(out_dir, "config.json"), config_json(geom, dtype, tokenizer, eot))
 
 
 def load(directory):

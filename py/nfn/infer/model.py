@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from nfn import fileio
 from nfn.errors import UserError
 from nfn.infer import checkpoint
 
@@ -42,11 +43,9 @@ def write_llmc(path, geom, dtype, flat):
     header = np.zeros(checkpoint.HEADER_INTS, dtype="<i4")
     header[0], header[1] = checkpoint.MODEL_MAGIC, 3 if dtype == "f32" else 5
     header[2:8] = [geom[k] for k in checkpoint.GEOMETRY_FIELDS]
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with fileio.atomic_open(path) as f:
         f.write(header.tobytes())
         f.write(np.ascontiguousarray(flat, dtype="<f4" if dtype == "f32" else "<u2").tobytes())
-    os.replace(tmp, path)
 
 
 def load_stored(args):

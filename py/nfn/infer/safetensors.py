@@ -8,6 +8,7 @@ import json
 import os
 import struct
 
+from nfn import fileio
 from nfn.errors import UserError
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -87,10 +88,8 @@ def write(path, tensors, metadata=None):
         offset += len(data)
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as the reference writer does
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with fileio.atomic_open(path) as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for data in blobs:
             f.write(data)
-    os.replace(tmp, path)

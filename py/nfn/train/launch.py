@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from nfn import paths
+from nfn import fileio, paths
 from nfn.errors import UserError
 
 BINARY_ENV = "NFN_NATIVE_BIN_DIR"
@@ -116,10 +116,8 @@ def write_sample(report, tokenizer_name):
     from nfn import tokenizers
     text = tokenizers.load(tokenizer_name).decode(ids)
     path = os.path.join(report["checkpoint_dir"], "sample.txt")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with fileio.atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
-    os.replace(tmp, path)
     report["sample_text"] = text
     report["sample_file"] = path
     return text
@@ -140,8 +138,7 @@ def run(args):
     if proc.returncode != 0 or args.dry_run or args.print_plan:
         return proc.returncode
     report_path = os.path.join(output_dir(args), "report.json")
-    with open(report_path, encoding="utf-8") as f:
-        report = json.load(f)
+    report = fileio.read_json(report_path)
     text = write_sample(report, info["tokenizer"])
     if args.json:
         json.dump(report, sys.stdout, indent=1)

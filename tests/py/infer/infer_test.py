@@ -12,7 +12,7 @@ import numpy as np
 
 import fixtures
 from nfn import _native
-from nfn.infer import checkpoint, model as model_lib
+from nfn.infer import model as model_lib
 
 T, V, L, NH, C = 32, 50257, 2, 2, 32
 
