@@ -56,10 +56,12 @@ def resolve_dataset(args, prepare):
     if info is not None:
         return info, True
     if not prepare:
+        from nfn import tokenizers
         from nfn.data.resolve import resolve
         src = resolve(dataset, args.pretraining_file, args.tokenizer)
         return {"dataset": src.dataset, "tokenizer": args.tokenizer, "dir": cache.entry_dir(src.key),
-                "train_shards": [], "val_shards": [], "vocab_size": None, "meta": None}, False
+                "train_shards": [], "val_shards": [], "vocab_size": tokenizers.vocab_size_of(args.tokenizer),
+                "meta": None}, False
     from nfn.data.prepare import prepare_dataset
     return prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file,
                            tokenizer=args.tokenizer, quiet=args.json), True

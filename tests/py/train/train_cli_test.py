@@ -66,6 +66,19 @@ class TrainCliTest(unittest.TestCase):
         for heavy in ("numpy", "nfn._native", "tiktoken", "torch"):
             self.assertNotIn(heavy, modules)
 
+    def test_print_command_prepares_nothing(self):
+        text = os.path.join(self.tmp, "corpus.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.write("never tokenized by --print-command\n")
+        proc, out, modules = self.nfn(["train", "--pretraining-file", text, "--tokenizer", "sp1024",
+                                       "--print-command"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("# dataset not prepared yet", out)
+        argv = out.split()
+        self.assertEqual(argv[argv.index("--vocab-size") + 1], "1024")
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "datasets")), "print-command must not prepare")
+        self.assertNotIn("numpy", modules)
+
     def test_short_run_writes_report_and_sample(self):
         out_dir = os.path.join(self.tmp, "run")
         proc, out, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
