@@ -60,6 +60,12 @@ bool GPT::check(nfn_status s, const char* what, std::string* error) const {
 void* GPT::param(int i) const { return static_cast<char*>(params_) + layout_[i].offset * esize(); }
 void* GPT::grad(int i) const { return static_cast<char*>(grads_) + layout_[i].offset * esize(); }
 
+// Layer l's slice of per-layer tensor i (shape (L, ...)) in a parameter-shaped block.
+void* GPT::layer_slice(void* block, int i, int l) const {
+  const size_t per_layer = layout_[i].count / static_cast<size_t>(config_.num_layers);
+  return static_cast<char*>(block) + (layout_[i].offset + static_cast<size_t>(l) * per_layer) * esize();
+}
+
 bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
                std::string* error) {
   release();
@@ -259,9 +265,7 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
   auto at = [&](void* base, size_t l, size_t per) { return static_cast<char*>(base) + l * per * e; };
-  auto pl = [&](int i, int l) {  // layer l's slice of per-layer parameter tensor i
-    return static_cast<char*>(param(i)) + static_cast<size_t>(l) * (layout_[i].count / L) * e;
-  };
+  auto pl = [&](int i, int l) { return layer_slice(params_, i, l); };
 
   if (!check(o.embedding_forward(ctx_, a.encoded, a.inputs, param(WTE), param(WPE), B, T, C, dtype_),
              "embedding_forward", error))
@@ -316,12 +320,8 @@ bool GPT::backward(std::string* error) {
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
   auto at = [&](void* base, size_t l, size_t per) { return static_cast<char*>(base) + l * per * e; };
-  auto pl = [&](int i, int l) {
-    return static_cast<char*>(param(i)) + static_cast<size_t>(l) * (layout_[i].count / L) * e;
-  };
-  auto gl = [&](int i, int l) {
-    return static_cast<char*>(grad(i)) + static_cast<size_t>(l) * (layout_[i].count / L) * e;
-  };
+  auto pl = [&](int i, int l) { return layer_slice(params_, i, l); };
+  auto gl = [&](int i, int l) { return layer_slice(grads_, i, l); };
 
   // dln holds dL/dlnf from the fused LM head. The residual stream's gradient accumulates
   // in dresidual through every norm backward.

@@ -66,6 +66,7 @@ class GPT {
   bool backward(std::string* error);
   void* param(int i) const;
   void* grad(int i) const;
+  void* layer_slice(void* block, int i, int l) const;
   size_t esize() const { return dtype_ == NFN_F32 ? 4 : 2; }
   void release();
 
