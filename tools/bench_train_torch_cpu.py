@@ -12,11 +12,12 @@ Needs torch; never part of nfn's runtime.
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
 import time
+
+from bench_gpt_torch import adamw, build_model
 
 
 def parse_args(argv):
@@ -35,55 +36,10 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def build_model(torch, args):
-    nn, F = torch.nn, torch.nn.functional
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            C = args.channels
-            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-            q, k, v = (t.view(B, T, args.heads, C // args.heads).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte = nn.Embedding(args.vocab, args.channels)
-            self.wpe = nn.Embedding(args.seq_len, args.channels)
-            self.blocks = nn.ModuleList(Block() for _ in range(args.layers))
-            self.lnf = nn.LayerNorm(args.channels)
-
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-            for block in self.blocks:
-                x = block(x)
-            logits = self.lnf(x) @ self.wte.weight.T  # tied head
-            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-    model = GPT()
-    for name, p in model.named_parameters():
-        if p.dim() >= 2:
-            std = 0.02 / math.sqrt(2 * args.layers) if name.endswith(("proj.weight", "fcproj.weight")) else 0.02
-            torch.nn.init.normal_(p, std=std)
-    return model
-
-
 def run_mode(torch, args, mode):
     torch.manual_seed(0)
-    model = build_model(torch, args)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    model = build_model(torch, args.layers, args.heads, args.channels, args.seq_len, args.vocab)
+    opt = adamw(torch, model, 1e-3)
     step_fn = torch.compile(model) if mode.startswith("compiled") else model
     bf16 = mode.endswith("bf16")
     gen = torch.Generator().manual_seed(1)

@@ -15,6 +15,8 @@ import json
 import math
 import sys
 
+from bench_gpt_torch import adamw, build_model
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -33,45 +35,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def build_model(torch, args):
-    nn, F = torch.nn, torch.nn.functional
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            C = args.channels
-            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-            shape = (B, T, args.heads, C // args.heads)
-            q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte = nn.Embedding(args.vocab, args.channels)
-            self.wpe = nn.Embedding(args.seq_len, args.channels)
-            self.blocks = nn.ModuleList(Block() for _ in range(args.layers))
-            self.lnf = nn.LayerNorm(args.channels)
-
-        def forward(self, idx, targets):
-            pos = torch.arange(idx.shape[1], device=idx.device)
-            x = self.wte(idx) + self.wpe(pos)
-            for block in self.blocks:
-                x = block(x)
-            logits = self.lnf(x) @ self.wte.weight.t()  # tied LM head
-            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
-
-    return GPT()
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
@@ -83,14 +46,10 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev = torch.device("cuda")
-    model = build_model(torch, args).to(dev)
+    model = build_model(torch, args.layers, args.heads, args.channels, args.seq_len, args.vocab).to(dev)
     params = sum(p.numel() for p in model.parameters())
     step_model = model if args.no_compile else torch.compile(model)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = adamw(torch, model, 6e-4, fused=True)
     B, T = args.batch_size, args.seq_len
     # Several batches of random tokens, rotated, so no step reads the same data twice in a row.
     batches = [torch.randint(0, 50257, (B, T + 1), device=dev) for _ in range(4)]
