@@ -3,26 +3,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cc/util/bf16.h"
 #include "cc/util/files.h"
 
 namespace nfn {
 
 namespace {
-
-uint16_t to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 void put_u64(int32_t* header, int index, uint64_t value) { std::memcpy(&header[index], &value, 8); }
 uint64_t get_u64(const int32_t* header, int index) {
@@ -69,7 +55,7 @@ bool write_model_file(const std::string& path, const GPTConfig& c, const std::ve
     std::memcpy(&bytes[1024], params.data(), params.size() * 4);
   } else {
     uint16_t* out = reinterpret_cast<uint16_t*>(&bytes[1024]);
-    for (size_t i = 0; i < params.size(); ++i) out[i] = to_bf16(params[i]);
+    for (size_t i = 0; i < params.size(); ++i) out[i] = f32_to_bf16(params[i]);
   }
   return write_file_atomic(path, bytes, error);
 }
@@ -131,7 +117,7 @@ bool read_model_file(const std::string& path, GPTConfig* config, std::vector<flo
     std::memcpy(params->data(), bytes.data() + 1024, n * 4);
   } else {
     const uint16_t* in = reinterpret_cast<const uint16_t*>(bytes.data() + 1024);
-    for (size_t i = 0; i < n; ++i) (*params)[i] = from_bf16(in[i]);
+    for (size_t i = 0; i < n; ++i) (*params)[i] = bf16_to_f32(in[i]);
   }
   return true;
 }

@@ -1,8 +1,8 @@
 #include "cc/model/gpt.h"
 
 #include <cmath>
-#include <cstring>
 
+#include "cc/util/bf16.h"
 #include "cc/util/rng.h"
 
 namespace nfn {
@@ -159,10 +159,7 @@ bool GPT::get_gradients(std::vector<float>* host, std::string* error) {
              error) ||
       !check(ops_->synchronize(ctx_), "synchronize", error))
     return false;
-  for (size_t i = 0; i < num_params_; ++i) {
-    uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
-    std::memcpy(&(*host)[i], &bits, 4);
-  }
+  for (size_t i = 0; i < num_params_; ++i) (*host)[i] = bf16_to_f32(raw[i]);
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cc/ops/nfn_tile_ops.h"
+#include "cc/util/bf16.h"
 
 namespace nfn::cpu {
 struct GemmState;
@@ -41,20 +42,7 @@ inline uint16_t* scratch_bf16(nfn_ctx* ctx, size_t n) {
   return ctx->scratch_bf16.data();
 }
 
-// bf16 is the upper half of an IEEE fp32; rounding to nearest even on the way down.
-inline float bf16_to_f32(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
+using nfn::bf16_to_f32;
+using nfn::f32_to_bf16;
 
 }  // namespace nfn::cpu
