@@ -1,13 +1,13 @@
 #include "cc/infer/gpt_decoder.h"
 
+#include "cc/ops/arena.h"
+
 #include <algorithm>
 #include <utility>
 
 namespace nfn {
 
 namespace {
-constexpr size_t kAlign = 256;
-size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // Parameter tensor indices, in checkpoint order.
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 }  // namespace
@@ -101,7 +101,7 @@ bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
   act_block_ = nullptr;
   cap_rows_ = 0;
   const size_t N = n;
-  std::vector<std::pair<void**, size_t>> plan = {
+  const std::vector<ArenaSlot> plan = {
       {reinterpret_cast<void**>(&tokens_), N * 4},  {reinterpret_cast<void**>(&targets_), N * 4},
       {reinterpret_cast<void**>(&x_), N * C * 4},   {reinterpret_cast<void**>(&ln_), N * C * 4},
       {reinterpret_cast<void**>(&mean_), N * 4},    {reinterpret_cast<void**>(&rstd_), N * 4},
@@ -109,14 +109,7 @@ bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
       {reinterpret_cast<void**>(&proj_), N * C * 4}, {reinterpret_cast<void**>(&fch_), N * 4 * C * 4},
       {reinterpret_cast<void**>(&fch_gelu_), N * 4 * C * 4}, {reinterpret_cast<void**>(&losses_), N * 4},
   };
-  size_t total = 0;
-  for (auto& slot : plan) total += align_up(slot.second);
-  if (!check(ops_->alloc(ctx_, total, &act_block_), "allocating activations", error)) return false;
-  char* p = static_cast<char*>(act_block_);
-  for (auto& slot : plan) {
-    *slot.first = p;
-    p += align_up(slot.second);
-  }
+  if (!alloc_arena(*ops_, ctx_, plan, "allocating activations", &act_block_, error)) return false;
   cap_rows_ = n;
   return true;
 }

@@ -2,14 +2,13 @@
 
 #include <cmath>
 
+#include "cc/ops/arena.h"
 #include "cc/util/bf16.h"
 #include "cc/util/rng.h"
 
 namespace nfn {
 
 namespace {
-constexpr size_t kAlign = 256;
-size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // Parameter tensor indices, in checkpoint order.
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
@@ -81,24 +80,17 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
   layout_ = param_layout(config);
   num_params_ = nfn::num_parameters(config);
   const size_t P = num_params_;
-  const size_t sizes[] = {
-      align_up(P * esize()),                     // params
-      align_up(P * esize()),                     // grads
-      dtype == NFN_F32 ? 0 : align_up(P * 4),    // master
-      align_up(P * 4), align_up(P * 4),          // m, v
-      kAlign, kAlign};                           // loss_sum, grad_sumsq
-  size_t total = 0;
-  for (size_t s : sizes) total += s;
-  if (!check(ops_->alloc(ctx_, total, &param_block_), "allocating parameters", error)) return false;
-  char* p = static_cast<char*>(param_block_);
-  params_ = p, p += sizes[0];
-  grads_ = p, p += sizes[1];
-  master_ = dtype == NFN_F32 ? static_cast<float*>(params_) : reinterpret_cast<float*>(p);
-  p += sizes[2];
-  m_ = reinterpret_cast<float*>(p), p += sizes[3];
-  v_ = reinterpret_cast<float*>(p), p += sizes[4];
-  loss_sum_ = reinterpret_cast<float*>(p), p += sizes[5];
-  grad_sumsq_ = reinterpret_cast<float*>(p);
+  if (!alloc_arena(*ops_, ctx_,
+                   {{&params_, P * esize()},
+                    {&grads_, P * esize()},
+                    {reinterpret_cast<void**>(&master_), dtype == NFN_F32 ? 0 : P * 4},
+                    {reinterpret_cast<void**>(&m_), P * 4},
+                    {reinterpret_cast<void**>(&v_), P * 4},
+                    {reinterpret_cast<void**>(&loss_sum_), 4},
+                    {reinterpret_cast<void**>(&grad_sumsq_), 4}},
+                   "allocating parameters", &param_block_, error))
+    return false;
+  if (dtype == NFN_F32) master_ = static_cast<float*>(params_);  // f32 training updates params in place
   return check(ops_->fill(ctx_, m_, NFN_F32, 0.f, P), "zeroing AdamW m", error) &&
          check(ops_->fill(ctx_, v_, NFN_F32, 0.f, P), "zeroing AdamW v", error) &&
          check(ops_->fill(ctx_, grad_sumsq_, NFN_F32, 0.f, 1), "zeroing", error) &&
@@ -193,8 +185,7 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
   acts_ = new Acts();
   const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
   const size_t N = static_cast<size_t>(B) * T, Vp = config_.padded_vocab_size, e = esize();
-  // (pointer slot, bytes) in allocation order
-  std::vector<std::pair<void**, size_t>> plan = {
+  const std::vector<ArenaSlot> plan = {
       {&acts_->encoded, N * C * e},
       {&acts_->ln1, L * N * C * e},
       {reinterpret_cast<void**>(&acts_->ln1_mean), L * N * 4},
@@ -223,14 +214,7 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
       {&acts_->logits, Vp * e},
       {reinterpret_cast<void**>(&acts_->logits_f32), Vp * 4},
   };
-  size_t total = 0;
-  for (auto& slot : plan) total += align_up(slot.second);
-  if (!check(ops_->alloc(ctx_, total, &act_block_), "allocating activations", error)) return false;
-  char* p = static_cast<char*>(act_block_);
-  for (auto& slot : plan) {
-    *slot.first = p;
-    p += align_up(slot.second);
-  }
+  if (!alloc_arena(*ops_, ctx_, plan, "allocating activations", &act_block_, error)) return false;
   B_ = B;
   T_ = T;
   return true;

@@ -1,0 +1,37 @@
+// One op-library allocation carved into 256-byte-aligned slots: models list what they need
+// (pointer, bytes) and get a single block to free, instead of one allocation per buffer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cc/ops/nfn_tile_ops.h"
+
+namespace nfn {
+
+struct ArenaSlot {
+  void** ptr;    // receives the slot's address
+  size_t bytes;  // 0 leaves *ptr null
+};
+
+inline size_t arena_align(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Allocates one block for every slot and points each slot into it. false with
+// "<what>: <backend message>" in *error when the allocation fails.
+inline bool alloc_arena(const nfn_op_table& ops, nfn_ctx* ctx, const std::vector<ArenaSlot>& slots,
+                        const char* what, void** block, std::string* error) {
+  size_t total = 0;
+  for (const ArenaSlot& s : slots) total += arena_align(s.bytes);
+  if (ops.alloc(ctx, total, block) != NFN_OK) {
+    *error = std::string(what) + ": " + ops.ctx_last_error(ctx);
+    return false;
+  }
+  char* p = static_cast<char*>(*block);
+  for (const ArenaSlot& s : slots) {
+    *s.ptr = s.bytes ? p : nullptr;
+    p += arena_align(s.bytes);
+  }
+  return true;
+}
+
+}  // namespace nfn
