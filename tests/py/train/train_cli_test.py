@@ -8,6 +8,7 @@ import tempfile
 import unittest
 
 import numpy as np
+from shards import write_shard
 
 import nfn
 
@@ -23,13 +24,6 @@ print("\\n@@MODULES@@" + json.dumps(sorted(sys.modules)))
 sys.exit(code or 0)
 """
 
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 class TrainCliTest(unittest.TestCase):

@@ -9,17 +9,11 @@ import tempfile
 import unittest
 
 import numpy as np
+from shards import write_shard
 
 TRAINER = os.path.abspath(os.environ["NFN_TRAINER"])
 VOCAB = 64
 
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 def make_data(root):
