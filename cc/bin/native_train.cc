@@ -36,13 +36,10 @@ const Family* find_family(const std::string& name) {
 
 // The family binary beside this one, or in the runfiles tree we run from.
 std::string binary_path(const char* binary) {
-  const std::string exe = nfn::executable_path();
-  std::vector<std::string> candidates = {nfn::join_path(nfn::dir_name(exe), binary)};
-  size_t pos = exe.find(".runfiles/");
-  if (pos != std::string::npos) candidates.push_back(exe.substr(0, pos + 9) + "/nfn/cc/bin/" + binary);
-  candidates.push_back(exe + ".runfiles/nfn/cc/bin/" + binary);
-  for (const auto& c : candidates)
-    if (nfn::path_exists(c)) return c;
+  for (const std::string& dir : nfn::sibling_and_runfiles_dirs("cc/bin")) {
+    std::string path = nfn::join_path(dir, binary);
+    if (nfn::path_exists(path)) return path;
+  }
   return "";
 }
 

@@ -13,14 +13,8 @@ namespace {
 std::vector<std::string> library_dirs(const std::string& backend) {
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("NFN_TILE_OPS_DIR")) dirs.push_back(env);
-  const std::string exe = executable_path();
-  const std::string sub = backend == "cuda" ? "nfn/cuda/ops" : "nfn/cc/ops";
-  dirs.push_back(dir_name(exe));
-  // Bazel runfiles: our own tree (exe.runfiles) or the tree we were placed in (a py_binary's).
-  size_t pos = exe.find(".runfiles/");
-  if (pos != std::string::npos) dirs.push_back(join_path(exe.substr(0, pos + 9), sub));
-  dirs.push_back(join_path(exe + ".runfiles", sub));
-  if (const char* env = std::getenv("RUNFILES_DIR")) dirs.push_back(join_path(env, sub));
+  for (const std::string& d : sibling_and_runfiles_dirs(backend == "cuda" ? "cuda/ops" : "cc/ops"))
+    dirs.push_back(d);
   return dirs;
 }
 

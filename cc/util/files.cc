@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace nfn {
@@ -113,6 +114,15 @@ std::string dir_name(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+std::vector<std::string> sibling_and_runfiles_dirs(const std::string& rel) {
+  const std::string exe = executable_path(), sub = join_path("nfn", rel);
+  std::vector<std::string> dirs = {dir_name(exe), join_path(exe + ".runfiles", sub)};
+  size_t pos = exe.find(".runfiles/");
+  if (pos != std::string::npos) dirs.push_back(join_path(exe.substr(0, pos + 9), sub));
+  if (const char* env = std::getenv("RUNFILES_DIR")) dirs.push_back(join_path(env, sub));
+  return dirs;
 }
 
 std::string executable_path() {
