@@ -10,6 +10,7 @@
 
 #include "cc/ckpt/checkpoint.h"
 #include "cc/data/token_shards.h"
+#include "cc/infer/engine.h"
 #include "cc/model/gpt.h"
 #include "cc/train/backend.h"
 #include "cc/train/manifest.h"
@@ -131,29 +132,19 @@ bool validate(GPT& model, data::TokenBatchSampler& val, int batches, int B, int 
   return true;
 }
 
-// Autoregressive samples by full recompute (the KV-cached engine is `nfn infer`).
-bool sample(GPT& model, const TrainConfig& c, Rng& rng, std::vector<int>* out, std::string* error) {
-  const int T = std::min(c.model.max_seq_len, c.sample_tokens + 1);
-  std::vector<int32_t> tokens(T, c.eot_token);
-  std::vector<float> logits;
-  for (int pos = 1; pos < T; ++pos) {
-    if (!model.upload_tokens(tokens.data(), nullptr, 1, T, error) ||
-        !model.logits_for_row(pos - 1, &logits, error))
-      return false;
-    double maxv = logits[0], total = 0;
-    for (float v : logits) maxv = std::max<double>(maxv, v);
-    std::vector<double> p(logits.size());
-    for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp(logits[i] - maxv);
-    double r = rng.uniform() * total, acc = 0;
-    int next = static_cast<int>(p.size()) - 1;
-    for (size_t i = 0; i < p.size(); ++i)
-      if ((acc += p[i]) >= r) {
-        next = static_cast<int>(i);
-        break;
-      }
-    tokens[pos] = next;
-    out->push_back(next);
-  }
+// A sample from the trained weights through the KV-cached engine (f32, on the same backend),
+// starting from the document separator and drawing at temperature 1.
+bool sample(GPT& model, const TrainConfig& c, const nfn_op_table* ops, nfn_ctx* ctx, Rng& rng,
+            std::vector<int>* out, std::string* error) {
+  std::vector<float> params;
+  GPTDecoder decoder;
+  if (!model.get_parameters(&params, error) || !decoder.init(ops, ctx, c.model, params, error)) return false;
+  SamplingConfig sampling;
+  sampling.seed = rng.next_u64();
+  GenerationResult result;
+  const int new_tokens = std::min(c.sample_tokens, c.model.max_seq_len - 1);
+  if (!generate(&decoder, {c.eot_token}, new_tokens, sampling, -1, nullptr, &result, error)) return false;
+  out->assign(result.tokens.begin(), result.tokens.end());
   return true;
 }
 
@@ -322,7 +313,7 @@ int run_training(const TrainConfig& c) {
     std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", final_step, c.max_steps, final_val);
   }
   std::vector<int> samples;
-  if (c.sample_tokens > 0 && !sample(model, c, rng, &samples, &error)) return fail(error);
+  if (c.sample_tokens > 0 && !sample(model, c, &ops, backend.ctx, rng, &samples, &error)) return fail(error);
 
   Json report = Json::object();
   report.set("model_family", c.model_family);
