@@ -6,6 +6,7 @@ path for a cached dataset never imports numpy or the native module.
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -134,7 +135,7 @@ def run(args):
     argv = build_argv(args, info)
     if args.print_command:
         note = "" if exists else "  # dataset not prepared yet: `nfn train` would prepare it first"
-        print(" ".join(_quote(a) for a in argv) + note)
+        print(shlex.join(argv) + note)
         return 0
     proc = subprocess.run(argv)
     if proc.returncode != 0 or args.dry_run or args.print_plan:
@@ -152,8 +153,3 @@ def run(args):
         if text is not None:
             print(f"sample ({report['sample_file']}):\n{text}")
     return 0
-
-
-def _quote(arg):
-    import shlex
-    return shlex.quote(arg)
