@@ -238,6 +238,18 @@ int run_training(const TrainConfig& c) {
   std::string model_path;
   const bool u16 = train.token_bytes() == 2;
 
+  // Validates, times it, records [step, loss] and prints a line.
+  auto run_validation = [&](int step, float* loss) {
+    const auto t = Clock::now();
+    if (!validate(model, val, c.eval_batches, B, T, loss, &error)) return false;
+    ph.validation += seconds_since(t);
+    Json& r = val_losses.push(Json::array());
+    r.push(step);
+    r.push(static_cast<double>(*loss));
+    std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", step, c.max_steps, *loss);
+    return true;
+  };
+
   for (int step = start.step; step < c.max_steps; ++step) {
     const auto t_step = Clock::now();
     if (!model.zero_grads(&error) || !model.zero_loss(&error)) return fail(error);
@@ -287,14 +299,8 @@ int run_training(const TrainConfig& c) {
       ph.checkpoint += seconds_since(t0);
     }
     if (have_val && c.eval_every_steps > 0 && done % c.eval_every_steps == 0 && done < c.max_steps) {
-      t0 = Clock::now();
-      float vl;
-      if (!validate(model, val, c.eval_batches, B, T, &vl, &error)) return fail(error);
-      ph.validation += seconds_since(t0);
-      Json& r = val_losses.push(Json::array());
-      r.push(done);
-      r.push(static_cast<double>(vl));
-      std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", done, c.max_steps, vl);
+      float loss;
+      if (!run_validation(done, &loss)) return fail(error);
     }
   }
 
@@ -303,15 +309,7 @@ int run_training(const TrainConfig& c) {
   const int final_step = std::max(c.max_steps, start.step);
   if (!save_checkpoint(c, model, final_step, rng, train, &model_path, &error)) return fail(error);
   ph.checkpoint += seconds_since(t0);
-  if (have_val) {
-    t0 = Clock::now();
-    if (!validate(model, val, c.eval_batches, B, T, &final_val, &error)) return fail(error);
-    ph.validation += seconds_since(t0);
-    Json& r = val_losses.push(Json::array());
-    r.push(final_step);
-    r.push(static_cast<double>(final_val));
-    std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", final_step, c.max_steps, final_val);
-  }
+  if (have_val && !run_validation(final_step, &final_val)) return fail(error);
   std::vector<int> samples;
   if (c.sample_tokens > 0 && !sample(model, c, &ops, backend.ctx, rng, &samples, &error)) return fail(error);
 
