@@ -1,27 +1,12 @@
-"""The `nfn` command line: help paths stay import-light, errors follow argparse, and
-commands not built yet say so and fail."""
+"""The `nfn` command line: help paths stay import-light, errors follow argparse, the Bazel
+launcher runs the built package, and `nfn kernels list` reports the op registry."""
 import json
 import os
 import subprocess
 import sys
 import unittest
 
-import nfn
-
-PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
-
-# Runs nfn's main in a fresh interpreter, then reports every module that got imported.
-PROBE = """
-import json, sys
-from nfn.cli.main import main
-try:
-    code = main(sys.argv[1:])
-except SystemExit as e:
-    code = e.code
-sys.stdout.flush()
-print("\\n@@MODULES@@" + json.dumps(sorted(sys.modules)))
-sys.exit(code or 0)
-"""
+from nfn_probe import run_nfn
 
 HELP_PATHS = [
     ["--help"],
@@ -37,14 +22,6 @@ HELP_PATHS = [
 
 # What a help path may import from nfn: the package, its errors and the parsers.
 ALLOWED_NFN = ("nfn", "nfn.errors", "nfn.cli")
-
-
-def run_nfn(args, env=None):
-    full_env = dict(os.environ, PYTHONPATH=PY_ROOT, **(env or {}))
-    proc = subprocess.run([sys.executable, "-c", PROBE] + args, capture_output=True, text=True,
-                          env=full_env, timeout=60)
-    out, _, modules = proc.stdout.partition("\n@@MODULES@@")
-    return proc.returncode, out, proc.stderr, json.loads(modules) if modules else []
 
 
 def interpreter_baseline():

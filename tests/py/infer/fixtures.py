@@ -1,18 +1,12 @@
 """Test helpers written independently of nfn.infer: a numpy GPT-2 forward over Hugging Face
 GPT-2 tensors (Conv1D weights stored (in, out)), random models, llm.c model files written
 byte by byte, and a way to run the `nfn` CLI in a fresh interpreter."""
-import json
 import math
-import os
 import struct
-import subprocess
-import sys
 
 import numpy as np
 
-import nfn
-
-PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
+from nfn_probe import run_nfn  # noqa: F401  (re-exported for the infer tests)
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 
@@ -107,25 +101,3 @@ def llmc_to_hf_names(params, V):
         t[f"h.{l}.mlp.c_fc.weight"], t[f"h.{l}.mlp.c_fc.bias"] = params["fcw"][l].T, params["fcb"][l]
         t[f"h.{l}.mlp.c_proj.weight"], t[f"h.{l}.mlp.c_proj.bias"] = params["fcprojw"][l].T, params["fcprojb"][l]
     return t
-
-
-PROBE = """
-import json, sys
-from nfn.cli.main import main
-try:
-    code = main(sys.argv[1:])
-except SystemExit as e:
-    code = e.code
-sys.stdout.flush()
-print("\\n@@MODULES@@" + json.dumps(sorted(sys.modules)))
-sys.exit(code or 0)
-"""
-
-
-def run_nfn(args, env=None):
-    """(exit code, stdout, stderr, imported modules) of `nfn ARGS` in a fresh interpreter."""
-    full_env = dict(os.environ, PYTHONPATH=PY_ROOT, **(env or {}))
-    proc = subprocess.run([sys.executable, "-c", PROBE] + list(args), capture_output=True, text=True,
-                          env=full_env, timeout=300)
-    out, _, modules = proc.stdout.partition("\n@@MODULES@@")
-    return proc.returncode, out, proc.stderr, json.loads(modules) if modules else []

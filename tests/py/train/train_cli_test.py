@@ -2,29 +2,14 @@
 the native module), and a short real run whose report and decoded sample land on disk."""
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
+from nfn_probe import run_nfn
 from shards import write_shard
 
-import nfn
-
-PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
 BIN_DIR = os.path.dirname(os.path.abspath(os.environ["NFN_DISPATCHER"]))
-
-PROBE = """
-import json, sys
-from nfn.cli.main import main
-code = main(sys.argv[1:])
-sys.stdout.flush()
-print("\\n@@MODULES@@" + json.dumps(sorted(sys.modules)))
-sys.exit(code or 0)
-"""
-
-
 
 class TrainCliTest(unittest.TestCase):
     @classmethod
@@ -36,20 +21,17 @@ class TrainCliTest(unittest.TestCase):
         tokens = np.tile(rng.integers(0, 300, size=50), 100)
         write_shard(os.path.join(cls.data, "tiny_train_000000.bin"), tokens[:4000])
         write_shard(os.path.join(cls.data, "tiny_val_000000.bin"), tokens[4000:])
-        cls.env = dict(os.environ, PYTHONPATH=PY_ROOT, NFN_NATIVE_BIN_DIR=BIN_DIR,
+        cls.env = dict(NFN_NATIVE_BIN_DIR=BIN_DIR,
                        NEURALFN_ARTIFACTS_DIR=os.path.join(cls.tmp, "artifacts"),
                        NFN_DATASETS_DIR=os.path.join(cls.tmp, "datasets"),
                        NFN_TOKENIZERS_DIR=os.path.join(cls.tmp, "tokenizers"))
 
     def nfn(self, args):
-        proc = subprocess.run([sys.executable, "-c", PROBE] + args, capture_output=True, text=True,
-                              env=self.env, timeout=600)
-        out, _, modules = proc.stdout.partition("\n@@MODULES@@")
-        return proc, out, json.loads(modules) if modules else []
+        return run_nfn(args, env=self.env, timeout=600)
 
     def test_print_command_for_cached_shards_is_import_light(self):
-        proc, out, modules = self.nfn(["train", "--dataset", self.data, "--max-steps", "7", "--print-command"])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        code, out, err, modules = self.nfn(["train", "--dataset", self.data, "--max-steps", "7", "--print-command"])
+        self.assertEqual(code, 0, err)
         argv = out.split()
         self.assertEqual(argv[0], os.path.join(BIN_DIR, "nfn_native_train"))
         self.assertEqual(argv[argv.index("--train-data") + 1], os.path.join(self.data, "tiny_train_000000.bin"))
@@ -64,9 +46,9 @@ class TrainCliTest(unittest.TestCase):
         text = os.path.join(self.tmp, "corpus.txt")
         with open(text, "w", encoding="utf-8") as f:
             f.write("never tokenized by --print-command\n")
-        proc, out, modules = self.nfn(["train", "--pretraining-file", text, "--tokenizer", "sp1024",
+        code, out, err, modules = self.nfn(["train", "--pretraining-file", text, "--tokenizer", "sp1024",
                                        "--print-command"])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(code, 0, err)
         self.assertIn("# dataset not prepared yet", out)
         argv = out.split()
         self.assertEqual(argv[argv.index("--vocab-size") + 1], "1024")
@@ -75,11 +57,11 @@ class TrainCliTest(unittest.TestCase):
 
     def test_short_run_writes_report_and_sample(self):
         out_dir = os.path.join(self.tmp, "run")
-        proc, out, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
+        code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
                                  "--model-dim", "32", "--train-seq-len", "16", "--batch-size", "2",
                                  "--max-steps", "3", "--eval-batches", "2", "--sample-tokens", "8",
                                  "--backend", "cpu", "--output-dir", out_dir, "--json"])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(code, 0, err)
         report = json.loads(out)
         self.assertEqual(report["steps"], 3)
         self.assertEqual(len(report["sample_tokens"]), 8)
@@ -89,9 +71,9 @@ class TrainCliTest(unittest.TestCase):
         self.assertIsNotNone(report["final_validation_loss"])
 
     def test_unknown_family_is_one_line(self):
-        proc, _, _ = self.nfn(["train", "--base-model", "llama", "--dataset", self.data])
-        self.assertEqual(proc.returncode, 1)
-        self.assertEqual(proc.stderr.strip(), "nfn train: error: --base-model llama: no native trainer for "
+        code, _, err, _ = self.nfn(["train", "--base-model", "llama", "--dataset", self.data])
+        self.assertEqual(code, 1)
+        self.assertEqual(err.strip(), "nfn train: error: --base-model llama: no native trainer for "
                                               "this family yet (gpt, gpt2 and gpt3 are ready)")
 
 
