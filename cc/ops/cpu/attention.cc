@@ -1,8 +1,11 @@
 // Causal scaled-dot-product attention on the CPU (f32), flash style: the forward saves each
 // row's log-sum-exp and the backward recomputes the probabilities from it, so no (T,T)
-// matrix outlives a call. The products are batched oneDNN GEMMs over groups of (batch,
-// head) blocks, one query tile at a time: tile i needs only keys up to its last row, which
-// skips most of the masked half of the scores.
+// matrix outlives a call. Each thread takes whole (batch, head) blocks and walks their query
+// tiles with single-threaded GEMMs in its own scratch, so a tile's scores stay in cache and
+// threads never wait for each other; tile i needs only keys up to its last row, which skips
+// most of the masked half of the scores. A block's result does not depend on the thread count.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -11,13 +14,11 @@
 #include "cc/ops/cpu/gemm.h"
 #include "cc/ops/cpu/reduce_math.h"
 
-using nfn::cpu::Gemm;
 using nfn::cpu::fast_exp;
+using nfn::cpu::Gemm;
 
 namespace {
 
-// Scores per scratch buffer (16 MB): bounds memory for long sequences.
-constexpr long kScoreBudget = 1L << 22;
 // Query rows per tile: small enough to skip masked work, large enough for efficient GEMMs.
 constexpr int kQueryTile = 64;
 
@@ -28,91 +29,42 @@ nfn_status check_geometry(nfn_ctx* ctx, const char* op, int B, int T, int C, int
   return NFN_OK;
 }
 
-// A rectangle of (batch, head) blocks processed together: whole batches when all heads fit.
-struct Group {
-  int b0, nb, h0, nh;
-  long blocks() const { return static_cast<long>(nb) * nh; }
+// One (batch, head) block: its q, k, v columns in qkv (B,T,3C) and its columns in a (B,T,C)
+// tensor such as out or dout. Row r of q is q + r * ld.
+struct Block {
+  long b, h, T, C, hs;
+  template <typename F>
+  F* q(F* qkv) const { return qkv + b * T * 3 * C + h * hs; }
+  template <typename F>
+  F* k(F* qkv) const { return q(qkv) + C; }
+  template <typename F>
+  F* v(F* qkv) const { return q(qkv) + 2 * C; }
+  template <typename F>
+  F* rows(F* btc) const { return btc + b * T * C + h * hs; }
 };
 
+// C (M,N) = alpha op(A) op(B) (+ C) on this thread.
+void product(long M, long N, long K, const float* A, long lda, bool trans_a, const float* B,
+             long ldb, bool trans_b, float* C, long ldc, float alpha, bool accumulate) {
+  Gemm g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = A, g.lda = lda, g.trans_a = trans_a;
+  g.B = B, g.ldb = ldb, g.trans_b = trans_b;
+  g.C = C, g.ldc = ldc;
+  g.alpha = alpha, g.accumulate = accumulate;
+  nfn::cpu::gemm_f32_serial(g);
+}
+
+// Runs fn(block, scratch) for every (batch, head) block in parallel; each thread owns
+// `per_thread` floats of scratch.
 template <typename Fn>
-nfn_status for_each_group(int B, int T, int NH, Fn fn) {
-  const long tile = std::min(T, kQueryTile);
-  const long fit = std::max(1L, kScoreBudget / (tile * T));
-  for (int b0 = 0; b0 < B;) {
-    if (fit >= NH) {
-      const int nb = static_cast<int>(std::min<long>(B - b0, fit / NH));
-      NFN_RETURN_IF_ERROR(fn(Group{b0, nb, 0, NH}));
-      b0 += nb;
-      continue;
-    }
-    for (int h0 = 0; h0 < NH; h0 += static_cast<int>(fit))
-      NFN_RETURN_IF_ERROR(fn(Group{b0, 1, h0, static_cast<int>(std::min<long>(NH - h0, fit))}));
-    ++b0;
-  }
-  return NFN_OK;
-}
-
-// One query tile: rows [r0, r1) of every block attend to keys [0, r1).
-struct Tile {
-  int r0, r1;
-  int rows() const { return r1 - r0; }
-};
-
-// A matrix operand of a batched product: pointer, row stride, and the distance to the
-// next batch and the next head.
-struct Operand {
-  const float* p;
-  int64_t ld, batch_stride, head_stride;
-};
-
-// Where the heads live: qkv (B,T,3C) with q, k, v side by side; out/dout (B,T,C).
-struct Layout {
-  int T, C, hs;
-  const float* qkv;
-  Operand head_of(const float* base, long ld, int b, int h, int row) const {
-    return {base + (static_cast<long>(b) * T + row) * ld + static_cast<long>(h) * hs, ld,
-            static_cast<int64_t>(T) * ld, hs};
-  }
-  Operand q(const Group& g, int row) const { return head_of(qkv, 3L * C, g.b0, g.h0, row); }
-  Operand k(const Group& g, int row) const { Operand o = q(g, row); o.p += C; return o; }
-  Operand v(const Group& g, int row) const { Operand o = q(g, row); o.p += 2 * C; return o; }
-};
-
-// The (rows, keys) score blocks of a tile in scratch: contiguous per (batch, head).
-Operand score_block(const float* base, const Group& g, const Tile& t) {
-  const int64_t size = static_cast<int64_t>(t.rows()) * t.r1;
-  return {base, t.r1, g.nh * size, size};
-}
-
-// C = alpha op(A) op(B) (+ C) for every block of the group.
-nfn_status block_gemm(nfn_ctx* ctx, const char* op, const Group& g, int64_t M, int64_t N,
-                      int64_t K, Operand a, bool trans_a, Operand b, bool trans_b, float* c,
-                      Operand c_layout, float alpha, bool accumulate) {
-  Gemm m;
-  m.M = M, m.N = N, m.K = K;
-  m.A = a.p, m.lda = a.ld, m.trans_a = trans_a;
-  m.B = b.p, m.ldb = b.ld, m.trans_b = trans_b;
-  m.C = c, m.ldc = c_layout.ld;
-  m.stride_a[0] = a.batch_stride, m.stride_a[1] = a.head_stride;
-  m.stride_b[0] = b.batch_stride, m.stride_b[1] = b.head_stride;
-  m.stride_c[0] = c_layout.batch_stride, m.stride_c[1] = c_layout.head_stride;
-  m.batch[0] = g.nb, m.batch[1] = g.nh;
-  m.alpha = alpha;
-  m.accumulate = accumulate;
-  m.allow_bf16 = false;  // small products that feed exp(): kept f32
-  return nfn::cpu::gemm(ctx, op, m);
-}
-
-// Calls fn(row, block index, b, h) for every row of the tile in every block, in parallel.
-template <typename Fn>
-void for_each_row(const Group& g, const Tile& t, Fn fn) {
-  const long rows = g.blocks() * t.rows();
+void for_each_block(nfn_ctx* ctx, int B, int T, int C, int NH, long per_thread, Fn fn) {
+  const int threads = omp_get_max_threads();
+  float* scratch = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention, threads * per_thread);
+  const long blocks = static_cast<long>(B) * NH;
 #pragma omp parallel for schedule(static)
-  for (long r = 0; r < rows; ++r) {
-    const long blk = r / t.rows();
-    fn(t.r0 + static_cast<int>(r % t.rows()), r, g.b0 + static_cast<int>(blk / g.nh),
-       g.h0 + static_cast<int>(blk % g.nh));
-  }
+  for (long i = 0; i < blocks; ++i)
+    fn(Block{i / NH, i % NH, T, C, C / NH}, scratch + omp_get_thread_num() * per_thread);
 }
 
 }  // namespace
@@ -125,34 +77,32 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_RETURN_IF_ERROR(check_geometry(ctx, op, B, T, C, NH));
   NFN_REQUIRE(out && lse && qkv, "attention_forward: null pointer");
+  const float* x = static_cast<const float*>(qkv);
   float* y = static_cast<float*>(out);
-  const Layout L{T, C, C / NH, static_cast<const float*>(qkv)};
-  const float scale = 1.f / std::sqrt(static_cast<float>(L.hs));
-  return for_each_group(B, T, NH, [&](const Group& g) -> nfn_status {
-    float* S = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention,
-                                        g.blocks() * std::min(T, kQueryTile) * T);
+  const long ld = 3L * C, hs = C / NH;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  for_each_block(ctx, B, T, C, NH, static_cast<long>(kQueryTile) * T, [&](const Block& blk, float* S) {
+    const float *q = blk.q(x), *k = blk.k(x), *v = blk.v(x);
+    float* o = blk.rows(y);
+    float* row_lse = lse + (blk.b * NH + blk.h) * T;
     for (int r0 = 0; r0 < T; r0 += kQueryTile) {
-      const Tile t{r0, std::min(T, r0 + kQueryTile)};
-      const Operand s = score_block(S, g, t);
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), t.r1, L.hs, L.q(g, t.r0), false,
-                                     L.k(g, 0), true, S, s, scale, false));
-      // Causal softmax of each row in place; row `row` keeps keys 0..row.
-      for_each_row(g, t, [&](int row, long r, int b, int h) {
-        float* p = S + r * t.r1;
-        const float m = nfn::cpu::row_max(p, row + 1);
-        for (int j = 0; j <= row; ++j) p[j] = fast_exp(p[j] - m);
-        const float sum = nfn::cpu::row_sum(p, row + 1);
+      const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
+      product(rows, r1, hs, q + r0 * ld, ld, false, k, ld, true, S, r1, scale, false);  // S = Q K^T
+      for (int i = 0; i < rows; ++i) {  // causal softmax in place: row r0+i keeps keys 0..r0+i
+        float* p = S + static_cast<long>(i) * r1;
+        const int n = r0 + i + 1;
+        const float m = nfn::cpu::row_max(p, n);
+        for (int j = 0; j < n; ++j) p[j] = fast_exp(p[j] - m);
+        const float sum = nfn::cpu::row_sum(p, n);
         const float inv = 1.f / sum;
-        for (int j = 0; j <= row; ++j) p[j] *= inv;
-        for (int j = row + 1; j < t.r1; ++j) p[j] = 0.f;
-        lse[(static_cast<long>(b) * NH + h) * T + row] = m + std::log(sum);
-      });
-      const Operand o = L.head_of(y, C, g.b0, g.h0, t.r0);  // out rows = P V
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), L.hs, t.r1, s, false, L.v(g, 0), false,
-                                     y + (o.p - y), o, 1.f, false));
+        for (int j = 0; j < n; ++j) p[j] *= inv;
+        for (int j = n; j < r1; ++j) p[j] = 0.f;
+        row_lse[r0 + i] = m + std::log(sum);
+      }
+      product(rows, hs, r1, S, r1, false, v, ld, false, o + r0 * C, C, 1.f, false);  // O = P V
     }
-    return NFN_OK;
   });
+  return NFN_OK;
 }
 
 nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
@@ -162,52 +112,45 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_RETURN_IF_ERROR(check_geometry(ctx, op, B, T, C, NH));
   NFN_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward: null pointer");
+  const float* x = static_cast<const float*>(qkv);
   const float* go = static_cast<const float*>(dout);
   const float* y = static_cast<const float*>(out);
   float* dx = static_cast<float*>(dqkv);
-  const Layout L{T, C, C / NH, static_cast<const float*>(qkv)};
-  const Layout dL{T, C, C / NH, dx};
-  const float scale = 1.f / std::sqrt(static_cast<float>(L.hs));
-  return for_each_group(B, T, NH, [&](const Group& g) -> nfn_status {
-    const long tile_floats = g.blocks() * std::min(T, kQueryTile) * T;
-    float* P = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention, 2 * tile_floats);
-    float* dS = P + tile_floats;
+  const long ld = 3L * C, hs = C / NH, tile = static_cast<long>(kQueryTile) * T;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  for_each_block(ctx, B, T, C, NH, 2 * tile, [&](const Block& blk, float* P) {
+    float* dS = P + tile;
+    const float *q = blk.q(x), *k = blk.k(x), *v = blk.v(x);
+    const float *o = blk.rows(y), *dO = blk.rows(go);
+    float *dq = blk.q(dx), *dk = blk.k(dx), *dv = blk.v(dx);
+    const float* row_lse = lse + (blk.b * NH + blk.h) * T;
     // The last tile sees every key, so going backwards its dK and dV products overwrite and
     // the earlier tiles' accumulate.
     const int last = (T - 1) / kQueryTile * kQueryTile;
     for (int r0 = last; r0 >= 0; r0 -= kQueryTile) {
-      const Tile t{r0, std::min(T, r0 + kQueryTile)};
+      const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
       const bool first = r0 == last;
-      const Operand p = score_block(P, g, t), ds = score_block(dS, g, t);
-      const Operand go_rows = L.head_of(go, C, g.b0, g.h0, t.r0);
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), t.r1, L.hs, L.q(g, t.r0), false,
-                                     L.k(g, 0), true, P, p, scale, false));
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), t.r1, L.hs, go_rows, false, L.v(g, 0),
-                                     true, dS, ds, 1.f, false));  // dP = dO V^T
-      // P = exp(S - lse) (causal), dS = P * (dP - rowdot(dO, O)) * scale.
-      for_each_row(g, t, [&](int row, long r, int b, int h) {
-        const float l = lse[(static_cast<long>(b) * NH + h) * T + row];
-        const long at = (static_cast<long>(b) * T + row) * C + static_cast<long>(h) * L.hs;
-        const float D = nfn::cpu::row_dot(go + at, y + at, L.hs);
-        float* pr = P + r * t.r1;
-        float* dsr = dS + r * t.r1;
-        for (int j = 0; j <= row; ++j) {
+      product(rows, r1, hs, q + r0 * ld, ld, false, k, ld, true, P, r1, scale, false);  // S
+      product(rows, r1, hs, dO + r0 * C, C, false, v, ld, true, dS, r1, 1.f, false);  // dP = dO V^T
+      for (int i = 0; i < rows; ++i) {  // P = exp(S - lse), dS = P (dP - rowdot(dO, O)) scale
+        const long at = static_cast<long>(r0 + i) * C;
+        const float D = nfn::cpu::row_dot(dO + at, o + at, hs);
+        const float l = row_lse[r0 + i];
+        float* pr = P + static_cast<long>(i) * r1;
+        float* dsr = dS + static_cast<long>(i) * r1;
+        const int n = r0 + i + 1;
+        for (int j = 0; j < n; ++j) {
           pr[j] = fast_exp(pr[j] - l);
           dsr[j] = pr[j] * (dsr[j] - D) * scale;
         }
-        for (int j = row + 1; j < t.r1; ++j) pr[j] = dsr[j] = 0.f;
-      });
-      const Operand dq = dL.q(g, t.r0), dk = dL.k(g, 0), dv = dL.v(g, 0);
-      // dQ rows = dS K; dK += dS^T Q rows; dV += P^T dO rows
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.rows(), L.hs, t.r1, ds, false, L.k(g, 0), false,
-                                     dx + (dq.p - dx), dq, 1.f, false));
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.r1, L.hs, t.rows(), ds, true, L.q(g, t.r0), false,
-                                     dx + (dk.p - dx), dk, 1.f, !first));
-      NFN_RETURN_IF_ERROR(block_gemm(ctx, op, g, t.r1, L.hs, t.rows(), p, true, go_rows, false,
-                                     dx + (dv.p - dx), dv, 1.f, !first));
+        for (int j = n; j < r1; ++j) pr[j] = dsr[j] = 0.f;
+      }
+      product(rows, hs, r1, dS, r1, false, k, ld, false, dq + r0 * ld, ld, 1.f, false);  // dQ = dS K
+      product(r1, hs, rows, dS, r1, true, q + r0 * ld, ld, false, dk, ld, 1.f, !first);  // dK += dS^T Q
+      product(r1, hs, rows, P, r1, true, dO + r0 * C, C, false, dv, ld, 1.f, !first);  // dV += P^T dO
     }
-    return NFN_OK;
   });
+  return NFN_OK;
 }
 
 }  // extern "C"

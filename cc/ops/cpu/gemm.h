@@ -1,6 +1,4 @@
-// GEMMs for the CPU ops, through oneDNN's matmul (no hand-rolled GEMM). Primitives are
-// created once per shape and cached on the context, because creating one costs far more
-// than running a small one.
+// GEMMs for the CPU ops (no hand-rolled GEMM): f32 through OpenBLAS, bf16 through oneDNN.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +10,6 @@ namespace nfn::cpu {
 // C (M,N) = alpha * op(A) @ op(B) [+ bias (N)] [+ C when accumulate], all f32, row-major.
 // op(A) is (M,K): A is stored (M,K), or (K,M) when trans_a; likewise op(B) is (K,N), stored
 // (N,K) when trans_b. lda/ldb/ldc are the row strides of the stored matrices.
-// batch[0] x batch[1] independent products run in one call (attention's (batch, head)
-// blocks); product (i, j) reads A + i*stride_a[0] + j*stride_a[1], likewise B and C.
 struct Gemm {
   int64_t M = 0, N = 0, K = 0;
   const float* A = nullptr;
@@ -27,18 +23,22 @@ struct Gemm {
   const float* bias = nullptr;
   bool accumulate = false;
   float alpha = 1.f;
-  int64_t batch[2] = {1, 1};
-  int64_t stride_a[2] = {0, 0}, stride_b[2] = {0, 0}, stride_c[2] = {0, 0};
-  // Multiply in bf16 (inputs rounded, f32 accumulation) when the context asks for it
-  // (matmul=bf16). Attention keeps f32: its products are small and feed exp().
-  bool allow_bf16 = true;
   // In bf16 mode: B already rounded to bf16, stored like B but packed (row stride = its
   // stored column count), so a weight used by many GEMMs of one op is rounded once.
   const uint16_t* B_bf16 = nullptr;
 };
 
-// Runs the product; on failure records "<op>: ..." on the context.
+// Runs the product on the op's threads, in bf16 (inputs rounded, f32 accumulation) when the
+// context asks for it (matmul=bf16); on failure records "<op>: ..." on the context.
 nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g);
+
+// An f32 product on the calling thread only, for ops that parallelize over independent
+// blocks themselves (attention: its products are small and feed exp(), so they stay f32).
+// No bias; shapes are the caller's to check.
+void gemm_f32_serial(const Gemm& g);
+
+// The bf16 product through oneDNN (gemm_bf16.cc), which gemm calls in matmul=bf16 mode.
+nfn_status gemm_bf16(nfn_ctx* ctx, const char* op, const Gemm& g);
 
 // Whether this CPU runs bf16 matmuls (checked once by building a small one).
 bool bf16_gemm_supported(nfn_ctx* ctx);

@@ -1,0 +1,133 @@
+// bf16 products (matmul=bf16) through oneDNN's matmul: the inputs are rounded to bf16 and
+// packed row-major, the products accumulate in f32. Primitives are created once per shape
+// and cached on the context, because creating one costs far more than running a small one.
+#include <array>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cc/ops/cpu/gemm.h"
+
+namespace nfn::cpu {
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using Dims = dnnl::memory::dims;
+
+// Everything that selects a distinct primitive: M, N, K, ldc, bias, accumulate, alpha.
+using Key = std::array<int64_t, 7>;
+
+}  // namespace
+
+struct GemmState {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  struct Entry {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+  };
+  std::map<Key, Entry> primitives;
+  std::vector<uint16_t> a_bf16, b_bf16;  // op(A) and B rounded to bf16, packed
+};
+
+void destroy_gemm_state(GemmState* state) { delete state; }
+
+namespace {
+
+GemmState* state_of(nfn_ctx* ctx) {
+  if (ctx->gemm == nullptr) ctx->gemm = new GemmState();
+  return ctx->gemm;
+}
+
+// Rounds op(X) of a stored (rows, cols, ld) f32 matrix to bf16 into a packed row-major
+// buffer, transposing when `trans` (in small tiles, so both sides stay in cache).
+void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bool trans,
+               std::vector<uint16_t>* dst) {
+  if (dst->size() < static_cast<size_t>(rows * cols)) dst->resize(rows * cols);
+  uint16_t* d = dst->data();
+  if (!trans) {
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = f32_to_bf16(src[r * ld + c]);
+    return;
+  }
+  constexpr int64_t kTile = 16;  // the packed matrix is (cols, rows)
+#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > (1 << 15))
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+          d[c * rows + r] = f32_to_bf16(src[r * ld + c]);
+}
+
+}  // namespace
+
+nfn_status gemm_bf16(nfn_ctx* ctx, const char* op, const Gemm& g) {
+  GemmState* st = state_of(ctx);
+  // Stored shapes: A is (M,K) or (K,M); B is (K,N) or (N,K). Both are packed: op(A) as
+  // (M,K), B as stored, so only B's transposition reaches the primitive.
+  const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
+  const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
+  int32_t alpha_bits;
+  std::memcpy(&alpha_bits, &g.alpha, 4);
+  const Key key = {g.M, g.N, g.K, g.ldc, g.bias != nullptr, g.accumulate, alpha_bits};
+  try {
+    auto it = st->primitives.find(key);
+    if (it == st->primitives.end()) {
+      dnnl::memory::desc a_md({g.M, g.K}, dt::bf16, Dims{g.K, 1});
+      dnnl::memory::desc b_md({g.K, g.N}, dt::bf16, g.trans_b ? Dims{1, b_cols} : Dims{b_cols, 1});
+      dnnl::memory::desc c_md({g.M, g.N}, dt::f32, Dims{g.ldc, 1});
+      dnnl::post_ops post;
+      if (g.alpha != 1.f) post.append_eltwise(dnnl::algorithm::eltwise_linear, g.alpha, 0.f);
+      if (g.accumulate) post.append_sum(1.f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(post);
+      dnnl::matmul::primitive_desc pd =
+          g.bias != nullptr
+              ? dnnl::matmul::primitive_desc(st->engine, a_md, b_md,
+                                             dnnl::memory::desc({1, g.N}, dt::f32, Dims{g.N, 1}),
+                                             c_md, attr)
+              : dnnl::matmul::primitive_desc(st->engine, a_md, b_md, c_md, attr);
+      it = st->primitives.emplace(key, GemmState::Entry{pd, dnnl::matmul(pd)}).first;
+    }
+    const GemmState::Entry& e = it->second;
+    pack_bf16(g.A, a_rows, a_cols, g.lda, g.trans_a, &st->a_bf16);
+    const uint16_t* b = g.B_bf16;
+    if (b == nullptr) {
+      pack_bf16(g.B, b_rows, b_cols, g.ldb, false, &st->b_bf16);
+      b = st->b_bf16.data();
+    }
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), st->engine, st->a_bf16.data())},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), st->engine, const_cast<uint16_t*>(b))},
+        {DNNL_ARG_DST, dnnl::memory(e.pd.dst_desc(), st->engine, g.C)}};
+    if (g.bias != nullptr)
+      args.emplace(DNNL_ARG_BIAS,
+                   dnnl::memory(e.pd.bias_desc(), st->engine, const_cast<float*>(g.bias)));
+    e.prim.execute(st->stream, args);
+    st->stream.wait();
+  } catch (const dnnl::error& err) {
+    return fail(ctx, NFN_ERR_BACKEND, "%s: oneDNN matmul %lldx%lldx%lld failed: %s", op,
+                static_cast<long long>(g.M), static_cast<long long>(g.N),
+                static_cast<long long>(g.K), err.what());
+  }
+  return NFN_OK;
+}
+
+bool bf16_gemm_supported(nfn_ctx* ctx) {
+  GemmState* st = state_of(ctx);
+  try {
+    auto md = dnnl::memory::desc({16, 16}, dt::bf16, dnnl::memory::format_tag::ab);
+    auto out = dnnl::memory::desc({16, 16}, dt::f32, dnnl::memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(st->engine, md, md, out);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+}  // namespace nfn::cpu
