@@ -70,6 +70,24 @@ class TrainCliTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(out_dir, "DONE_00000003")))
         self.assertIsNotNone(report["final_validation_loss"])
 
+    def test_backend_options_reach_the_trainer(self):
+        code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--matmul", "f32", "--attention", "flash_mma",
+                                      "--print-command"])
+        self.assertEqual(code, 0, err)
+        argv = out.split()
+        self.assertEqual(argv[argv.index("--matmul") + 1], "f32")
+        self.assertEqual(argv[argv.index("--attention") + 1], "flash_mma")
+        # The CPU library has no attention option: refused in one line naming the flag.
+        code, _, err, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
+                                    "--model-dim", "32", "--train-seq-len", "16", "--batch-size", "2",
+                                    "--max-steps", "1", "--backend", "cpu", "--attention", "flash_mma",
+                                    "--output-dir", os.path.join(self.tmp, "refused")])
+        self.assertNotEqual(code, 0)
+        lines = err.strip().splitlines()
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("--attention", lines[0])
+        self.assertIn("unknown option attention", lines[0])
+
     def test_unknown_family_is_one_line(self):
         code, _, err, _ = self.nfn(["train", "--base-model", "llama", "--dataset", self.data])
         self.assertEqual(code, 1)
