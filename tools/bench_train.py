@@ -37,6 +37,9 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
     p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each of the two runs")
+    p.add_argument("--attention", default="flash,flash_mma",
+                   help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
+                        "one that finishes is nfn's number (default: flash,flash_mma)")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -62,7 +65,19 @@ def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
     return 6 * params + 6 * layers * seq_len * channels
 
 
-def run_nfn(args, workdir):
+def run_nfn_paths(args, workdir):
+    """nfn once per attention path; the fastest finished run, with every path under "modes"."""
+    modes = {}
+    for path in args.attention.split(","):
+        modes[path] = run_nfn(args, os.path.join(workdir, path), path)
+    done = {k: v for k, v in modes.items() if v.get("tokens_per_s")}
+    if not done:
+        return {"error": "; ".join(f"{k}: {v.get('error')}" for k, v in modes.items()), "modes": modes}
+    best = max(done, key=lambda k: done[k]["tokens_per_s"])
+    return dict(done[best], attention=best, modes=modes)
+
+
+def run_nfn(args, workdir, attention):
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
@@ -76,7 +91,8 @@ def run_nfn(args, workdir):
            "--batch-size", str(args.batch_size),
            "--train-batch-tokens", str(args.batch_size * args.seq_len),
            "--max-steps", str(args.steps), "--eval-every-steps", str(args.steps),
-           "--eval-batches", "1", "--output-dir", os.path.join(workdir, "out"), "--json"]
+           "--eval-batches", "1", "--attention", attention, "--output-dir", os.path.join(workdir, "out"),
+           "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]
     try:
@@ -133,7 +149,7 @@ def main(argv=None):
             print(json.dumps(result))
         return 0 if result["ratio"] else 1
     with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
-        nfn = run_nfn(args, workdir)
+        nfn = run_nfn_paths(args, workdir)
     ref = {"skipped": True} if args.skip_torch else run_torch(args)
     ratio = None
     if nfn.get("tokens_per_s") and ref.get("tokens_per_s"):
@@ -145,7 +161,8 @@ def main(argv=None):
     else:
         for name, r in (("nfn", nfn), ("pytorch", ref)):
             if "tokens_per_s" in r:
-                print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  MFU {100 * r['mfu']:5.1f}%")
+                what = f"  attention {r['attention']}" if "attention" in r else ""
+                print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  MFU {100 * r['mfu']:5.1f}%{what}")
             else:
                 print(f"{name:8s} {r.get('error', 'skipped')}")
         print(f"ratio    {ratio:.3f}" if ratio else "ratio    n/a")

@@ -2,10 +2,11 @@
 # Every GPU check in one call on the device machine (no Bazel, no network there). Build and
 # copy first, here: tools/prepare_device.sh; then run with carry [".device"]:
 #   1. the op parity suite, CUDA library against the CPU library
-#   2. a short training run of a tiny GPT on cuda (f32 and bf16) against the same run on cpu
+#   2. a short training run of a tiny GPT on cuda (f32, bf16, bf16 with the tensor-core
+#      attention) against the same run on cpu
 #      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
-#   3. tools/bench_train.py: GPT-2 124M with nfn and with the PyTorch reference, tokens/s,
-#      MFU and the ratio
+#   3. tools/bench_train.py: GPT-2 124M with nfn (each attention path) and with the PyTorch
+#      reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last. Each step
 # has its own time limit (about 9.5 minutes in all), so give the device tool timeout_s 600.
 set -uo pipefail
@@ -73,11 +74,12 @@ PY
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
   timeout 90 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
-  for dt in f32 bf16; do
-    timeout 60 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --output-dir "/tmp/nfn-cuda-$dt" \
-      > "$out/train_cuda_$dt.json" 2> "$out/train_cuda_$dt.err"
+  for run in f32:flash bf16:flash bf16:flash_mma; do
+    dt=${run%%:*} attn=${run#*:}
+    timeout 60 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
+      --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
-    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_$dt.json" "$bound" <<'PY'
+    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" <<'PY'
 import json, sys
 try:
     cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
@@ -91,7 +93,7 @@ ok = worst < float(sys.argv[3]) and b[-1] < b[0]
 print("PASS" if ok else "FAIL", f"loss {b[0]:.3f}->{b[-1]:.3f}, worst step rel diff vs cpu {worst:.2e} (bound {sys.argv[3]})")
 PY
 )
-    row "training cuda $dt vs cpu" "${verdict%% *}" "${verdict#* }"
+    row "train cuda $dt $attn vs cpu" "${verdict%% *}" "${verdict#* }"
   done
 fi
 
@@ -106,7 +108,8 @@ except Exception as e:
     print(f"FAIL no result ({e})"); sys.exit()
 def cell(x):
     return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%" if "tokens_per_s" in x else x.get("error", "?")[:120]
-print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {cell(r['nfn'])} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
+paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
+print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
 PY
 )
 row "gpt2-124m nfn vs torch" "${bench%% *}" "${bench#* }"
