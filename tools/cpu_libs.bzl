@@ -39,15 +39,21 @@ cc_library(
 )
 """.format(name = name, lib = lib, lib_file = lib_file))
 
+def _find(rctx, rule, env, probe, what, files):
+    """The library's root: $env, else what `probe` prints; fails naming each missing (file, package)."""
+    root = rctx.os.environ.get(env, "")
+    where = env + "=" + root
+    if not root:
+        root, python = _probe(rctx, rule, probe)
+        where = "%s of %s (%s)" % (what, python, root)
+    for f, pkg in files:
+        if not rctx.path(root + "/" + f).exists:
+            fail("%s: no %s under %s; run tools/bootstrap.sh (it installs %s) or set %s" % (rule, f, where, pkg, env))
+    return root
+
 def _local_onednn_impl(rctx):
-    prefix = rctx.os.environ.get("NFN_ONEDNN_DIR", "")
-    where = "NFN_ONEDNN_DIR=" + prefix
-    if not prefix:
-        prefix, python = _probe(rctx, "local_onednn", "import sys; print(sys.prefix)")
-        where = "the prefix of %s (%s)" % (python, prefix)
-    for f, pkg in [("include/oneapi/dnnl/dnnl.hpp", "onednn-devel-cpu-gomp"), ("lib/libdnnl.so.3", "onednn-cpu-gomp")]:
-        if not rctx.path(prefix + "/" + f).exists:
-            fail("local_onednn: no %s under %s; run tools/bootstrap.sh (it installs %s) or set NFN_ONEDNN_DIR" % (f, where, pkg))
+    prefix = _find(rctx, "local_onednn", "NFN_ONEDNN_DIR", "import sys; print(sys.prefix)", "the prefix",
+                   [("include/oneapi/dnnl/dnnl.hpp", "onednn-devel-cpu-gomp"), ("lib/libdnnl.so.3", "onednn-cpu-gomp")])
     rctx.symlink(prefix + "/include/oneapi", "include/oneapi")
     _library(rctx, "onednn", prefix + "/lib", "libdnnl.so.3")
 
@@ -58,14 +64,9 @@ local_onednn = repository_rule(
 )
 
 def _local_openblas_impl(rctx):
-    root = rctx.os.environ.get("NFN_OPENBLAS_DIR", "")
-    where = "NFN_OPENBLAS_DIR=" + root
-    if not root:
-        root, python = _probe(rctx, "local_openblas", "import os, scipy_openblas32 as s; print(os.path.dirname(s.__file__))")
-        where = "scipy-openblas32 of %s (%s)" % (python, root)
-    for f in ["include/cblas.h", "lib/libscipy_openblas.so"]:
-        if not rctx.path(root + "/" + f).exists:
-            fail("local_openblas: no %s under %s; run tools/bootstrap.sh (it installs scipy-openblas32) or set NFN_OPENBLAS_DIR" % (f, where))
+    root = _find(rctx, "local_openblas", "NFN_OPENBLAS_DIR",
+                 "import os, scipy_openblas32 as s; print(os.path.dirname(s.__file__))", "scipy-openblas32",
+                 [("include/cblas.h", "scipy-openblas32"), ("lib/libscipy_openblas.so", "scipy-openblas32")])
     rctx.symlink(root + "/include", "include")
     _library(rctx, "openblas", root + "/lib", "libscipy_openblas.so")
 
