@@ -1,6 +1,9 @@
 // Causal flash attention backward ("flash_simt"): probabilities are recomputed from the
 // saved log-sum-exp, in two kernels (one thread per key for dk and dv, then one per query for
-// dq) so that no gradient needs atomics.
+// dq) so that no gradient needs atomics. The delta kernel here also serves the tensor-core
+// path (attention_mma_backward.cu), which attention=flash_mma selects where it applies.
+#include <type_traits>
+
 #include "cuda/ops/attention_common.cuh"
 
 using namespace nfn::cuda::attention;
@@ -171,6 +174,8 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   const size_t rows = static_cast<size_t>(B) * NH * T;
   attention_delta_kernel<S, HD><<<(rows + 255) / 256, 256, 0, ctx->stream>>>(
       delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
+  if (use_mma(ctx, std::is_same_v<S, float> ? NFN_F32 : NFN_BF16, HD, {dqkv, dout, qkv}))
+    return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
   const size_t smem = BackwardSmem<HD>::bytes;
   // Above 48 KiB a kernel must opt in to more dynamic shared memory (once per kernel).
   static const cudaError_t opt_in = [] {

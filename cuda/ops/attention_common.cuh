@@ -1,6 +1,9 @@
-// Shared by attention_forward.cu and attention_backward.cu: the qkv layout, tile sizes,
-// argument checks and the dispatch over dtype and head size.
+// Shared by the attention kernels: the qkv layout, tile sizes, argument checks, the dispatch
+// over dtype and head size, and the entry points of the tensor-core path.
 #pragma once
+
+#include <cstdint>
+#include <initializer_list>
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
@@ -36,11 +39,30 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
   if (*head_dim != 16 && *head_dim != 32 && *head_dim != 64 && *head_dim != 128)
     return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED,
                            "%s: head size C/NH=%d is not one of 16, 32, 64, 128", op, *head_dim);
-  if (ctx->attention != nfn_attention_path::flash_simt)
+  if (ctx->attention != nfn_attention_path::flash_simt && ctx->attention != nfn_attention_path::flash_mma)
     return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED,
-                           "%s: only the flash_simt attention path is built", op);
+                           "%s: only the flash_simt and flash_mma attention paths are built", op);
   return NFN_OK;
 }
+
+// The tensor-core path ("flash_mma", attention_mma_*.cu) covers bf16 with head size 64 or 128
+// and 16-byte aligned tensors (it moves 16-byte pieces); every other call under
+// attention=flash_mma runs the flash_simt kernels.
+inline bool use_mma(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
+                    std::initializer_list<const void*> tensors) {
+  if (ctx->attention != nfn_attention_path::flash_mma || dtype != NFN_BF16) return false;
+  if (head_dim != 64 && head_dim != 128) return false;
+  for (const void* p : tensors)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// out (B,T,C) and lse (B*NH*T) from qkv (B,T,3C), bf16, head size 64 or 128.
+nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
+
+// dqkv (B,T,3C, overwritten) from dout, qkv, lse and delta = rowsum(dout * out) (B*NH*T).
+nfn_status mma_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv, const float* lse,
+                        const float* delta, int B, int T, int C, int NH);
 
 // Calls fn<T, HD> for the run-time dtype and head size (checked beforehand).
 #define NFN_ATTENTION_DISPATCH(fn, dtype, hd, ...)                   \

@@ -1,7 +1,7 @@
 // Causal flash attention of nfn's own ("flash_simt"), forward: tiles of K and V stream
 // through shared memory, each thread owns one query row with f32 math, and the (T,T) scores
-// never reach device memory. CUDA cores only: a tensor-core (sm_90a wgmma) path is future
-// work (docs/cuda.md).
+// never reach device memory. CUDA cores only; under attention=flash_mma the calls it covers go
+// to the tensor-core kernels (attention_mma_forward.cu).
 #include "cuda/ops/attention_common.cuh"
 
 using namespace nfn::cuda::attention;
@@ -88,6 +88,7 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
   NFN_TRY(check_args(ctx, "attention_forward", B, T, C, NH, dtype, &hd));
   if (out == nullptr || lse == nullptr || qkv == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_forward: null out, lse or qkv");
+  if (use_mma(ctx, dtype, hd, {out, qkv})) return mma_forward(ctx, out, lse, qkv, B, T, C, NH);
   NFN_ATTENTION_DISPATCH(forward, dtype, hd, ctx, out, lse, qkv, B, T, C, NH);
   return NFN_OK;
 }

@@ -98,7 +98,7 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
   return ctx != nullptr ? ctx->last_error.c_str() : create_error.c_str();
 }
 
-// Options: attention=flash|thunderkittens (the kernels behind attention_forward/backward);
+// Options: attention=flash|flash_mma|thunderkittens (the kernels behind attention_forward/backward);
 // lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size).
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
@@ -116,6 +116,10 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
       ctx->attention = nfn_attention_path::flash_simt;
       return NFN_OK;
     }
+    if (std::strcmp(value, "flash_mma") == 0) {
+      ctx->attention = nfn_attention_path::flash_mma;
+      return NFN_OK;
+    }
     if (std::strcmp(value, "thunderkittens") == 0) {
       const char* why = nfn_tk_unavailable_reason();
       if (why != nullptr)
@@ -124,7 +128,7 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
       return NFN_OK;
     }
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
-                "configure: attention=%s is not one of flash, thunderkittens", value);
+                "configure: attention=%s is not one of flash, flash_mma, thunderkittens", value);
   }
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
               key ? key : "(null)", value ? value : "(null)");
@@ -134,8 +138,11 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
 // (trainers look it up with dlsym and may do without it).
 const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
   if (ctx == nullptr) return "none";
-  return ctx->attention == nfn_attention_path::thunderkittens ? "thunderkittens"
-                                                              : "flash_simt (nfn's own kernel)";
+  switch (ctx->attention) {
+    case nfn_attention_path::thunderkittens: return "thunderkittens";
+    case nfn_attention_path::flash_mma: return "flash_mma (nfn's tensor-core kernel)";
+    default: return "flash_simt (nfn's own kernel)";
+  }
 }
 
 nfn_status nfn_synchronize(nfn_ctx* ctx) {

@@ -7,8 +7,10 @@
 
 #include "cc/ops/nfn_tile_ops.h"
 
-// Which attention kernels attention_forward/backward run (ctx option "attention").
-enum class nfn_attention_path { flash_simt, thunderkittens };
+// Which attention kernels attention_forward/backward run (ctx option "attention"):
+// flash_simt (CUDA cores, every dtype and head size), flash_mma (tensor cores for bf16 with
+// head size 64 or 128, flash_simt for the rest), thunderkittens (not written).
+enum class nfn_attention_path { flash_simt, flash_mma, thunderkittens };
 
 struct nfn_ctx {
   int device = 0;

@@ -2,6 +2,8 @@
 // inputs with no zeros. Outputs start as NaN (or, where the op accumulates, as random
 // values), so an unwritten element fails. bf16 cases run the CPU op in f32 on the same
 // bf16-rounded inputs. Without a GPU the test says why and skips.
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <random>
 #include <string>
@@ -177,38 +179,60 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   }
 }
 
+// Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
+// attention option for these calls ("flash" or "flash_mma"); the CPU ignores it.
+void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
+                           const std::string& path) {
+  const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
+                           (path == "flash" ? "" : " attention=" + path);
+  auto setup = [path](const Backend& b) {
+    if (b.name() != "cuda") return NFN_OK;
+    return b.ops().ctx_configure(b.ctx, "attention", path.c_str());
+  };
+  auto qkv = random_floats(size_t(B) * T * 3 * C, rng);
+  if (dt == NFN_BF16)
+    for (float& v : qkv) v = round_bf16(v);
+  compare(cpu, gpu, Case{"attention_forward" + dims,
+                         {output("out", B * T * C), output("lse", B * NH * T, Kind::f32), input("qkv", qkv)},
+                         [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                           return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, C, NH, d);
+                         },
+                         setup},
+          dt);
+  // The backward's saved out and lse come from the CPU forward on the same qkv.
+  Case fwd{"attention_forward (for the backward)",
+           {output("out", B * T * C), output("lse", B * NH * T, Kind::f32), input("qkv", qkv)},
+           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+             return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, C, NH, d);
+           }};
+  auto saved = run(cpu, fwd, NFN_F32);
+  if (saved.size() != 2) return;
+  if (dt == NFN_BF16)
+    for (float& v : saved[0]) v = round_bf16(v);
+  compare(cpu, gpu, Case{"attention_backward" + dims,
+                         {output("dqkv", B * T * 3 * C), input("dout", random_floats(B * T * C, rng)),
+                          input("qkv", qkv), input("out", saved[0]), input("lse", saved[1], Kind::f32)},
+                         [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                           return b.ops().attention_backward(b.ctx, P(0), P(1), P(2), P(3), F(4), B, T, C, NH, d);
+                         },
+                         setup},
+          dt);
+}
+
 void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, T, C, NH; };
-  for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}}) {
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH);
-    auto qkv = random_floats(size_t(B) * T * 3 * C, rng);
-    if (dt == NFN_BF16)
-      for (float& v : qkv) v = round_bf16(v);
-    compare(cpu, gpu, Case{"attention_forward" + dims,
-                           {output("out", B * T * C), output("lse", B * NH * T, Kind::f32), input("qkv", qkv)},
-                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                             return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, C, NH, d);
-                           }},
-            dt);
-    // The backward's saved out and lse come from the CPU forward on the same qkv.
-    Case fwd{"attention_forward (for the backward)",
-             {output("out", B * T * C), output("lse", B * NH * T, Kind::f32), input("qkv", qkv)},
-             [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-               return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, C, NH, d);
-             }};
-    auto saved = run(cpu, fwd, NFN_F32);
-    if (saved.size() != 2) return;
-    if (dt == NFN_BF16)
-      for (float& v : saved[0]) v = round_bf16(v);
-    compare(cpu, gpu, Case{"attention_backward" + dims,
-                           {output("dqkv", B * T * 3 * C), input("dout", random_floats(B * T * C, rng)),
-                            input("qkv", qkv), input("out", saved[0]), input("lse", saved[1], Kind::f32)},
-                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                             return b.ops().attention_backward(b.ctx, P(0), P(1), P(2), P(3), F(4), B, T, C, NH, d);
-                           }},
-            dt);
+  for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}})
+    check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
+  // attention=flash_mma: tensor cores for bf16 with head size 64 or 128 (T past one or more
+  // 64-row tiles, and not a multiple of 64); f32 and other head sizes fall back to flash_simt.
+  if (dt == NFN_BF16) {
+    for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1}})
+      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash_mma");
+    check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, "flash_mma");  // hd 16: fallback
+  } else {
+    check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, "flash_mma");  // f32: fallback
   }
+  if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
 
 void check_kv_cached(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
@@ -382,6 +406,16 @@ void check_errors(const Backend& gpu) {
          "attention_forward with C % NH != 0: status " + std::to_string(s) + " '" + msg + "'");
   expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "warp-speed") == NFN_ERR_INVALID_ARGUMENT,
          "configure attention=warp-speed is refused");
+  // The path's name for the runtime report (an extra export, outside the op table).
+  using PathName = const char* (*)(const nfn_ctx*);
+  if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
+    expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash_mma") == NFN_OK, "configure attention=flash_mma");
+    expect(std::string(path(gpu.ctx)).rfind("flash_mma", 0) == 0,
+           std::string("attention=flash_mma is reported as '") + path(gpu.ctx) + "'");
+    expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash") == NFN_OK, "configure attention=flash");
+    expect(std::string(path(gpu.ctx)).rfind("flash_simt", 0) == 0,
+           std::string("attention=flash is reported as '") + path(gpu.ctx) + "'");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// Shared by attention_mma_forward.cu and attention_mma_backward.cu ("flash_mma"): block shape,
+// the m16n8k16 tensor-core instruction, and the global -> shared tile copy. Fragment layouts
+// and fragment loads are in mma_layout.h (host-testable).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ops/attention_common.cuh"
+#include "cuda/ops/mma_layout.h"
+
+namespace nfn::cuda::attention::mma_path {
+
+using namespace nfn::cuda::mma;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockRows = 16 * kWarps;  // rows per block (queries or keys), 16 per warp
+constexpr int kPad = 8;             // bf16 per shared row past HD: 16-byte rows, no bank conflicts
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared-memory row stride in bf16 elements. With HD + 8 the row stride is 4 banks mod 32,
+// so both the pair-in-row loads (8 rows x 4 pairs) and the pair-in-column loads
+// (4 row pairs x 8 columns) of a warp fall in distinct banks.
+template <int HD>
+constexpr int stride() { return HD + kPad; }
+
+// D += A B for one m16n8k16 tile: bf16 A (row-major fragment), bf16 B (column fragment),
+// f32 accumulators in place.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Copies ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld) into shared memory
+// (stride<HD>() per row) in 16-byte pieces; rows at or past T become zeros (a zero V row
+// times a zero probability must stay zero, never NaN). src and ld must keep 16-byte alignment.
+template <int HD, int ROWS>
+__device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, size_t ld, int t0, int T) {
+  constexpr int kChunks = HD / 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (t0 + r < T) v = *reinterpret_cast<const uint4*>(src + static_cast<size_t>(t0 + r) * ld + c * 8);
+    *reinterpret_cast<uint4*>(dst + r * stride<HD>() + c * 8) = v;
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Stores accumulator elements i and i + 1 (one row, two adjacent columns) as a bf16 pair.
+__device__ __forceinline__ void store_pair(bf16* dst, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(lo, hi);
+}
+
+}  // namespace nfn::cuda::attention::mma_path

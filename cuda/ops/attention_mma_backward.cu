@@ -1,0 +1,286 @@
+// Causal flash attention backward on tensor cores ("flash_mma"), deterministic like
+// flash_simt: probabilities are recomputed from the saved lse, and two kernels each own what
+// they write (no atomics). delta = rowsum(dout * out) comes from attention_backward.cu.
+//   dkdv: a block owns 64 keys (16 per warp) and walks the query tiles at or after them:
+//         S^T = K Q^T, P^T = exp(S^T * scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+//         dV += P^T dO, dK += dS^T Q; then dK *= scale.
+//   dq:   a block owns 64 queries (16 per warp) and walks the key tiles up to the diagonal:
+//         S = Q K^T, P, dP = dO V^T, dS, dQ += dS K; then dQ *= scale.
+// Every product is mma.sync m16n8k16 with bf16 operands (P and dS rounded to bf16) and f32
+// accumulators; the accumulator tiles of P^T / dS^T / dS feed the next product as A fragments
+// in place (mma_layout.h).
+#include "cuda/ops/attention_mma.cuh"
+
+namespace nfn::cuda::attention::mma_path {
+namespace {
+
+// Queries per dkdv tile: 32 for head size 128 keeps dK, dV, S^T and dP^T in registers.
+template <int HD>
+constexpr int dkdv_query_tile() { return HD <= 64 ? 64 : 32; }
+
+template <int HD>
+constexpr size_t dkdv_smem_bytes() {
+  constexpr int BQ = dkdv_query_tile<HD>();
+  return sizeof(uint16_t) * (2 * kBlockRows + 2 * BQ) * stride<HD>() + 2 * sizeof(float) * BQ;
+}
+
+template <int HD>
+constexpr size_t dq_smem_bytes() { return sizeof(uint16_t) * 4 * kBlockRows * stride<HD>(); }
+
+struct Tensors {
+  bf16* dqkv;
+  const bf16* dout;
+  const bf16* qkv;
+  const float* lse;
+  const float* delta;
+};
+
+// Head h of batch b: where its q (k, v at + C, + 2C) rows start in qkv / dqkv, and its dout rows.
+struct HeadRows {
+  size_t qkv, dout;
+  __device__ HeadRows(const QkvIndex& ix, int b, int h, int HD)
+      : qkv(static_cast<size_t>(b) * ix.T * 3 * ix.C + static_cast<size_t>(h) * HD),
+        dout(static_cast<size_t>(b) * ix.T * ix.C + static_cast<size_t>(h) * HD) {}
+};
+
+// grid (ceil(T / 64), B * NH), kThreads threads, dkdv_smem_bytes<HD>() dynamic shared memory.
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 2)
+    dkdv_kernel(Tensors g, QkvIndex ix, float scale, float scale_log2) {
+  constexpr int S = stride<HD>(), BQ = dkdv_query_tile<HD>();
+  constexpr int kSteps = HD / 16, kDimTiles = HD / 8, kQueryTiles = BQ / 8;
+  extern __shared__ uint4 smem_raw[];
+  uint16_t* ks = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* vs = ks + kBlockRows * S;
+  uint16_t* qs = vs + kBlockRows * S;
+  uint16_t* dos = qs + BQ * S;
+  float* lse_s = reinterpret_cast<float*>(dos + BQ * S);  // base-2 units: lse * log2(e)
+  float* delta_s = lse_s + BQ;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int k0 = blockIdx.x * kBlockRows;  // low key blocks see the most queries: they start first
+  const int key0 = k0 + 16 * warp;         // the warp's first key
+  const int keys[2] = {key0 + c_row(lane, 0), key0 + c_row(lane, 2)};
+  const HeadRows at(ix, b, h, HD);
+  const size_t ld = 3 * static_cast<size_t>(ix.C);
+  const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
+
+  load_tile<HD, kBlockRows>(ks, g.qkv + at.qkv + ix.C, ld, k0, ix.T);
+  load_tile<HD, kBlockRows>(vs, g.qkv + at.qkv + 2 * ix.C, ld, k0, ix.T);
+
+  float dk[kDimTiles][4], dv[kDimTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[j][i] = dv[j][i] = 0.f;
+
+  // Query tiles from the block's first key on (queries before it see none of its keys).
+  for (int i0 = k0; i0 < ix.T; i0 += BQ) {
+    __syncthreads();  // the previous tile's qs, dos, lse_s, delta_s are no longer read
+    load_tile<HD, BQ>(qs, g.qkv + at.qkv, ld, i0, ix.T);
+    load_tile<HD, BQ>(dos, g.dout + at.dout, ix.C, i0, ix.T);
+    for (int r = threadIdx.x; r < BQ; r += kThreads) {
+      const bool in = i0 + r < ix.T;
+      lse_s[r] = in ? g.lse[stat + i0 + r] * kLog2e : 0.f;
+      delta_s[r] = in ? g.delta[stat + i0 + r] : 0.f;
+    }
+    __syncthreads();
+    // Nothing to do when the warp's keys are all past T, or all after the tile's last query.
+    if (key0 >= ix.T || i0 + BQ - 1 < key0) continue;
+
+    float st[kQueryTiles][4], dpt[kQueryTiles][4];  // S^T then P^T; dP^T then dS^T
+#pragma unroll
+    for (int j = 0; j < kQueryTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st[j][i] = dpt[j][i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t ka[4], va[4];
+      load_a(ka, ks, S, 16 * warp, 16 * kk, lane);
+      load_a(va, vs, S, 16 * warp, 16 * kk, lane);
+#pragma unroll
+      for (int j = 0; j < kQueryTiles; ++j) {
+        uint32_t qb[2], dob[2];
+        load_b_transposed(qb, qs, S, 8 * j, 16 * kk, lane);
+        mma_bf16(st[j], ka, qb);
+        load_b_transposed(dob, dos, S, 8 * j, 16 * kk, lane);
+        mma_bf16(dpt[j], va, dob);
+      }
+    }
+
+    // Query i sees key j only when j <= i; queries at or past T see nothing.
+    const bool edge = i0 < key0 + 16 || i0 + BQ > ix.T;
+#pragma unroll
+    for (int j = 0; j < kQueryTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = 8 * j + c_col(lane, i), query = i0 + col;
+        float p = exp2f(st[j][i] * scale_log2 - lse_s[col]);
+        if (edge && (query < keys[i >> 1] || query >= ix.T)) p = 0.f;
+        st[j][i] = p;
+        dpt[j][i] = p * (dpt[j][i] - delta_s[col]);
+      }
+
+    // dV += P^T dO and dK += dS^T Q over the tile's queries, 16 at a time.
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) {
+      uint32_t pa[4], dsa[4];
+      accumulators_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+      accumulators_to_a(dsa, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) {
+        uint32_t dob[2], qb[2];
+        load_b(dob, dos, S, 16 * kk, 8 * j, lane);
+        mma_bf16(dv[j], pa, dob);
+        load_b(qb, qs, S, 16 * kk, 8 * j, lane);
+        mma_bf16(dk[j], dsa, qb);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= ix.T) continue;
+    bf16* krow = g.dqkv + at.qkv + static_cast<size_t>(keys[r]) * ld + ix.C;
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j) {
+      const int d = 8 * j + c_col(lane, 2 * r);
+      store_pair(krow + d, dk[j][2 * r] * scale, dk[j][2 * r + 1] * scale);
+      store_pair(krow + ix.C + d, dv[j][2 * r], dv[j][2 * r + 1]);
+    }
+  }
+}
+
+// grid (ceil(T / 64), B * NH), kThreads threads, dq_smem_bytes<HD>() dynamic shared memory.
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 2)
+    dq_kernel(Tensors g, QkvIndex ix, float scale, float scale_log2) {
+  constexpr int S = stride<HD>(), kSteps = HD / 16, kDimTiles = HD / 8, kKeyTiles = kBlockRows / 8;
+  extern __shared__ uint4 smem_raw[];
+  uint16_t* qs = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* dos = qs + kBlockRows * S;
+  uint16_t* ks = dos + kBlockRows * S;
+  uint16_t* vs = ks + kBlockRows * S;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the longest rows start first
+  const int row0 = q0 + 16 * warp;
+  const int rows[2] = {row0 + c_row(lane, 0), row0 + c_row(lane, 2)};
+  const HeadRows at(ix, b, h, HD);
+  const size_t ld = 3 * static_cast<size_t>(ix.C);
+  const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
+
+  load_tile<HD, kBlockRows>(qs, g.qkv + at.qkv, ld, q0, ix.T);
+  load_tile<HD, kBlockRows>(dos, g.dout + at.dout, ix.C, q0, ix.T);
+  float row_lse[2], row_delta[2];  // lse in base-2 units
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool in = rows[r] < ix.T;
+    row_lse[r] = in ? g.lse[stat + rows[r]] * kLog2e : 0.f;
+    row_delta[r] = in ? g.delta[stat + rows[r]] : 0.f;
+  }
+
+  float dq[kDimTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
+
+  for (int k0 = 0; k0 <= q0; k0 += kBlockRows) {
+    __syncthreads();  // the previous tile's ks, vs are no longer read
+    load_tile<HD, kBlockRows>(ks, g.qkv + at.qkv + ix.C, ld, k0, ix.T);
+    load_tile<HD, kBlockRows>(vs, g.qkv + at.qkv + 2 * ix.C, ld, k0, ix.T);
+    __syncthreads();  // (the first one also publishes qs, dos)
+    if (row0 >= ix.T) continue;
+
+    float s[kKeyTiles][4], dp[kKeyTiles][4];  // S then P; dP then dS
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[j][i] = dp[j][i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t qa[4], doa[4];
+      load_a(qa, qs, S, 16 * warp, 16 * kk, lane);
+      load_a(doa, dos, S, 16 * warp, 16 * kk, lane);
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+        uint32_t kb[2], vb[2];
+        load_b_transposed(kb, ks, S, 8 * j, 16 * kk, lane);
+        mma_bf16(s[j], qa, kb);
+        load_b_transposed(vb, vs, S, 8 * j, 16 * kk, lane);
+        mma_bf16(dp[j], doa, vb);
+      }
+    }
+
+    const bool edge = k0 + kBlockRows > row0 || k0 + kBlockRows > ix.T;
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + 8 * j + c_col(lane, i), r = i >> 1;
+        float p = exp2f(s[j][i] * scale_log2 - row_lse[r]);
+        if (edge && (key > rows[r] || key >= ix.T)) p = 0.f;
+        dp[j][i] = p * (dp[j][i] - row_delta[r]);
+      }
+
+    // dQ += dS K over the tile's 64 keys, 16 at a time.
+#pragma unroll
+    for (int kk = 0; kk < kBlockRows / 16; ++kk) {
+      uint32_t dsa[4];
+      accumulators_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) {
+        uint32_t kb[2];
+        load_b(kb, ks, S, 16 * kk, 8 * j, lane);
+        mma_bf16(dq[j], dsa, kb);
+      }
+    }
+  }
+  if (row0 >= ix.T) return;
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= ix.T) continue;
+    bf16* qrow = g.dqkv + at.qkv + static_cast<size_t>(rows[r]) * ld;
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j)
+      store_pair(qrow + 8 * j + c_col(lane, 2 * r), dq[j][2 * r] * scale, dq[j][2 * r + 1] * scale);
+  }
+}
+
+template <int HD>
+nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, int NH) {
+  const char* op = "attention_backward (flash_mma)";
+  // Above 48 KiB a kernel must opt in to more dynamic shared memory (once per kernel).
+  static const cudaError_t opt_in = [] {
+    cudaError_t e = cudaFuncSetAttribute(dkdv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(dkdv_smem_bytes<HD>()));
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(dq_smem_bytes<HD>()));
+  }();
+  NFN_CUDA_TRY(ctx, opt_in, op);
+  const QkvIndex ix{T, C, NH};
+  const float scale = 1.f / sqrtf(static_cast<float>(HD));
+  dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
+  dkdv_kernel<HD><<<grid, kThreads, dkdv_smem_bytes<HD>(), ctx->stream>>>(g, ix, scale, scale * kLog2e);
+  dq_kernel<HD><<<grid, kThreads, dq_smem_bytes<HD>(), ctx->stream>>>(g, ix, scale, scale * kLog2e);
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
+
+}  // namespace
+}  // namespace nfn::cuda::attention::mma_path
+
+namespace nfn::cuda::attention {
+
+nfn_status mma_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv, const float* lse,
+                        const float* delta, int B, int T, int C, int NH) {
+  const mma_path::Tensors g{static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                            static_cast<const bf16*>(qkv), lse, delta};
+  return C / NH == 64 ? mma_path::launch_backward<64>(ctx, g, B, T, C, NH)
+                      : mma_path::launch_backward<128>(ctx, g, B, T, C, NH);
+}
+
+}  // namespace nfn::cuda::attention

@@ -1,0 +1,142 @@
+// Causal flash attention forward on tensor cores ("flash_mma"), FlashAttention-2 style: a
+// block of 4 warps owns 64 query rows of one (batch, head), 16 per warp, with Q held as mma
+// fragments in registers; 64-key tiles of K and V pass through shared memory; S = Q K^T and
+// O += P V run as mma.sync m16n8k16 (bf16 in, f32 accumulators); the online softmax stays in
+// registers in f32. Same outputs and lse convention as flash_simt (attention_forward.cu).
+#include "cuda/ops/attention_mma.cuh"
+
+namespace nfn::cuda::attention::mma_path {
+namespace {
+
+// grid (ceil(T / 64), B * NH), kThreads threads. scale_log2 = log2(e) / sqrt(HD): scores are
+// kept in base 2 (exp2f) and turned back into natural-log units for lse.
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 2)
+    forward_kernel(bf16* out, float* lse, const bf16* qkv, QkvIndex ix, float scale_log2) {
+  constexpr int S = stride<HD>(), kSteps = HD / 16, kDimTiles = HD / 8, kKeyTiles = kBlockRows / 8;
+  __shared__ __align__(16) uint16_t ks[kBlockRows * S], vs[kBlockRows * S];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the longest rows start first
+  const int row0 = q0 + 16 * warp;                             // the warp's first query
+  const int rows[2] = {row0 + c_row(lane, 0), row0 + c_row(lane, 2)};  // accumulator rows i < 2, i >= 2
+  const size_t ld = 3 * static_cast<size_t>(ix.C);
+  const bf16* q_base = qkv + static_cast<size_t>(b) * ix.T * ld + static_cast<size_t>(h) * HD;
+  const bf16* k_base = q_base + ix.C;
+  const bf16* v_base = q_base + 2 * ix.C;
+
+  // Q's fragments, staged through ks.
+  load_tile<HD, kBlockRows>(ks, q_base, ld, q0, ix.T);
+  __syncthreads();
+  uint32_t qa[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) load_a(qa[kk], ks, S, 16 * warp, 16 * kk, lane);
+
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max (base-2 units) of rows[0], rows[1]
+  float l[2] = {0.f, 0.f};              // this lane's part of the running sum of exp2(s - m)
+
+  // Key tiles up to the diagonal one (k0 == q0); q0 < T, so every tile holds key k0 < T, which
+  // every row of the block sees: each row's tile max is finite.
+  for (int k0 = 0; k0 <= q0; k0 += kBlockRows) {
+    __syncthreads();  // ks (Q, or the previous tile) and vs are no longer read
+    load_tile<HD, kBlockRows>(ks, k_base, ld, k0, ix.T);
+    load_tile<HD, kBlockRows>(vs, v_base, ld, k0, ix.T);
+    __syncthreads();
+    if (row0 >= ix.T) continue;  // the warp's rows are all past T (it still joins the barriers)
+
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        uint32_t kb[2];
+        load_b_transposed(kb, ks, S, 8 * j, 16 * kk, lane);
+        mma_bf16(s[j], qa[kk], kb);
+      }
+    }
+
+    // Scale into base 2; mask keys after the row (diagonal tile) or at/after T (last tile).
+    const bool edge = k0 + kBlockRows > row0 || k0 + kBlockRows > ix.T;
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + 8 * j + c_col(lane, i);
+        float x = s[j][i] * scale_log2;
+        if (edge && (key > rows[i >> 1] || key >= ix.T)) x = -INFINITY;
+        s[j][i] = x;
+        mx[i >> 1] = fmaxf(mx[i >> 1], x);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = quad_max(mx[r]);  // the 4 lanes of a quad share rows
+      const float correction = exp2f(m[r] - mx[r]);  // 0 on the first tile (m = -inf)
+      m[r] = mx[r];
+      l[r] *= correction;
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) o[j][2 * r] *= correction, o[j][2 * r + 1] *= correction;
+    }
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[j][i] = exp2f(s[j][i] - m[i >> 1]);  // masked: exp2(-inf) = 0
+        l[i >> 1] += s[j][i];
+      }
+
+    // O += P V over the tile's 64 keys, 16 at a time; P (bf16) comes straight from s.
+#pragma unroll
+    for (int kk = 0; kk < kBlockRows / 16; ++kk) {
+      uint32_t pa[4];
+      accumulators_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) {
+        uint32_t vb[2];
+        load_b(vb, vs, S, 16 * kk, 8 * j, lane);
+        mma_bf16(o[j], pa, vb);
+      }
+    }
+  }
+  if (row0 >= ix.T) return;
+
+  bf16* o_base = out + static_cast<size_t>(b) * ix.T * ix.C + static_cast<size_t>(h) * HD;
+  float* lse_base = lse + (static_cast<size_t>(b) * ix.NH + h) * ix.T;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(l[r]);
+    if (rows[r] >= ix.T) continue;
+    const float inv = 1.f / sum;
+    bf16* orow = o_base + static_cast<size_t>(rows[r]) * ix.C;
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j)
+      store_pair(orow + 8 * j + c_col(lane, 2 * r), o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    if (quad_of(lane) == 0) lse_base[rows[r]] = m[r] * kLn2 + logf(sum);  // natural log, scaled scores
+  }
+}
+
+template <int HD>
+nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+  dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
+  forward_kernel<HD><<<grid, kThreads, 0, ctx->stream>>>(static_cast<bf16*>(out), lse,
+                                                         static_cast<const bf16*>(qkv), QkvIndex{T, C, NH},
+                                                         kLog2e / sqrtf(static_cast<float>(HD)));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), "attention_forward (flash_mma)");
+  return NFN_OK;
+}
+
+}  // namespace
+}  // namespace nfn::cuda::attention::mma_path
+
+namespace nfn::cuda::attention {
+
+nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+  return C / NH == 64 ? mma_path::launch_forward<64>(ctx, out, lse, qkv, B, T, C, NH)
+                      : mma_path::launch_forward<128>(ctx, out, lse, qkv, B, T, C, NH);
+}
+
+}  // namespace nfn::cuda::attention
