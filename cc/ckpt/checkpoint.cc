@@ -39,8 +39,6 @@ bool write_model_file(const std::string& path, const GPTConfig& c, const std::ve
     *error = path + ": unknown model file version " + std::to_string(version);
     return false;
   }
-  const size_t esize = version == kModelVersionF32 ? 4 : 2;
-  std::string bytes(1024 + params.size() * esize, '\0');
   int32_t header[256] = {0};
   header[0] = kModelMagic;
   header[1] = version;
@@ -50,26 +48,27 @@ bool write_model_file(const std::string& path, const GPTConfig& c, const std::ve
   header[5] = c.num_heads;
   header[6] = c.channels;
   header[7] = c.padded_vocab_size;
-  std::memcpy(&bytes[0], header, sizeof header);
-  if (esize == 4) {
-    std::memcpy(&bytes[1024], params.data(), params.size() * 4);
-  } else {
-    uint16_t* out = reinterpret_cast<uint16_t*>(&bytes[1024]);
-    for (size_t i = 0; i < params.size(); ++i) out[i] = f32_to_bf16(params[i]);
-  }
-  return write_file_atomic(path, bytes, error);
+  if (version == kModelVersionF32)
+    return write_file_atomic(path, {{header, sizeof header}, {params.data(), params.size() * 4}}, error);
+  std::vector<uint16_t> rounded(params.size());
+  for (size_t i = 0; i < params.size(); ++i) rounded[i] = f32_to_bf16(params[i]);
+  return write_file_atomic(path, {{header, sizeof header}, {rounded.data(), rounded.size() * 2}}, error);
 }
 
 namespace {
 
-bool parse_model_header(const std::string& path, const std::string& bytes, GPTConfig* c, int* version,
-                        std::string* error) {
-  if (bytes.size() < 1024) {
-    *error = path + ": truncated: " + std::to_string(bytes.size()) + " bytes, the header alone is 1024";
+// Opens a checkpoint file and reads its 1024-byte header.
+bool open_with_header(const std::string& path, FileReader* file, int32_t* header, std::string* error) {
+  if (!file->open(path, error)) return false;
+  if (file->size() < 1024) {
+    *error = path + ": truncated: " + std::to_string(file->size()) + " bytes, the header alone is 1024";
     return false;
   }
-  int32_t header[256];
-  std::memcpy(header, bytes.data(), sizeof header);
+  return file->read(0, header, 1024, error);
+}
+
+bool parse_model_header(const std::string& path, const int32_t* header, size_t file_size, GPTConfig* c,
+                        int* version, std::string* error) {
   if (header[0] != kModelMagic) {
     *error = path + ": bad magic " + std::to_string(header[0]) + " (a model checkpoint has " +
              std::to_string(kModelMagic) + ")";
@@ -92,8 +91,8 @@ bool parse_model_header(const std::string& path, const std::string& bytes, GPTCo
     return false;
   }
   const size_t want = 1024 + num_parameters(*c) * (*version == kModelVersionF32 ? 4 : 2);
-  if (bytes.size() != want) {
-    *error = path + ": size " + std::to_string(bytes.size()) + " bytes, the header implies " + std::to_string(want);
+  if (file_size != want) {
+    *error = path + ": size " + std::to_string(file_size) + " bytes, the header implies " + std::to_string(want);
     return false;
   }
   return true;
@@ -102,23 +101,25 @@ bool parse_model_header(const std::string& path, const std::string& bytes, GPTCo
 }  // namespace
 
 bool read_model_header(const std::string& path, GPTConfig* config, int* version, std::string* error) {
-  std::string bytes;
-  if (!read_file(path, &bytes, error)) return false;
-  return parse_model_header(path, bytes, config, version, error);
+  FileReader file;
+  int32_t header[256];
+  return open_with_header(path, &file, header, error) &&
+         parse_model_header(path, header, file.size(), config, version, error);
 }
 
 bool read_model_file(const std::string& path, GPTConfig* config, std::vector<float>* params, std::string* error) {
-  std::string bytes;
+  FileReader file;
+  int32_t header[256];
   int version = 0;
-  if (!read_file(path, &bytes, error) || !parse_model_header(path, bytes, config, &version, error)) return false;
+  if (!open_with_header(path, &file, header, error) ||
+      !parse_model_header(path, header, file.size(), config, &version, error))
+    return false;
   const size_t n = num_parameters(*config);
   params->resize(n);
-  if (version == kModelVersionF32) {
-    std::memcpy(params->data(), bytes.data() + 1024, n * 4);
-  } else {
-    const uint16_t* in = reinterpret_cast<const uint16_t*>(bytes.data() + 1024);
-    for (size_t i = 0; i < n; ++i) (*params)[i] = bf16_to_f32(in[i]);
-  }
+  if (version == kModelVersionF32) return file.read(1024, params->data(), n * 4, error);
+  std::vector<uint16_t> stored(n);
+  if (!file.read(1024, stored.data(), n * 2, error)) return false;
+  for (size_t i = 0; i < n; ++i) (*params)[i] = bf16_to_f32(stored[i]);
   return true;
 }
 
@@ -142,22 +143,14 @@ bool write_state_file(const std::string& path, const TrainState& s, std::string*
   put_u64(header, 32, static_cast<uint64_t>(s.data_offset));
   put_u64(header, 34, static_cast<uint64_t>(s.data_epoch));
   put_u64(header, 40, s.num_parameters);
-  std::string bytes(1024 + 8 * s.num_parameters, '\0');
-  std::memcpy(&bytes[0], header, sizeof header);
-  std::memcpy(&bytes[1024], s.m.data(), 4 * s.num_parameters);
-  std::memcpy(&bytes[1024 + 4 * s.num_parameters], s.v.data(), 4 * s.num_parameters);
-  return write_file_atomic(path, bytes, error);
+  const size_t bytes = 4 * s.num_parameters;
+  return write_file_atomic(path, {{header, sizeof header}, {s.m.data(), bytes}, {s.v.data(), bytes}}, error);
 }
 
 bool read_state_file(const std::string& path, TrainState* s, std::string* error) {
-  std::string bytes;
-  if (!read_file(path, &bytes, error)) return false;
-  if (bytes.size() < 1024) {
-    *error = path + ": truncated: " + std::to_string(bytes.size()) + " bytes, the header alone is 1024";
-    return false;
-  }
+  FileReader file;
   int32_t header[256];
-  std::memcpy(header, bytes.data(), sizeof header);
+  if (!open_with_header(path, &file, header, error)) return false;
   if (header[0] != kStateMagic) {
     *error = path + ": bad magic " + std::to_string(header[0]) + " (a state file has " + std::to_string(kStateMagic) + ")";
     return false;
@@ -173,15 +166,14 @@ bool read_state_file(const std::string& path, TrainState* s, std::string* error)
   s->data_epoch = static_cast<int64_t>(get_u64(header, 34));
   s->num_parameters = get_u64(header, 40);
   const size_t want = 1024 + 8 * s->num_parameters;
-  if (bytes.size() != want) {
-    *error = path + ": size " + std::to_string(bytes.size()) + " bytes, the header implies " + std::to_string(want);
+  if (file.size() != want) {
+    *error = path + ": size " + std::to_string(file.size()) + " bytes, the header implies " + std::to_string(want);
     return false;
   }
   s->m.resize(s->num_parameters);
   s->v.resize(s->num_parameters);
-  std::memcpy(s->m.data(), bytes.data() + 1024, 4 * s->num_parameters);
-  std::memcpy(s->v.data(), bytes.data() + 1024 + 4 * s->num_parameters, 4 * s->num_parameters);
-  return true;
+  return file.read(1024, s->m.data(), 4 * s->num_parameters, error) &&
+         file.read(1024 + 4 * s->num_parameters, s->v.data(), 4 * s->num_parameters, error);
 }
 
 int newest_complete_step(const std::string& dir) {

@@ -12,26 +12,28 @@
 
 namespace nfn {
 
-bool write_file_atomic(const std::string& path, const void* bytes, size_t size, std::string* error) {
+bool write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces, std::string* error) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     *error = path + ": cannot write: " + std::strerror(errno);
     return false;
   }
-  const char* p = static_cast<const char*>(bytes);
-  size_t left = size;
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      *error = path + ": write failed: " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
+  for (const FilePiece& piece : pieces) {
+    const char* p = static_cast<const char*>(piece.data);
+    size_t left = piece.size;
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        *error = path + ": write failed: " + std::strerror(errno);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return false;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     *error = path + ": flush failed: " + std::strerror(errno);
@@ -66,6 +68,39 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
     out->append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
+  return true;
+}
+
+FileReader::~FileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool FileReader::open(const std::string& path, std::string* error) {
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_RDONLY);
+  struct stat st;
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
+    *error = path + ": cannot open: " + std::strerror(errno);
+    return false;
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  return true;
+}
+
+bool FileReader::read(size_t offset, void* dst, size_t n, std::string* error) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      *error = path_ + (got < 0 ? ": read failed: " + std::string(std::strerror(errno))
+                                : ": truncated at byte " + std::to_string(offset));
+      return false;
+    }
+    p += got;
+    offset += static_cast<size_t>(got);
+    n -= static_cast<size_t>(got);
+  }
   return true;
 }
 

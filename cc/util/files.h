@@ -7,12 +7,38 @@
 
 namespace nfn {
 
-// Writes `bytes` to `path` atomically. false + "<path>: <why>" on failure.
-bool write_file_atomic(const std::string& path, const void* bytes, size_t size, std::string* error);
+// Bytes to write: `size` bytes at `data`.
+struct FilePiece {
+  const void* data;
+  size_t size;
+};
+
+// Writes the pieces one after another to `path` atomically, so a large file needs no copy
+// assembled in memory. false + "<path>: <why>" on failure.
+bool write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces, std::string* error);
 inline bool write_file_atomic(const std::string& path, const std::string& text, std::string* error) {
-  return write_file_atomic(path, text.data(), text.size(), error);
+  return write_file_atomic(path, {{text.data(), text.size()}}, error);
 }
 bool read_file(const std::string& path, std::string* out, std::string* error);
+
+// Reads parts of a file straight into the caller's buffers (a checkpoint's header, then its
+// tensors), knowing its size up front. Errors are "<path>: <why>".
+class FileReader {
+ public:
+  FileReader() = default;
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+  ~FileReader();
+  bool open(const std::string& path, std::string* error);
+  size_t size() const { return size_; }
+  // Exactly n bytes at offset into dst; a short file is an error.
+  bool read(size_t offset, void* dst, size_t n, std::string* error);
+
+ private:
+  int fd_ = -1;
+  size_t size_ = 0;
+  std::string path_;
+};
 bool make_dirs(const std::string& path, std::string* error);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);

@@ -119,6 +119,18 @@ class TrainerRunTest(unittest.TestCase):
         self.assertIn(f"{model}: size 5000 bytes, the header implies", proc.stderr)
         self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
 
+        # The optimizer state: cut inside its moments, then inside its header.
+        for size, message in ((2000, "size 2000 bytes, the header implies"),
+                              (100, "truncated: 100 bytes, the header alone is 1024")):
+            out = self.interrupted_copy(f"state{size}")
+            state = os.path.join(out, "state_00000003_00000.bin")
+            with open(state, "r+b") as f:
+                f.truncate(size)
+            proc = run(self.common + ["--output-dir", out, "--resume", "auto"], check=False)
+            self.assertEqual(proc.returncode, 1)
+            self.assertIn(f"{state}: {message}", proc.stderr)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+
         other = self.interrupted_copy("mismatch")
         proc = run([a if a != "32" else "64" for a in self.common] + ["--output-dir", other, "--resume", "auto"],
                    check=False)
