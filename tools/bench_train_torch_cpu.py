@@ -4,7 +4,9 @@
 The same GPT (LayerNorm, tanh GELU, learned positions, tied head, biases) and the same step
 as nfn's trainer: AdamW with decay/no-decay groups, global-norm clipping at 1.0, on random
 tokens. Four modes: eager and torch.compile, fp32 and bf16 autocast. Prints one JSON object
-with tokens/s per mode (median step time over the timed steps).
+with tokens/s per mode (median step time over the timed steps). A mode whose timed steps pass
+--mode-seconds stops after 3 of them: bf16 autocast on a CPU without bf16 units runs ~25 s a
+step, and its median needs no 10 of those.
 
     python3 tools/bench_train_torch_cpu.py --json
 
@@ -30,6 +32,8 @@ def parse_args(argv):
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
+    p.add_argument("--mode-seconds", type=float, default=60.0,
+                   help="stop timing a mode after this many seconds of timed steps (at least 3 steps)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--modes", default="eager_fp32,eager_bf16,compiled_fp32,compiled_bf16")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -56,9 +60,11 @@ def run_mode(torch, args, mode):
         losses.append(loss.item())
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
+            if len(times) >= 3 and sum(times) > args.mode_seconds:
+                break
     step = statistics.median(times)
     return {"tokens_per_s": args.batch_size * args.seq_len / step, "median_step_s": step,
-            "final_loss": losses[-1]}
+            "timed_steps": len(times), "final_loss": losses[-1]}
 
 
 def main(argv=None):
