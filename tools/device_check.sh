@@ -79,12 +79,13 @@ PY
     timeout 60 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
-    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" <<'PY'
+    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$out/train_cuda_${dt}_$attn.err" <<'PY'
 import json, sys
 try:
     cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
 except Exception as e:
-    print("FAIL", f"no report: {e}"); sys.exit()
+    err = open(sys.argv[4]).read().strip().splitlines()
+    print("FAIL", f"no report: {err[-1][:160] if err else e}"); sys.exit()
 a, b = cpu["train_losses"], gpu["train_losses"]
 a = [loss for _, loss in a]  # rows are [step, loss]
 b = [loss for _, loss in b]
