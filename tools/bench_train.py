@@ -36,7 +36,7 @@ def parse_args(argv):
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
-    p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each of the two runs")
+    p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per attention path, the reference)")
     p.add_argument("--attention", default="flash,flash_mma",
                    help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
                         "one that finishes is nfn's number (default: flash,flash_mma)")

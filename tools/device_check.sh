@@ -7,16 +7,20 @@
 #      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. tools/bench_train.py: GPT-2 124M with nfn (each attention path) and with the PyTorch
 #      reference, tokens/s, MFU and the ratio of nfn's fastest
-# Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last. Each step
-# has its own time limit (about 9.5 minutes in all), so give the device tool timeout_s 600.
+# Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
+# $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
+# own time limit, 575 s in all at worst, so give the device tool timeout_s 600.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/nfn-device-out}
-mkdir -p "$out"
+mkdir -p "$out" && : > "$out/table.txt"
 export PYTHONUNBUFFERED=1
 declare -a rows
 
-row() { rows+=("$(printf '%-26s %-6s %s' "$1" "$2" "$3")"); }
+row() {
+  rows+=("$(printf '%-32s %-6s %s' "$1" "$2" "$3")")
+  printf '%s\n' "${rows[-1]}" >> "$out/table.txt"
+}
 
 if [ ! -d "$root/.device" ]; then
   echo "device_check: no .device/ (run tools/prepare_device.sh here and carry .device)"; exit 1
@@ -40,7 +44,7 @@ echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowher
 
 # 1. op parity
 start=$SECONDS
-timeout 150 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
+timeout 120 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
 status=${PIPESTATUS[0]}
 summary=$(tail -n 1 "$out/parity.log")
 verdict=$([ "$status" = 0 ] && echo PASS || echo FAIL)
@@ -73,10 +77,10 @@ PY
   common=(--num-layers 2 --num-heads 4 --model-dim 128 --vocab-size 512 --train-data "$data"
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
-  timeout 90 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
+  timeout 60 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma; do
     dt=${run%%:*} attn=${run#*:}
-    timeout 60 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
+    timeout 45 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
     verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$out/train_cuda_${dt}_$attn.err" <<'PY'
@@ -99,7 +103,7 @@ PY
 fi
 
 # 3. throughput against the PyTorch reference
-timeout 280 python3 "$root/tools/bench_train.py" --json --steps 20 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   > "$out/bench.json" 2> "$out/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys
