@@ -56,5 +56,31 @@ class DoctorTest(unittest.TestCase):
         self.assertEqual(r["auto_backend"]["would_load"], "cpu" if r["op_libraries"]["cpu"] else None)
 
 
+    def test_cpu_model_and_gemm_features_from_cpuinfo(self):
+        cpuinfo = os.path.join(self.tmp.name, "cpuinfo")
+        with open(cpuinfo, "w") as f:
+            f.write("processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse avx2 fma avx512f avx512_bf16\n\n"
+                    "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n")
+        self.assertEqual(kernels.cpu_info(cpuinfo),
+                         {"model": "Test CPU 9000", "features": ["avx2", "fma", "avx512f", "avx512_bf16"]})
+        self.assertEqual(kernels.cpu_info(os.path.join(self.tmp.name, "missing")), {"model": "unknown", "features": []})
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so", cpuinfo=cpuinfo)
+        self.assertIn("cpu          Test CPU 9000 (avx2 fma avx512f avx512_bf16)", kernels.format_report(r))
+
+    def test_bf16_matmul_is_asked_of_the_cpu_library(self):
+        # A file that is no library: unknown, with the reason.
+        open(os.path.join(self.libs, kernels.CPU_LIB), "w").close()
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertIsNone(r["cpu"]["bf16_matmul"]["supported"])
+        self.assertIn("cannot load", r["cpu"]["bf16_matmul"]["reason"])
+        # The real library answers yes, or no with its one-line reason.
+        real = kernels.cpu_bf16_matmul(os.environ["NFN_CPU_OPS_LIB"])
+        self.assertIn(real["supported"], (True, False))
+        if real["supported"]:
+            self.assertEqual(real["reason"], "")
+        else:
+            self.assertEqual(real["reason"], "configure: matmul=bf16 is not supported by oneDNN on this CPU")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,8 +1,9 @@
 """Inspect the op libraries: which ops exist on which backend and dtype.
 
   nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
-  nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, and which op
-                                library `--backend auto` would load
+  nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
+                                library `--backend auto` would load, and the CPU: its GEMM
+                                features and whether `--matmul bf16` runs on it
 """
 import json
 import os
@@ -117,7 +118,48 @@ def find_library(name, env):
     return None
 
 
-def doctor_report(env=None, libcuda="libcuda.so.1"):
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def cpu_info(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model name and which of CPU_FEATURES it has (Linux; unknown elsewhere)."""
+    model, flags = "unknown", set()
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model, "features": [f for f in CPU_FEATURES if f in flags]}
+
+
+def cpu_bf16_matmul(cpu_lib):
+    """Whether the CPU op library accepts matmul=bf16 here, asked of the library itself."""
+    import ctypes
+
+    if not cpu_lib:
+        return {"supported": None, "reason": "no CPU op library found"}
+    try:
+        lib = ctypes.CDLL(cpu_lib)
+    except OSError as e:
+        return {"supported": None, "reason": f"cannot load {cpu_lib}: {e}"}
+    lib.nfn_ctx_last_error.restype = ctypes.c_char_p
+    ctx = ctypes.c_void_p()
+    if lib.nfn_ctx_create(0, ctypes.byref(ctx)) != 0:
+        return {"supported": None, "reason": "nfn_ctx_create failed"}
+    try:
+        ok = lib.nfn_ctx_configure(ctx, b"matmul", b"bf16") == 0
+        return {"supported": ok, "reason": "" if ok else lib.nfn_ctx_last_error(ctx).decode(errors="replace")}
+    finally:
+        lib.nfn_ctx_destroy(ctx)
+
+
+def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
     env = dict(os.environ if env is None else env)
     gpus = gpus_from_nvidia_smi(env) or gpus_from_libcuda(libcuda)
     cuda_lib, cpu_lib = find_library(CUDA_LIB, env), find_library(CPU_LIB, env)
@@ -134,12 +176,15 @@ def doctor_report(env=None, libcuda="libcuda.so.1"):
         "gpu": gpus,
         "op_libraries": {"cuda": cuda_lib, "cpu": cpu_lib},
         "auto_backend": {"would_load": would, "reason": why},
+        "cpu": dict(cpu_info(cpuinfo), bf16_matmul=cpu_bf16_matmul(cpu_lib)),
     }
 
 
 def format_report(r):
-    tc, gpu, libs, auto = r["toolchain"], r["gpu"], r["op_libraries"], r["auto_backend"]
+    tc, gpu, libs, auto, cpu = r["toolchain"], r["gpu"], r["op_libraries"], r["auto_backend"], r["cpu"]
     devices = ", ".join(d["name"] for d in gpu["devices"]) or gpu.get("error", "none")
+    bf16 = cpu["bf16_matmul"]
+    bf16_text = {True: "yes", False: "no", None: "unknown"}[bf16["supported"]]
     return "\n".join([
         f"nvcc         {tc['nvcc'] or 'not found'}" + (f" (CUDA {tc['version']})" if tc["version"] else ""),
         f"driver       {gpu['driver'] or 'not found'} (via {gpu['source']})",
@@ -147,6 +192,8 @@ def format_report(r):
         f"cuda ops     {libs['cuda'] or 'not found'}",
         f"cpu ops      {libs['cpu'] or 'not found'}",
         f"auto loads   {auto['would_load'] or 'nothing'}: {auto['reason']}",
+        f"cpu          {cpu['model']} ({' '.join(cpu['features']) or 'none of ' + ' '.join(CPU_FEATURES)})",
+        f"bf16 matmul  {bf16_text}" + (f" ({bf16['reason']})" if bf16["reason"] else ""),
     ])
 
 
@@ -167,6 +214,7 @@ def register(sub):
     lst = actions.add_parser("list", help="the op registry: ops, backends, dtypes")
     lst.add_argument("--json", action="store_true", help="print the registry as JSON")
     lst.set_defaults(run=run_list)
-    doc = actions.add_parser("doctor", help="toolchain, driver, GPU and the op library auto would load")
+    doc = actions.add_parser("doctor", help="toolchain, driver, GPU, the op library auto would load, "
+                                            "and the CPU's GEMM features")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")
     doc.set_defaults(run=run_doctor)
