@@ -74,7 +74,7 @@ void gemm_f32_serial(const Gemm& g) {
 nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g) {
   if (g.M <= 0 || g.N <= 0) return NFN_OK;
   if (g.K <= 0) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: GEMM with K=%lld", op, static_cast<long long>(g.K));
-  if (ctx->matmul_bf16) return gemm_bf16(ctx, op, g);
+  if (ctx->matmul_bf16) return gemm_onednn(ctx, op, g, true);
   openblas_gemm(g);
   return NFN_OK;
 }

@@ -37,8 +37,10 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g);
 // No bias; shapes are the caller's to check.
 void gemm_f32_serial(const Gemm& g);
 
-// The bf16 product through oneDNN (gemm_bf16.cc), which gemm calls in matmul=bf16 mode.
-nfn_status gemm_bf16(nfn_ctx* ctx, const char* op, const Gemm& g);
+// The product through oneDNN (gemm_bf16.cc), which gemm calls with bf16=true in matmul=bf16
+// mode. bf16=false runs the same packing, descriptors and primitive cache with f32 operands:
+// how tests check this path on CPUs without bf16 matmuls.
+nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16);
 
 // Whether this CPU runs bf16 matmuls (checked once by building a small one).
 bool bf16_gemm_supported(nfn_ctx* ctx);

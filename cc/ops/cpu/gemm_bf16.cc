@@ -1,6 +1,8 @@
 // bf16 products (matmul=bf16) through oneDNN's matmul: the inputs are rounded to bf16 and
 // packed row-major, the products accumulate in f32. Primitives are created once per shape
 // and cached on the context, because creating one costs far more than running a small one.
+// The same code runs with f32 operands (gemm_onednn(..., bf16=false)), so its packing,
+// descriptors and cache are tested on CPUs that have no bf16 matmul.
 #include <array>
 #include <cstring>
 #include <map>
@@ -18,8 +20,10 @@ namespace {
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
-// Everything that selects a distinct primitive: M, N, K, ldc, bias, accumulate, alpha.
-using Key = std::array<int64_t, 7>;
+// Everything that selects a distinct primitive: operand type, M, N, K, ldc, trans_b (B's
+// packed layout), bias, accumulate, alpha. A is always packed (M,K), so trans_a and lda
+// select nothing.
+using Key = std::array<int64_t, 9>;
 
 }  // namespace
 
@@ -32,6 +36,7 @@ struct GemmState {
   };
   std::map<Key, Entry> primitives;
   std::vector<uint16_t> a_bf16, b_bf16;  // op(A) and B rounded to bf16, packed
+  std::vector<float> a_f32, b_f32;       // the same in f32 (bf16=false)
 };
 
 void destroy_gemm_state(GemmState* state) { delete state; }
@@ -43,17 +48,21 @@ GemmState* state_of(nfn_ctx* ctx) {
   return ctx->gemm;
 }
 
-// Rounds op(X) of a stored (rows, cols, ld) f32 matrix to bf16 into a packed row-major
-// buffer, transposing when `trans` (in small tiles, so both sides stay in cache).
-void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bool trans,
-               std::vector<uint16_t>* dst) {
+// An f32 value as a packed operand element: rounded to bf16, or as is.
+inline uint16_t element(float v, uint16_t*) { return f32_to_bf16(v); }
+inline float element(float v, float*) { return v; }
+
+// Copies op(X) of a stored (rows, cols, ld) f32 matrix into a packed row-major buffer of
+// bf16 or f32, transposing when `trans` (in small tiles, so both sides stay in cache).
+template <typename Out>
+Out* pack(const float* src, int64_t rows, int64_t cols, int64_t ld, bool trans, std::vector<Out>* dst) {
   if (dst->size() < static_cast<size_t>(rows * cols)) dst->resize(rows * cols);
-  uint16_t* d = dst->data();
+  Out* d = dst->data();
   if (!trans) {
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = f32_to_bf16(src[r * ld + c]);
-    return;
+      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = element(src[r * ld + c], d);
+    return d;
   }
   constexpr int64_t kTile = 16;  // the packed matrix is (cols, rows)
 #pragma omp parallel for collapse(2) schedule(static) if (rows * cols > (1 << 15))
@@ -61,12 +70,13 @@ void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, bool tr
     for (int64_t c0 = 0; c0 < cols; c0 += kTile)
       for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
         for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-          d[c * rows + r] = f32_to_bf16(src[r * ld + c]);
+          d[c * rows + r] = element(src[r * ld + c], d);
+  return d;
 }
 
 }  // namespace
 
-nfn_status gemm_bf16(nfn_ctx* ctx, const char* op, const Gemm& g) {
+nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16) {
   GemmState* st = state_of(ctx);
   // Stored shapes: A is (M,K) or (K,M); B is (K,N) or (N,K). Both are packed: op(A) as
   // (M,K), B as stored, so only B's transposition reaches the primitive.
@@ -74,12 +84,13 @@ nfn_status gemm_bf16(nfn_ctx* ctx, const char* op, const Gemm& g) {
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
   int32_t alpha_bits;
   std::memcpy(&alpha_bits, &g.alpha, 4);
-  const Key key = {g.M, g.N, g.K, g.ldc, g.bias != nullptr, g.accumulate, alpha_bits};
+  const Key key = {bf16, g.M, g.N, g.K, g.ldc, g.trans_b, g.bias != nullptr, g.accumulate, alpha_bits};
+  const dt in = bf16 ? dt::bf16 : dt::f32;
   try {
     auto it = st->primitives.find(key);
     if (it == st->primitives.end()) {
-      dnnl::memory::desc a_md({g.M, g.K}, dt::bf16, Dims{g.K, 1});
-      dnnl::memory::desc b_md({g.K, g.N}, dt::bf16, g.trans_b ? Dims{1, b_cols} : Dims{b_cols, 1});
+      dnnl::memory::desc a_md({g.M, g.K}, in, Dims{g.K, 1});
+      dnnl::memory::desc b_md({g.K, g.N}, in, g.trans_b ? Dims{1, b_cols} : Dims{b_cols, 1});
       dnnl::memory::desc c_md({g.M, g.N}, dt::f32, Dims{g.ldc, 1});
       dnnl::post_ops post;
       if (g.alpha != 1.f) post.append_eltwise(dnnl::algorithm::eltwise_linear, g.alpha, 0.f);
@@ -95,15 +106,18 @@ nfn_status gemm_bf16(nfn_ctx* ctx, const char* op, const Gemm& g) {
       it = st->primitives.emplace(key, GemmState::Entry{pd, dnnl::matmul(pd)}).first;
     }
     const GemmState::Entry& e = it->second;
-    pack_bf16(g.A, a_rows, a_cols, g.lda, g.trans_a, &st->a_bf16);
-    const uint16_t* b = g.B_bf16;
-    if (b == nullptr) {
-      pack_bf16(g.B, b_rows, b_cols, g.ldb, false, &st->b_bf16);
-      b = st->b_bf16.data();
+    void *a, *b;
+    if (bf16) {
+      a = pack(g.A, a_rows, a_cols, g.lda, g.trans_a, &st->a_bf16);
+      b = g.B_bf16 != nullptr ? const_cast<uint16_t*>(g.B_bf16)
+                              : pack(g.B, b_rows, b_cols, g.ldb, false, &st->b_bf16);
+    } else {
+      a = pack(g.A, a_rows, a_cols, g.lda, g.trans_a, &st->a_f32);
+      b = pack(g.B, b_rows, b_cols, g.ldb, false, &st->b_f32);
     }
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), st->engine, st->a_bf16.data())},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), st->engine, const_cast<uint16_t*>(b))},
+        {DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), st->engine, a)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), st->engine, b)},
         {DNNL_ARG_DST, dnnl::memory(e.pd.dst_desc(), st->engine, g.C)}};
     if (g.bias != nullptr)
       args.emplace(DNNL_ARG_BIAS,

@@ -1,7 +1,9 @@
 // nfn::cpu::gemm against a naive double product: every combination of transposed operands,
 // bias, accumulation and alpha, with padded row strides, at shapes that run on one thread and
 // shapes split over threads by rows and by columns (including blocks that do not divide
-// evenly), and the single-threaded entry point.
+// evenly), the single-threaded entry point, and the oneDNN path that matmul=bf16 uses, run
+// with f32 operands (its packing, descriptors and primitive cache; one context for every
+// case, so a cache key that misses a layout difference fails here).
 #include <omp.h>
 
 #include <vector>
@@ -22,7 +24,9 @@ struct Case {
   float alpha;
 };
 
-void check(nfn_ctx* ctx, const Case& c, bool serial) {
+enum class Path { gemm, serial, onednn };
+
+void check(nfn_ctx* ctx, const Case& c, Path path) {
   const int64_t pad = 3;  // every stored row is longer than the matrix it holds
   const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
   const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
@@ -36,10 +40,12 @@ void check(nfn_ctx* ctx, const Case& c, bool serial) {
   g.C = C.data(), g.ldc = ldc;
   g.bias = c.bias ? bias.data() : nullptr;
   g.accumulate = c.accumulate, g.alpha = c.alpha;
-  if (serial) {
+  if (path == Path::serial) {
     nfn::cpu::gemm_f32_serial(g);
   } else {
-    EXPECT(nfn::cpu::gemm(ctx, "gemm_test", g) == NFN_OK, "gemm: %s", nfn_ctx_last_error(ctx));
+    const nfn_status s = path == Path::gemm ? nfn::cpu::gemm(ctx, "gemm_test", g)
+                                            : nfn::cpu::gemm_onednn(ctx, "gemm_test", g, false);
+    EXPECT(s == NFN_OK, "gemm: %s", nfn_ctx_last_error(ctx));
   }
   std::vector<double> want(C0.begin(), C0.end());  // padding must stay as it was
   for (int64_t i = 0; i < c.M; ++i)
@@ -56,7 +62,7 @@ void check(nfn_ctx* ctx, const Case& c, bool serial) {
   char what[160];
   std::snprintf(what, sizeof what, "gemm M=%ld N=%ld K=%ld ta=%d tb=%d bias=%d acc=%d alpha=%g%s",
                 static_cast<long>(c.M), static_cast<long>(c.N), static_cast<long>(c.K), c.ta, c.tb,
-                c.bias, c.accumulate, c.alpha, serial ? " serial" : "");
+                c.bias, c.accumulate, c.alpha, path == Path::serial ? " serial" : path == Path::onednn ? " onednn" : "");
   expect_close(what, C, want, 1e-4, 1e-4);
 }
 
@@ -70,12 +76,13 @@ int main() {
   for (const auto& s : shapes)
     for (int flags = 0; flags < 16; ++flags) {
       const bool ta = flags & 1, tb = flags & 2, bias = flags & 4, acc = flags & 8;
-      check(ctx, {s[0], s[1], s[2], ta, tb, bias, acc, 1.f}, false);
+      for (Path path : {Path::gemm, Path::onednn}) check(ctx, {s[0], s[1], s[2], ta, tb, bias, acc, 1.f}, path);
     }
-  check(ctx, {301, 70, 40, true, false, false, true, 0.5f}, false);  // alpha with accumulate
+  for (Path path : {Path::gemm, Path::onednn})  // alpha with accumulate
+    check(ctx, {301, 70, 40, true, false, false, true, 0.5f}, path);
   for (int flags = 0; flags < 8; ++flags) {  // the serial form (attention's): no bias
     const bool ta = flags & 1, tb = flags & 2, acc = flags & 4;
-    check(ctx, {33, 17, 9, ta, tb, false, acc, 0.25f}, true);
+    check(ctx, {33, 17, 9, ta, tb, false, acc, 0.25f}, Path::serial);
   }
   // K = 0 is refused with one line naming the op.
   std::vector<float> x(16, 1.f), y(16);
