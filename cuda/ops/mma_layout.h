@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cc/util/bf16.h"  // the host conversion
+
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #define NFN_HOST_DEVICE __host__ __device__ __forceinline__
@@ -38,22 +40,13 @@ NFN_HOST_DEVICE int b_n(int lane) { return group_of(lane); }
 NFN_HOST_DEVICE int c_row(int lane, int i) { return group_of(lane) + 8 * (i >> 1); }
 NFN_HOST_DEVICE int c_col(int lane, int i) { return 2 * quad_of(lane) + (i & 1); }
 
-// Round-to-nearest-even f32 -> bf16 bits (host path; the device uses the hardware convert).
-inline uint16_t bf16_bits_host(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // Two floats as a bf16 pair: lo in the low half.
 NFN_HOST_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
 #ifdef __CUDA_ARCH__
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo, stored first (low half)
   return *reinterpret_cast<const uint32_t*>(&v);
 #else
-  return static_cast<uint32_t>(bf16_bits_host(lo)) | static_cast<uint32_t>(bf16_bits_host(hi)) << 16;
+  return static_cast<uint32_t>(nfn::f32_to_bf16(lo)) | static_cast<uint32_t>(nfn::f32_to_bf16(hi)) << 16;
 #endif
 }
 

@@ -87,7 +87,7 @@ struct Matrix {
       for (int j = 0; j < c; ++j) {
         const float v = static_cast<float>(static_cast<int>(rng() % 33) - 16) / 8.f;
         value[i * c + j] = v;
-        bits[i * s + j] = bf16_bits_host(v);
+        bits[i * s + j] = nfn::f32_to_bf16(v);
       }
   }
   float at(int i, int j) const { return value[i * cols + j]; }
@@ -178,7 +178,7 @@ void check_pack() {
   EXPECT(pack_bf16x2(1.f, -2.f) == (0x3f80u | 0xc000u << 16), "pack_bf16x2(1, -2) = %08x",
          pack_bf16x2(1.f, -2.f));
   // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: nearest-even rounds down.
-  EXPECT(bf16_bits_host(1.00390625f) == 0x3f80u, "round to nearest even");
+  EXPECT(nfn::f32_to_bf16(1.00390625f) == 0x3f80u, "round to nearest even");
 }
 
 }  // namespace
