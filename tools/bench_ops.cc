@@ -2,10 +2,11 @@
 // 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192): median time of each op, how
 // often one training step calls it, and the op time of a whole step. Not a test.
 //
-//   bazel run -c opt //tools:bench_ops -- [--bf16] [--reps N] [--threads N] [--cpu-time]
+//   bazel run -c opt //tools:bench_ops -- [--bf16] [--reps N] [--threads N] [--cpu-time] [--only TEXT]
 //
 // --cpu-time measures the process's CPU time instead of wall time: with --threads 1 it is
-// the op's own work, unaffected by other processes sharing the cores.
+// the op's own work, unaffected by other processes sharing the cores. --only times just the
+// ops whose names contain TEXT.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cc/ops/nfn_tile_ops.h"
@@ -25,6 +27,7 @@ struct Row {
   std::string name;
   int per_step;
   double median_ms;
+  double min_ms;
   double gflop;  // per call, 0 when not a GEMM-bound op
 };
 
@@ -47,7 +50,9 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median_ms(const std::function<nfn_status()>& op, int reps, nfn_ctx* ctx) {
+// Median and minimum of `reps` timed calls: on a shared machine the minimum is the closest to
+// the op's own cost, the median to what a run sees.
+std::pair<double, double> time_ms(const std::function<nfn_status()>& op, int reps, nfn_ctx* ctx) {
   std::vector<double> t;
   for (int r = 0; r < reps + 1; ++r) {
     const double start = now_ms();
@@ -59,7 +64,7 @@ double median_ms(const std::function<nfn_status()>& op, int reps, nfn_ctx* ctx) 
     if (r > 0) t.push_back(ms);  // the first call creates primitives and touches memory
   }
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return {t[t.size() / 2], t.front()};
 }
 
 }  // namespace
@@ -68,13 +73,15 @@ int main(int argc, char** argv) {
   int reps = 20;
   bool bf16 = false;
   const char* threads = nullptr;
+  const char* only = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bf16")) bf16 = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
     else if (!std::strcmp(argv[i], "--cpu-time")) use_cpu_time = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: bench_ops [--bf16] [--reps N] [--threads N] [--cpu-time]\n");
+      std::fprintf(stderr, "usage: bench_ops [--bf16] [--reps N] [--threads N] [--cpu-time] [--only TEXT]\n");
       return 2;
     }
   }
@@ -120,7 +127,9 @@ int main(int argc, char** argv) {
   const double attn_gf = 2.0 * B * NH * (2.0 * T * T / 2 * (C / NH)) * 1e-9;
   std::vector<Row> rows;
   auto add = [&](const char* name, int per_step, std::function<nfn_status()> op, double gflop) {
-    rows.push_back({name, per_step, median_ms(op, reps, ctx), gflop});
+    if (only && !std::strstr(name, only)) return;
+    const auto [median, min] = time_ms(op, reps, ctx);
+    rows.push_back({name, per_step, median, min, gflop});
   };
   add("embedding_forward", 1, [&] { return nfn_embedding_forward(ctx, y.data(), tokens.data(), wte.data(), w.data(), B, T, C, NFN_F32); }, 0);
   add("embedding_backward", 1, [&] { return nfn_embedding_backward(ctx, dwte.data(), dw.data(), dy.data(), tokens.data(), B, T, C, NFN_F32); }, 0);
@@ -157,13 +166,14 @@ int main(int argc, char** argv) {
     }, gf(S, S, S));
   }
   double total = 0;
-  std::printf("%-36s %8s %10s %9s %10s\n", "op (matmul=" , "calls", "median ms", "GFLOP/s", "ms/step");
+  std::printf("%-36s %6s %10s %8s %8s %10s\n", "op (matmul=", "calls", "median ms", "min ms", "GFLOP/s", "ms/step");
   std::printf("%-36s\n", bf16 ? "bf16)" : "f32)");
   for (const Row& r : rows) {
     total += r.per_step * r.median_ms;
     char rate[32] = "";
     if (r.gflop > 0) std::snprintf(rate, sizeof rate, "%.0f", r.gflop / (r.median_ms * 1e-3));
-    std::printf("%-36s %8d %10.3f %9s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, rate, r.per_step * r.median_ms);
+    std::printf("%-36s %6d %10.3f %8.3f %8s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, r.min_ms, rate,
+                r.per_step * r.median_ms);
   }
   std::printf("ops per step: %.1f ms -> at most %.0f tokens/s (%d tokens per step)\n", total, N / (total * 1e-3), N);
   nfn_ctx_destroy(ctx);

@@ -1,5 +1,6 @@
 // The trainer's bitwise resume needs ops that give the same bits on every run with the same
-// thread count: run the reducing ops twice on fresh contexts and compare every bit.
+// thread count: run the reducing ops twice on fresh contexts and compare every bit, with more
+// threads than this machine has cores so that they finish in a different order each time.
 #include <cstring>
 #include <vector>
 
@@ -10,7 +11,7 @@ using namespace nfn_test;
 // Everything a training step's reductions touch, from one fresh context.
 static std::vector<float> run_once() {
   nfn_ctx* ctx = nullptr;
-  if (nfn_ctx_create(0, &ctx) != NFN_OK) return {};
+  if (nfn_ctx_create(0, &ctx) != NFN_OK || nfn_ctx_configure(ctx, "threads", "5") != NFN_OK) return {};
   const int B = 2, T = 80, C = 32, NH = 2, N = B * T, V = 300;
   std::vector<float> qkv = random_vec(N * 3 * C, 1), out(N * C), lse(B * NH * T), dqkv(N * 3 * C);
   std::vector<float> dout = random_vec(N * C, 2), x = random_vec(N * C, 3), w = random_vec(3 * C * C, 4);
@@ -18,7 +19,10 @@ static std::vector<float> run_once() {
   std::vector<float> ln(N * C), stats(2 * N), dln(N * C), dlw(C), dlb(C);
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 31) % V;
-  float loss_sum = 0.f;
+  float loss_sum = 0.f, sumsq = 0.f;
+  std::vector<float> grads = random_vec(3 << 16, 6);
+  const void* grad_bufs[2] = {grads.data(), dqkv.data()};
+  const size_t grad_counts[2] = {grads.size(), dqkv.size()};
   bool ok = nfn_attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NFN_F32) == NFN_OK &&
             nfn_attention_backward(ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
                                    NFN_F32) == NFN_OK &&
@@ -29,13 +33,15 @@ static std::vector<float> run_once() {
             nfn_layernorm_forward(ctx, ln.data(), stats.data(), stats.data() + N, x.data(), dlw.data(), nullptr, N, C,
                                   NFN_F32) == NFN_OK &&
             nfn_layernorm_backward(ctx, dln.data(), dlw.data(), dlb.data(), dout.data(), x.data(), wte.data(),
-                                   stats.data(), stats.data() + N, N, C, NFN_F32) == NFN_OK;
+                                   stats.data(), stats.data() + N, N, C, NFN_F32) == NFN_OK &&
+            nfn_sum_squares_many(ctx, grad_bufs, grad_counts, 2, NFN_F32, &sumsq) == NFN_OK;
   EXPECT(ok, "ops failed: %s", nfn_ctx_last_error(ctx));
   nfn_ctx_destroy(ctx);
   std::vector<float> all;
   for (const auto* v : {&out, &lse, &dqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw, &dlb})
     all.insert(all.end(), v->begin(), v->end());
   all.push_back(loss_sum);
+  all.push_back(sumsq);
   return all;
 }
 
