@@ -65,6 +65,18 @@ def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
     return 6 * params + 6 * layers * seq_len * channels
 
 
+# Untimed steps before each side's timed ones, as bench_train_torch_cuda.py's --warmup.
+CUDA_WARMUP_STEPS = 5
+
+
+def timed_steps(report, warmup):
+    """The trainer's per-step wall times (report "step_seconds") after `warmup` steps."""
+    times = report.get("step_seconds") or []
+    if len(times) <= warmup:
+        raise ValueError(f"report has {len(times)} step times, fewer than {warmup} warm-up steps + 1")
+    return times[warmup:]
+
+
 def run_nfn_paths(args, workdir):
     """nfn once per attention path; the fastest finished run, with every path under "modes"."""
     modes = {}
@@ -81,7 +93,7 @@ def run_nfn(args, workdir, attention):
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
-    ntok = args.batch_size * args.seq_len * (args.steps + 2) + 1
+    ntok = args.batch_size * args.seq_len * (CUDA_WARMUP_STEPS + args.steps + 2) + 1
     data = os.path.join(workdir, "data")
     os.makedirs(data, exist_ok=True)
     write_shard(os.path.join(data, "bench_train_000000.bin"), ntok, rng)
@@ -90,7 +102,7 @@ def run_nfn(args, workdir, attention):
            "--dtype", "bf16", "--train-data", data, "--train-seq-len", str(args.seq_len),
            "--batch-size", str(args.batch_size),
            "--train-batch-tokens", str(args.batch_size * args.seq_len),
-           "--max-steps", str(args.steps), "--eval-every-steps", str(args.steps),
+           "--max-steps", str(CUDA_WARMUP_STEPS + args.steps), "--eval-every-steps", str(CUDA_WARMUP_STEPS + args.steps),
            "--eval-batches", "1", "--attention", attention, "--output-dir", os.path.join(workdir, "out"),
            "--json"]
     if args.tile_ops_lib:
@@ -102,8 +114,13 @@ def run_nfn(args, workdir, attention):
     if proc.returncode != 0:
         return {"error": f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
     report = json.loads(proc.stdout)
-    tps = report.get("train_tokens_per_second", 0.0)
-    return {"impl": "nfn", "tokens_per_s": tps,
+    # As the reference: the timed steps' total time after the warm-up ones.
+    try:
+        times = timed_steps(report, CUDA_WARMUP_STEPS)
+    except ValueError as e:
+        return {"error": str(e)}
+    tps = args.batch_size * args.seq_len * len(times) / sum(times)
+    return {"impl": "nfn", "tokens_per_s": tps, "step_ms": 1e3 * sum(times) / len(times),
             "mfu": tps * flops_per_token(seq_len=args.seq_len) / (args.peak_tflops * 1e12),
             "final_loss": report.get("final_train_loss"),
             "op_library": report.get("op_library")}

@@ -1,33 +1,21 @@
 """The CPU half of tools/bench_train.py: nfn's trainer (f32 and bf16 GEMMs) against the
 PyTorch CPU reference (tools/bench_train_torch_cpu.py) on the same small GPT, same threads.
 
-nfn's steady-state rate comes from two runs that differ only in step count: the difference
-in training time over the difference in tokens, so start-up and first-step costs cancel.
+Both sides are timed the same way: the median of the timed steps after 3 untimed ones
+(nfn's per-step wall times come from its report's "step_seconds").
 """
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 
-from bench_train import write_shard_tokens
+from bench_train import timed_steps, write_shard_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEOMETRY = {"layers": 4, "heads": 4, "channels": 256, "seq_len": 256, "batch_size": 8, "vocab": 8192}
-
-
-def nfn_run(trainer, data, out, steps, matmul, threads):
-    g = GEOMETRY
-    cmd = [trainer, "--train-data", data, "--vocab-size", str(g["vocab"]), "--num-layers", str(g["layers"]),
-           "--num-heads", str(g["heads"]), "--model-dim", str(g["channels"]), "--train-seq-len", str(g["seq_len"]),
-           "--batch-size", str(g["batch_size"]), "--max-steps", str(steps), "--warmup-steps", "2",
-           "--eval-batches", "0", "--backend", "cpu", "--matmul", matmul, "--threads", str(threads),
-           "--output-dir", out, "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
-    report = json.loads(proc.stdout)
-    return report["train_tokens"] / report["train_tokens_per_second"], report
+WARMUP_STEPS = 3  # bench_train_torch_cpu.py's --warmup default
 
 
 def nfn_rate(trainer, workdir, matmul, threads, steps):
@@ -36,13 +24,21 @@ def nfn_rate(trainer, workdir, matmul, threads, steps):
     if not os.path.isdir(data):
         os.makedirs(data)
         rng = random.Random(0)
-        ntok = g["batch_size"] * g["seq_len"] * (steps + 8) + 1
+        ntok = g["batch_size"] * g["seq_len"] * (WARMUP_STEPS + steps + 2) + 1
         write_shard_tokens(os.path.join(data, "bench_train_000000.bin"),
                            [rng.randrange(g["vocab"]) for _ in range(ntok)])
-    short, _ = nfn_run(trainer, data, os.path.join(workdir, "short"), 3, matmul, threads)
-    full, report = nfn_run(trainer, data, os.path.join(workdir, "full"), 3 + steps, matmul, threads)
-    tokens = steps * g["batch_size"] * g["seq_len"]
-    return {"tokens_per_s": tokens / (full - short), "final_loss": report["final_train_loss"]}
+    cmd = [trainer, "--train-data", data, "--vocab-size", str(g["vocab"]), "--num-layers", str(g["layers"]),
+           "--num-heads", str(g["heads"]), "--model-dim", str(g["channels"]), "--train-seq-len", str(g["seq_len"]),
+           "--batch-size", str(g["batch_size"]), "--max-steps", str(WARMUP_STEPS + steps), "--warmup-steps", "2",
+           "--eval-batches", "0", "--backend", "cpu", "--matmul", matmul, "--threads", str(threads),
+           "--output-dir", os.path.join(workdir, f"out_{matmul}"), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    report = json.loads(proc.stdout)
+    step = statistics.median(timed_steps(report, WARMUP_STEPS))
+    return {"tokens_per_s": g["batch_size"] * g["seq_len"] / step, "median_step_s": step,
+            "timed_steps": steps, "final_loss": report["final_train_loss"]}
 
 
 def run(args, workdir):
@@ -57,6 +53,7 @@ def run(args, workdir):
     if not args.skip_torch:
         g = GEOMETRY
         cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--json", "--threads", str(threads),
+               "--warmup", str(WARMUP_STEPS),
                "--steps", str(args.steps)] + [f"--{k.replace('_', '-')}={v}" for k, v in g.items()]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         ref = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {

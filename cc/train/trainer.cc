@@ -231,7 +231,7 @@ int run_training(const TrainConfig& c) {
                backend.path.c_str(), start.from.empty() ? "" : ", resuming from ", start.from.c_str());
 
   Phases ph;
-  Json train_losses = Json::array(), val_losses = Json::array();
+  Json train_losses = Json::array(), val_losses = Json::array(), step_seconds = Json::array();
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   const float grad_scale = 1.0f / static_cast<float>(c.train_batch_tokens);
   double train_time = 0;
@@ -277,6 +277,7 @@ int run_training(const TrainConfig& c) {
     ph.optimizer += seconds_since(t0);
     const double dt = seconds_since(t_step);
     train_time += dt;
+    step_seconds.push(dt);
     trained_tokens += c.train_batch_tokens;
     last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
     if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
@@ -335,6 +336,7 @@ int run_training(const TrainConfig& c) {
   phases.set("total_s", seconds_since(t_start));
   report.set("phase_seconds", phases);
   report.set("train_losses", train_losses);
+  report.set("step_seconds", step_seconds);
   report.set("final_train_loss", std::isfinite(last_loss) ? Json(static_cast<double>(last_loss)) : Json());
   report.set("validation_losses", val_losses);
   report.set("final_validation_loss", std::isfinite(final_val) ? Json(static_cast<double>(final_val)) : Json());

@@ -76,6 +76,10 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(r["final_validation_loss"], r["validation_losses"][-1][1])
         self.assertLess(r["train_losses"][-1][1], r["train_losses"][0][1])
         self.assertGreater(r["train_tokens_per_second"], 0)
+        # One duration per step, and together they are the training time behind the rate.
+        self.assertEqual(len(r["step_seconds"]), 6)
+        self.assertTrue(all(s > 0 for s in r["step_seconds"]))
+        self.assertAlmostEqual(sum(r["step_seconds"]), r["train_tokens"] / r["train_tokens_per_second"], places=6)
         self.assertEqual(r["checkpoint_dir"], self.full)
         manifest = json.loads(self.read(os.path.join(self.full, "manifest.json")))
         self.assertEqual(manifest["geometry"]["channels"], 32)
