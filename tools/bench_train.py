@@ -40,6 +40,8 @@ def parse_args(argv):
     p.add_argument("--attention", default="flash,flash_mma",
                    help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
                         "one that finishes is nfn's number (default: flash,flash_mma)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="cpu: rounds of nfn then PyTorch; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -161,6 +163,9 @@ def main(argv=None):
                 print(f"nfn {mode:18s} {r.get('tokens_per_s', 0):10.0f} tok/s  {r.get('error', '')}")
             for mode, r in result["pytorch"].get("modes", {}).items():
                 print(f"pytorch {mode:14s} {r.get('tokens_per_s', 0):10.0f} tok/s  {r.get('error', '')}")
+            for i, r in enumerate(result["rounds"], 1):
+                print(f"round {i}: nfn {r['nfn'] or 0:.0f} pytorch {r['pytorch'] or 0:.0f} tok/s"
+                      + (f" ratio {r['ratio']:.3f}" if r["ratio"] else ""))
             print(f"ratio {result['ratio']:.3f}" if result["ratio"] else "ratio n/a")
         else:
             print(json.dumps(result))

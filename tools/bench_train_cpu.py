@@ -2,11 +2,13 @@
 PyTorch CPU reference (tools/bench_train_torch_cpu.py) on the same small GPT, same threads.
 
 Both sides are timed the same way: the median of the timed steps after 3 untimed ones
-(nfn's per-step wall times come from its report's "step_seconds").
+(nfn's per-step wall times come from its report's "step_seconds"), in rounds that alternate
+the two sides (--rounds); the ratio is the median of the rounds' ratios.
 """
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +34,7 @@ def nfn_rate(trainer, workdir, matmul, threads, steps):
            "--batch-size", str(g["batch_size"]), "--max-steps", str(WARMUP_STEPS + steps), "--warmup-steps", "2",
            "--eval-batches", "0", "--backend", "cpu", "--matmul", matmul, "--threads", str(threads),
            "--output-dir", os.path.join(workdir, f"out_{matmul}"), "--json"]
+    shutil.rmtree(os.path.join(workdir, f"out_{matmul}"), ignore_errors=True)  # a fresh run every round
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
@@ -41,26 +44,69 @@ def nfn_rate(trainer, workdir, matmul, threads, steps):
             "timed_steps": steps, "final_loss": report["final_train_loss"]}
 
 
+def torch_modes(threads, steps, modes):
+    g = GEOMETRY
+    cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--json", "--threads", str(threads),
+           "--warmup", str(WARMUP_STEPS), "--steps", str(steps), "--modes", ",".join(modes)]
+    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in g.items()]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {m: {"error": f"reference exited {proc.returncode}: {proc.stderr.strip()[-400:]}"} for m in modes}
+    return json.loads(proc.stdout.strip().splitlines()[-1])["modes"]
+
+
+def best(modes):
+    ok = {m: r["tokens_per_s"] for m, r in modes.items() if "tokens_per_s" in r}
+    return (max(ok, key=ok.get), max(ok.values())) if ok else (None, None)
+
+
+def median_modes(rounds, side):
+    """Each mode's median tokens/s and step time over the rounds that ran it; errors from the
+    first round."""
+    out = {}
+    for mode, first in rounds[0][side].items():
+        ran = [r[side][mode] for r in rounds if "tokens_per_s" in r[side].get(mode, {})]
+        if not ran:
+            out[mode] = first
+            continue
+        out[mode] = dict(first, rounds=len(ran))
+        for key in ("tokens_per_s", "median_step_s"):
+            out[mode][key] = statistics.median(r[key] for r in ran)
+    return out
+
+
 def run(args, workdir):
+    """`args.rounds` rounds, each nfn then PyTorch back to back; the ratio is the median of the
+    rounds' ratios, so a slow minute on a shared machine moves one round, not the result.
+    Modes that fail, or run at under a quarter of their side's best in round 1 (PyTorch's bf16
+    autocast without bf16 units), are measured in round 1 only."""
     threads = os.cpu_count()
-    nfn = {}
-    for matmul in ("f32", "bf16"):
-        try:
-            nfn[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps)
-        except (RuntimeError, OSError, ValueError, KeyError) as e:
-            nfn[f"matmul_{matmul}"] = {"error": str(e)}
-    ref = {"skipped": True}
-    if not args.skip_torch:
-        g = GEOMETRY
-        cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--json", "--threads", str(threads),
-               "--warmup", str(WARMUP_STEPS),
-               "--steps", str(args.steps)] + [f"--{k.replace('_', '-')}={v}" for k, v in g.items()]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        ref = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {
-            "error": f"reference exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
-    ok = {m: r["tokens_per_s"] for m, r in nfn.items() if "tokens_per_s" in r}
-    best = max(ok, key=ok.get) if ok else None
-    ratio = ok[best] / ref["tokens_per_s"] if best and ref.get("tokens_per_s") else None
+    nfn_all = ["f32", "bf16"]
+    torch_all = ["eager_fp32", "eager_bf16", "compiled_fp32", "compiled_bf16"]
+    rounds = []
+    for i in range(max(1, args.rounds)):
+        nfn = {}
+        for matmul in nfn_all:
+            try:
+                nfn[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps)
+            except (RuntimeError, OSError, ValueError, KeyError) as e:
+                nfn[f"matmul_{matmul}"] = {"error": str(e)}
+        ref = {} if args.skip_torch else torch_modes(threads, args.steps, torch_all)
+        round_ = {"nfn": nfn, "pytorch": ref}
+        nfn_best, ref_best = best(nfn)[1], best(ref)[1]
+        round_["ratio"] = nfn_best / ref_best if nfn_best and ref_best else None
+        rounds.append(round_)
+        if i == 0:  # later rounds: only the modes that can win
+            nfn_all = [m for m in nfn_all if nfn[f"matmul_{m}"].get("tokens_per_s", 0) >= (nfn_best or 0) / 4 > 0]
+            torch_all = [m for m in torch_all if ref.get(m, {}).get("tokens_per_s", 0) >= (ref_best or 0) / 4 > 0]
+    nfn, ref = median_modes(rounds, "nfn"), median_modes(rounds, "pytorch")
+    ratios = [r["ratio"] for r in rounds if r["ratio"]]
+    nfn_mode, nfn_rate_ = best(nfn)
+    ref_mode, ref_rate = best(ref)
     return {"backend": "cpu", "geometry": GEOMETRY, "threads": threads, "steps": args.steps,
-            "nfn": {"modes": nfn, "best_mode": best, "tokens_per_s": ok.get(best)},
-            "pytorch": ref, "ratio": ratio}
+            "rounds": [{"nfn": best(r["nfn"])[1], "pytorch": best(r["pytorch"])[1], "ratio": r["ratio"]}
+                       for r in rounds],
+            "nfn": {"modes": nfn, "best_mode": nfn_mode, "tokens_per_s": nfn_rate_},
+            "pytorch": {"skipped": True} if args.skip_torch else {"modes": ref, "best_mode": ref_mode,
+                                                                  "tokens_per_s": ref_rate},
+            "ratio": statistics.median(ratios) if len(ratios) == len(rounds) else None}
