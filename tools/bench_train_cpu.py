@@ -101,12 +101,12 @@ def run(args, workdir):
             torch_all = [m for m in torch_all if ref.get(m, {}).get("tokens_per_s", 0) >= (ref_best or 0) / 4 > 0]
     nfn, ref = median_modes(rounds, "nfn"), median_modes(rounds, "pytorch")
     ratios = [r["ratio"] for r in rounds if r["ratio"]]
-    nfn_mode, nfn_rate_ = best(nfn)
-    ref_mode, ref_rate = best(ref)
+    nfn_mode, nfn_tps = best(nfn)
+    ref_mode, ref_tps = best(ref)
     return {"backend": "cpu", "geometry": GEOMETRY, "threads": threads, "steps": args.steps,
             "rounds": [{"nfn": best(r["nfn"])[1], "pytorch": best(r["pytorch"])[1], "ratio": r["ratio"]}
                        for r in rounds],
-            "nfn": {"modes": nfn, "best_mode": nfn_mode, "tokens_per_s": nfn_rate_},
+            "nfn": {"modes": nfn, "best_mode": nfn_mode, "tokens_per_s": nfn_tps},
             "pytorch": {"skipped": True} if args.skip_torch else {"modes": ref, "best_mode": ref_mode,
-                                                                  "tokens_per_s": ref_rate},
+                                                                  "tokens_per_s": ref_tps},
             "ratio": statistics.median(ratios) if len(ratios) == len(rounds) else None}
