@@ -67,7 +67,7 @@ def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
     return 6 * params + 6 * layers * seq_len * channels
 
 
-# Untimed steps before each side's timed ones, as bench_train_torch_cuda.py's --warmup.
+# Untimed steps before each side's timed ones (passed to bench_train_torch_cuda.py's --warmup).
 CUDA_WARMUP_STEPS = 5
 
 
@@ -131,7 +131,7 @@ def run_nfn(args, workdir, attention):
 def run_torch(args):
     cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cuda.py"), "--json",
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
-           "--steps", str(args.steps), "--peak-tflops", str(args.peak_tflops)]
+           "--warmup", str(CUDA_WARMUP_STEPS), "--steps", str(args.steps), "--peak-tflops", str(args.peak_tflops)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
