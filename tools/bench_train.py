@@ -40,8 +40,8 @@ def parse_args(argv):
     p.add_argument("--attention", default="flash,flash_mma",
                    help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
                         "one that finishes is nfn's number (default: flash,flash_mma)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="cpu: rounds of nfn then PyTorch; the ratio is the median of the rounds' ratios")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)

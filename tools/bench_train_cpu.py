@@ -1,9 +1,10 @@
 """The CPU half of tools/bench_train.py: nfn's trainer (f32 and bf16 GEMMs) against the
 PyTorch CPU reference (tools/bench_train_torch_cpu.py) on the same small GPT, same threads.
 
-Both sides are timed the same way: the median of the timed steps after 3 untimed ones
-(nfn's per-step wall times come from its report's "step_seconds"), in rounds that alternate
-the two sides (--rounds); the ratio is the median of the rounds' ratios.
+Both sides are timed the same way: the median of --steps timed steps (nfn's per-step wall
+times come from its report's "step_seconds", after 3 untimed steps in each fresh trainer; the
+reference warms and compiles each mode once, in one long-lived process), in short rounds that
+alternate the two sides (--rounds); the ratio is the median of the rounds' ratios.
 """
 import json
 import os
@@ -18,6 +19,16 @@ from bench_train import timed_steps, write_shard_tokens
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEOMETRY = {"layers": 4, "heads": 4, "channels": 256, "seq_len": 256, "batch_size": 8, "vocab": 8192}
 WARMUP_STEPS = 3  # bench_train_torch_cpu.py's --warmup default
+
+
+def nfn_modes(args, workdir, matmuls, threads):
+    out = {}
+    for matmul in matmuls:
+        try:
+            out[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps)
+        except (RuntimeError, OSError, ValueError, KeyError) as e:
+            out[f"matmul_{matmul}"] = {"error": str(e)}
+    return out
 
 
 def nfn_rate(trainer, workdir, matmul, threads, steps):
@@ -44,15 +55,49 @@ def nfn_rate(trainer, workdir, matmul, threads, steps):
             "timed_steps": steps, "final_loss": report["final_train_loss"]}
 
 
-def torch_modes(threads, steps, modes):
-    g = GEOMETRY
-    cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--json", "--threads", str(threads),
-           "--warmup", str(WARMUP_STEPS), "--steps", str(steps), "--modes", ",".join(modes)]
-    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in g.items()]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {m: {"error": f"reference exited {proc.returncode}: {proc.stderr.strip()[-400:]}"} for m in modes}
-    return json.loads(proc.stdout.strip().splitlines()[-1])["modes"]
+class TorchReference:
+    """tools/bench_train_torch_cpu.py --serve: every mode built and compiled once, then asked
+    for `steps` more steps per round, so rounds stay short enough to alternate with nfn's."""
+
+    def __init__(self, threads, modes, workdir):
+        cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--serve", "--threads", str(threads),
+               "--warmup", str(WARMUP_STEPS), "--modes", ",".join(modes)]
+        cmd += [f"--{k.replace('_', '-')}={v}" for k, v in GEOMETRY.items()]
+        # stderr to a file: compiler warnings must never fill a pipe nobody reads mid-run
+        self.log = open(os.path.join(workdir, "reference.log"), "w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        hello = self._read()
+        self.errors = hello.get("errors", {}) if "ready" in hello else {m: hello for m in modes}
+        self.ready = hello.get("ready", [])
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            self.log.seek(0)
+            return {"error": f"reference exited {self.proc.returncode}: {self.log.read().strip()[-400:]}"}
+        return json.loads(line)
+
+    def rates(self, steps, modes):
+        out = {}
+        for mode in modes:
+            if mode in self.errors:
+                out[mode] = self.errors[mode]
+                continue
+            if self.proc.poll() is not None:
+                out[mode] = {"error": f"reference exited {self.proc.returncode}"}
+                continue
+            self.proc.stdin.write(f"{mode} {steps}\n")
+            self.proc.stdin.flush()
+            out[mode] = self._read()
+            out[mode].pop("mode", None)
+        return out
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+        self.log.close()
 
 
 def best(modes):
@@ -76,29 +121,35 @@ def median_modes(rounds, side):
 
 
 def run(args, workdir):
-    """`args.rounds` rounds, each nfn then PyTorch back to back; the ratio is the median of the
-    rounds' ratios, so a slow minute on a shared machine moves one round, not the result.
-    Modes that fail, or run at under a quarter of their side's best in round 1 (PyTorch's bf16
-    autocast without bf16 units), are measured in round 1 only."""
+    """`args.rounds` rounds of nfn and PyTorch back to back (the order alternating), each side
+    timed over `args.steps` steps; the ratio is the median of the rounds' ratios, so a slow
+    minute on a shared machine moves one round, not the result. PyTorch's modes are built and
+    compiled once in a long-lived process, which keeps a round near half a minute. Modes that
+    fail, or run at under a quarter of their side's best in round 1 (PyTorch's bf16 autocast
+    without bf16 units), are measured in round 1 only."""
     threads = os.cpu_count()
     nfn_all = ["f32", "bf16"]
     torch_all = ["eager_fp32", "eager_bf16", "compiled_fp32", "compiled_bf16"]
+    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir)
     rounds = []
-    for i in range(max(1, args.rounds)):
-        nfn = {}
-        for matmul in nfn_all:
-            try:
-                nfn[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps)
-            except (RuntimeError, OSError, ValueError, KeyError) as e:
-                nfn[f"matmul_{matmul}"] = {"error": str(e)}
-        ref = {} if args.skip_torch else torch_modes(threads, args.steps, torch_all)
-        round_ = {"nfn": nfn, "pytorch": ref}
-        nfn_best, ref_best = best(nfn)[1], best(ref)[1]
-        round_["ratio"] = nfn_best / ref_best if nfn_best and ref_best else None
-        rounds.append(round_)
-        if i == 0:  # later rounds: only the modes that can win
-            nfn_all = [m for m in nfn_all if nfn[f"matmul_{m}"].get("tokens_per_s", 0) >= (nfn_best or 0) / 4 > 0]
-            torch_all = [m for m in torch_all if ref.get(m, {}).get("tokens_per_s", 0) >= (ref_best or 0) / 4 > 0]
+    try:
+        for i in range(max(1, args.rounds)):
+            if i % 2:  # odd rounds PyTorch first, so a machine slowing or speeding up favours neither
+                pt = ref.rates(args.steps, torch_all) if ref else {}
+                nfn = nfn_modes(args, workdir, nfn_all, threads)
+            else:
+                nfn = nfn_modes(args, workdir, nfn_all, threads)
+                pt = ref.rates(args.steps, torch_all) if ref else {}
+            round_ = {"nfn": nfn, "pytorch": pt}
+            nfn_best, ref_best = best(nfn)[1], best(pt)[1]
+            round_["ratio"] = nfn_best / ref_best if nfn_best and ref_best else None
+            rounds.append(round_)
+            if i == 0:  # later rounds: only the modes that can win
+                nfn_all = [m for m in nfn_all if nfn[f"matmul_{m}"].get("tokens_per_s", 0) >= (nfn_best or 0) / 4 > 0]
+                torch_all = [m for m in torch_all if pt.get(m, {}).get("tokens_per_s", 0) >= (ref_best or 0) / 4 > 0]
+    finally:
+        if ref is not None:
+            ref.close()
     nfn, ref = median_modes(rounds, "nfn"), median_modes(rounds, "pytorch")
     ratios = [r["ratio"] for r in rounds if r["ratio"]]
     nfn_mode, nfn_tps = best(nfn)

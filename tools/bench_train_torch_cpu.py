@@ -9,6 +9,7 @@ with tokens/s per mode (median step time over the timed steps). A mode whose tim
 step, and its median needs no 10 of those.
 
     python3 tools/bench_train_torch_cpu.py --json
+    python3 tools/bench_train_torch_cpu.py --serve   # warm once, then "MODE STEPS" per stdin line
 
 Needs torch; never part of nfn's runtime.
 """
@@ -37,48 +38,92 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--modes", default="eager_fp32,eager_bf16,compiled_fp32,compiled_bf16")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--serve", action="store_true",
+                   help="warm every mode once, then run 'MODE STEPS' requests from stdin (one JSON line each)")
     return p.parse_args(argv)
 
 
-def run_mode(torch, args, mode):
-    torch.manual_seed(0)
-    model = build_model(torch, args.layers, args.heads, args.channels, args.seq_len, args.vocab)
-    opt = adamw(torch, model, 1e-3)
-    step_fn = torch.compile(model) if mode.startswith("compiled") else model
-    bf16 = mode.endswith("bf16")
-    gen = torch.Generator().manual_seed(1)
-    times, losses = [], []
-    for i in range(args.warmup + args.steps):
-        idx = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1), generator=gen)
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = step_fn(idx[:, :-1], idx[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if i >= args.warmup:
+class Mode:
+    """One mode's model, optimizer and token stream; steps(n) trains n steps and returns
+    their wall times."""
+
+    def __init__(self, torch, args, mode):
+        torch.manual_seed(0)
+        self.torch, self.args, self.mode = torch, args, mode
+        self.model = build_model(torch, args.layers, args.heads, args.channels, args.seq_len, args.vocab)
+        self.opt = adamw(torch, self.model, 1e-3)
+        self.step_fn = torch.compile(self.model) if mode.startswith("compiled") else self.model
+        self.bf16 = mode.endswith("bf16")
+        self.gen = torch.Generator().manual_seed(1)
+        self.loss = None
+
+    def steps(self, n, seconds=float("inf")):
+        """n steps, or fewer once 3 have passed `seconds` in all."""
+        torch, a = self.torch, self.args
+        times = []
+        for _ in range(n):
+            idx = torch.randint(0, a.vocab, (a.batch_size, a.seq_len + 1), generator=self.gen)
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                loss = self.step_fn(idx[:, :-1], idx[:, 1:])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.loss = loss.item()
             times.append(time.perf_counter() - t0)
-            if len(times) >= 3 and sum(times) > args.mode_seconds:
+            if len(times) >= 3 and sum(times) > seconds:
                 break
+        return times
+
+
+def rate(args, mode, times):
     step = statistics.median(times)
     return {"tokens_per_s": args.batch_size * args.seq_len / step, "median_step_s": step,
-            "timed_steps": len(times), "final_loss": losses[-1]}
+            "timed_steps": len(times), "final_loss": mode.loss}
+
+
+def start_modes(torch, args, names):
+    """Each mode built and warmed up (compiled); a mode that cannot run here is reported."""
+    modes, errors = {}, {}
+    for name in names:
+        try:
+            modes[name] = Mode(torch, args, name)
+            modes[name].steps(args.warmup)
+        except Exception as e:  # reported, not fatal
+            modes.pop(name, None)
+            errors[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return modes, errors
+
+
+def serve(torch, args, modes, errors):
+    """--serve: after warming every mode, one JSON line {"ready": ..., "errors": ...}, then
+    for each stdin line "MODE STEPS" one JSON line with that mode's rate over STEPS more steps.
+    Compilation happens once, so a caller can alternate short runs with its own."""
+    print(json.dumps({"ready": sorted(modes), "errors": errors, "torch": torch.__version__}), flush=True)
+    for line in sys.stdin:
+        name, n = line.split()
+        if name not in modes:
+            print(json.dumps({"mode": name, "error": f"mode {name} is not running"}), flush=True)
+            continue
+        times = modes[name].steps(int(n), args.mode_seconds)
+        print(json.dumps(dict(rate(args, modes[name], times), mode=name)), flush=True)
+    return 0
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
     torch.set_num_threads(args.threads)
+    names = args.modes.split(",")
+    if args.serve:
+        return serve(torch, args, *start_modes(torch, args, names))
     results = {}
-    for mode in args.modes.split(","):
-        try:
-            results[mode] = run_mode(torch, args, mode)
-        except Exception as e:  # a mode that cannot run here is reported, not fatal
-            results[mode] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    for name in names:  # one mode at a time, so an idle compiled model never holds memory
+        modes, errors = start_modes(torch, args, [name])
+        results[name] = errors.get(name) or rate(args, modes[name], modes[name].steps(args.steps, args.mode_seconds))
         if not args.json:
-            print(f"{mode:14s} {results[mode]}", file=sys.stderr)
+            print(f"{name:14s} {results[name]}", file=sys.stderr)
     ok = {m: r["tokens_per_s"] for m, r in results.items() if "tokens_per_s" in r}
     best = max(ok, key=ok.get) if ok else None
     out = {"torch": torch.__version__, "threads": args.threads, "modes": results,
