@@ -12,6 +12,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cc/ops/cpu/gemm.h"
+#include "cc/ops/cpu/pack.h"
 
 namespace nfn::cpu {
 
@@ -20,10 +21,10 @@ namespace {
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
-// Everything that selects a distinct primitive: operand type, M, N, K, ldc, trans_b (B's
-// packed layout), bias, accumulate, alpha. A is always packed (M,K), so trans_a and lda
-// select nothing.
-using Key = std::array<int64_t, 9>;
+// Everything that selects a distinct primitive: operand type, M, N, K, ldc, trans_a (the row
+// stride of packed A), trans_b (B's packed layout), bias, accumulate, alpha. A is always
+// packed (M,K), so lda selects nothing.
+using Key = std::array<int64_t, 10>;
 
 }  // namespace
 
@@ -48,48 +49,23 @@ GemmState* state_of(nfn_ctx* ctx) {
   return ctx->gemm;
 }
 
-// An f32 value as a packed operand element: rounded to bf16, or as is.
-inline uint16_t element(float v, uint16_t*) { return f32_to_bf16(v); }
-inline float element(float v, float*) { return v; }
-
-// Copies op(X) of a stored (rows, cols, ld) f32 matrix into a packed row-major buffer of
-// bf16 or f32, transposing when `trans` (in small tiles, so both sides stay in cache).
-template <typename Out>
-Out* pack(const float* src, int64_t rows, int64_t cols, int64_t ld, bool trans, std::vector<Out>* dst) {
-  if (dst->size() < static_cast<size_t>(rows * cols)) dst->resize(rows * cols);
-  Out* d = dst->data();
-  if (!trans) {
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = element(src[r * ld + c], d);
-    return d;
-  }
-  constexpr int64_t kTile = 16;  // the packed matrix is (cols, rows)
-#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > (1 << 15))
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-          d[c * rows + r] = element(src[r * ld + c], d);
-  return d;
-}
-
 }  // namespace
 
 nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16) {
   GemmState* st = state_of(ctx);
   // Stored shapes: A is (M,K) or (K,M); B is (K,N) or (N,K). Both are packed: op(A) as
-  // (M,K), B as stored, so only B's transposition reaches the primitive.
+  // (M,K) (its rows padded when transposed), B as stored, so only B's transposition reaches
+  // the primitive.
   const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
   int32_t alpha_bits;
   std::memcpy(&alpha_bits, &g.alpha, 4);
-  const Key key = {bf16, g.M, g.N, g.K, g.ldc, g.trans_b, g.bias != nullptr, g.accumulate, alpha_bits};
+  const Key key = {bf16, g.M, g.N, g.K, g.ldc, g.trans_a, g.trans_b, g.bias != nullptr, g.accumulate, alpha_bits};
   const dt in = bf16 ? dt::bf16 : dt::f32;
   try {
     auto it = st->primitives.find(key);
     if (it == st->primitives.end()) {
-      dnnl::memory::desc a_md({g.M, g.K}, in, Dims{g.K, 1});
+      dnnl::memory::desc a_md({g.M, g.K}, in, Dims{packed_ld(a_rows, a_cols, g.trans_a), 1});
       dnnl::memory::desc b_md({g.K, g.N}, in, g.trans_b ? Dims{1, b_cols} : Dims{b_cols, 1});
       dnnl::memory::desc c_md({g.M, g.N}, dt::f32, Dims{g.ldc, 1});
       dnnl::post_ops post;
