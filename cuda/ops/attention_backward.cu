@@ -177,16 +177,11 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   if (use_mma(ctx, std::is_same_v<S, float> ? NFN_F32 : NFN_BF16, HD, {dqkv, dout, qkv}))
     return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
   const size_t smem = BackwardSmem<HD>::bytes;
-  // Above 48 KiB a kernel must opt in to more dynamic shared memory (once per kernel).
-  static const cudaError_t opt_in = [] {
-    const size_t smem = BackwardSmem<HD>::bytes;
-    cudaError_t e = cudaFuncSetAttribute(flash_dkdv_kernel<S, HD>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(flash_dq_kernel<S, HD>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  }();
-  NFN_CUDA_TRY(ctx, opt_in, op);
+  // Above 48 KiB a kernel must opt in to more dynamic shared memory. The setting belongs to
+  // the current device, so it is made on every call (a host call of microseconds): once per
+  // process would have covered only the first device a process used.
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dkdv_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), op);
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dq_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), op);
   dim3 grid((T + kRows - 1) / kRows, B * NH);
   const float scale = 1.f / sqrtf(HD);
   flash_dkdv_kernel<S, HD><<<grid, kRows, smem, ctx->stream>>>(

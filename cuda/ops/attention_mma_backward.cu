@@ -252,15 +252,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int HD>
 nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, int NH) {
   const char* op = "attention_backward (flash_mma)";
-  // Above 48 KiB a kernel must opt in to more dynamic shared memory (once per kernel).
-  static const cudaError_t opt_in = [] {
-    cudaError_t e = cudaFuncSetAttribute(dkdv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(dkdv_smem_bytes<HD>()));
-    return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(dq_smem_bytes<HD>()));
-  }();
-  NFN_CUDA_TRY(ctx, opt_in, op);
+  // Above 48 KiB a kernel must opt in to more dynamic shared memory, on every call: the
+  // setting belongs to the current device (see attention_backward.cu).
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(dkdv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(dkdv_smem_bytes<HD>())), op);
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(dq_smem_bytes<HD>())), op);
   const QkvIndex ix{T, C, NH};
   const float scale = 1.f / sqrtf(static_cast<float>(HD));
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
