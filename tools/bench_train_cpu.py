@@ -75,7 +75,8 @@ class TorchReference:
         if not line:
             self.proc.wait()
             self.log.seek(0)
-            return {"error": f"reference exited {self.proc.returncode}: {self.log.read().strip()[-400:]}"}
+            last = (self.log.read().strip().splitlines() or [""])[-1]  # a traceback's last line names it
+            return {"error": f"reference exited {self.proc.returncode}: {last[-400:]}"}
         return json.loads(line)
 
     def rates(self, steps, modes):
