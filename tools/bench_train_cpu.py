@@ -68,7 +68,6 @@ class TorchReference:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         hello = self._read()
         self.errors = hello.get("errors", {}) if "ready" in hello else {m: hello for m in modes}
-        self.ready = hello.get("ready", [])
 
     def _read(self):
         line = self.proc.stdout.readline()

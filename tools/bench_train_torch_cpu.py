@@ -23,6 +23,9 @@ import time
 from bench_gpt_torch import adamw, build_model
 
 
+MODES = ("eager_fp32", "eager_bf16", "compiled_fp32", "compiled_bf16")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, default=4)
@@ -36,11 +39,15 @@ def parse_args(argv):
     p.add_argument("--mode-seconds", type=float, default=60.0,
                    help="stop timing a mode after this many seconds of timed steps (at least 3 steps)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--modes", default="eager_fp32,eager_bf16,compiled_fp32,compiled_bf16")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--serve", action="store_true",
                    help="warm every mode once, then run 'MODE STEPS' requests from stdin (one JSON line each)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = [m for m in args.modes.split(",") if m not in MODES]
+    if unknown:
+        p.error(f"--modes: unknown {', '.join(unknown)} (known: {', '.join(MODES)})")
+    return args
 
 
 class Mode:
@@ -121,7 +128,10 @@ def main(argv=None):
     results = {}
     for name in names:  # one mode at a time, so an idle compiled model never holds memory
         modes, errors = start_modes(torch, args, [name])
-        results[name] = errors.get(name) or rate(args, modes[name], modes[name].steps(args.steps, args.mode_seconds))
+        try:
+            results[name] = errors.get(name) or rate(args, modes[name], modes[name].steps(args.steps, args.mode_seconds))
+        except Exception as e:  # reported, not fatal
+            results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         if not args.json:
             print(f"{name:14s} {results[name]}", file=sys.stderr)
     ok = {m: r["tokens_per_s"] for m, r in results.items() if "tokens_per_s" in r}
