@@ -60,7 +60,9 @@ inline void transpose8x8(const float* src, int64_t ld, Out* d, int64_t ldd) {
 }  // namespace
 
 int64_t packed_ld(int64_t rows, int64_t cols, bool trans) {
-  return trans ? (rows + 15) / 16 * 16 + 16 : cols;
+  if (!trans) return cols;
+  const int64_t blocks = (rows + 15) / 16;  // an odd number of 16-element blocks
+  return 16 * (blocks % 2 ? blocks : blocks + 1);
 }
 
 template <typename Out>

@@ -1,5 +1,6 @@
 // Packing an f32 operand for oneDNN's matmul (gemm_bf16.cc): op(X) of a stored matrix into a
-// dense row-major buffer, as f32 or rounded to bf16 (nfn::f32_to_bf16, bit for bit).
+// row-major buffer (dense, or with padded rows when transposed), as f32 or rounded to bf16
+// (nfn::f32_to_bf16, bit for bit).
 //
 // The transposed copy works in 8x8 blocks held in AVX2 registers: a scalar copy with the
 // transposition in its index ran at 1.3-3.8 ns an element on this 2-core AVX2 host, ten times
@@ -14,8 +15,9 @@
 namespace nfn::cpu {
 
 // The row stride of pack's result: `cols` for a straight copy; for a transposed one `rows`
-// rounded up to 16 and 16 more, so that the rows an 8x8 block writes never lie a multiple of
-// 4 KiB apart (at rows = 2048 that alone made the copy four times slower).
+// rounded up to an odd multiple of 16, so that the rows an 8x8 block writes never lie a
+// multiple of 4 KiB apart (at rows = 2048, 4 KiB apart in bf16, the copy ran four times
+// slower).
 int64_t packed_ld(int64_t rows, int64_t cols, bool trans);
 
 // Copies op(X) of a stored (rows, cols, ld) f32 matrix into dst, grown as needed: as a
