@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from bench_train import timed_steps, write_shard_tokens
+from bench_train_torch_cpu import MODES as TORCH_MODES  # standard library only at import
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEOMETRY = {"layers": 4, "heads": 4, "channels": 256, "seq_len": 256, "batch_size": 8, "vocab": 8192}
@@ -129,7 +130,7 @@ def run(args, workdir):
     without bf16 units), are measured in round 1 only."""
     threads = os.cpu_count()
     nfn_all = ["f32", "bf16"]
-    torch_all = ["eager_fp32", "eager_bf16", "compiled_fp32", "compiled_bf16"]
+    torch_all = list(TORCH_MODES)
     ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir)
     rounds = []
     try:
