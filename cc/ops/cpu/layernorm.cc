@@ -7,7 +7,22 @@
 
 namespace {
 constexpr float kEps = 1e-5f;
+
+// One row's dinp (accumulated) and its dweight and dbias contributions. The rows never
+// overlap; saying so with restrict parameters is what lets GCC vectorize the loop (it gives
+// up on runtime alias checks for six pointers).
+void backward_row(const float* __restrict g, const float* __restrict w, const float* __restrict x,
+                  float* __restrict dx, float* __restrict pw, float* __restrict pb, int C,
+                  float m, float r, float mean_d, float mean_dx) {
+  for (int c = 0; c < C; ++c) {
+    const float xhat = (x[c] - m) * r;
+    dx[c] += r * (g[c] * w[c] - mean_d - xhat * mean_dx);
+    pw[c] += g[c] * xhat;
+    pb[c] += g[c];
+  }
 }
+
+}  // namespace
 
 extern "C" {
 
@@ -57,14 +72,7 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
     const float sum_d = nfn::cpu::row_dot(gi, w, C);
     const float mean_d = sum_d / C;
     const float mean_dx = r * (nfn::cpu::row_dot3(gi, w, xi, C) - m * sum_d) / C;
-    float* pw = partial;
-    float* pb = partial + C;
-    for (int c = 0; c < C; ++c) {
-      const float xhat = (xi[c] - m) * r;
-      dxi[c] += r * (gi[c] * w[c] - mean_d - xhat * mean_dx);
-      pw[c] += gi[c] * xhat;
-      pb[c] += gi[c];
-    }
+    backward_row(gi, w, xi, dxi, partial, partial + C, C, m, r, mean_d, mean_dx);
   });
   return NFN_OK;
 }

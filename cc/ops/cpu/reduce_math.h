@@ -3,6 +3,10 @@
 // every run.
 #pragma once
 
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
 namespace nfn::cpu {
 
 constexpr int kLanes = 16;
@@ -51,12 +55,25 @@ inline float row_dot3(const float* x, const float* y, const float* z, int n) {
   return combine_lanes(acc);
 }
 
+// The largest of x[0..n). GCC leaves the 16-lane form of this loop scalar, so AVX builds
+// (-march=x86-64-v3) take two 8-wide max registers; the lanes are the same either way:
+// lane l covers x[l], x[l + 16], ... and the lanes are combined in order.
 inline float row_max(const float* x, int n) {
   float acc[kLanes];
-  for (int l = 0; l < kLanes; ++l) acc[l] = -__builtin_inff();
   int i = 0;
+#ifdef __AVX__
+  __m256 lo = _mm256_set1_ps(-__builtin_inff()), hi = lo;
+  for (; i + kLanes <= n; i += kLanes) {  // max_ps(a, b) is a > b ? a : b, as below
+    lo = _mm256_max_ps(_mm256_loadu_ps(x + i), lo);
+    hi = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), hi);
+  }
+  _mm256_storeu_ps(acc, lo);
+  _mm256_storeu_ps(acc + 8, hi);
+#else
+  for (int l = 0; l < kLanes; ++l) acc[l] = -__builtin_inff();
   for (; i + kLanes <= n; i += kLanes)
     for (int l = 0; l < kLanes; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+#endif
   for (; i < n; ++i) acc[i % kLanes] = x[i] > acc[i % kLanes] ? x[i] : acc[i % kLanes];
   float m = acc[0];
   for (int l = 1; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
