@@ -10,13 +10,9 @@
 #include "cc/ops/cpu/context.h"
 #include "cc/ops/nfn_tile_ops.h"
 #include "tests/cc/expect.h"
+#include "tests/cc/ops/op_test_util.h"
 
-
-static uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+using nfn_test::bits_of;
 
 static void test_bf16_rounding() {
   using nfn::cpu::bf16_to_f32;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -14,6 +16,18 @@
 
 namespace nfn_test {
 
+// A float's bit pattern and back, for tests that compare results bit for bit.
+inline uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+inline float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
 
 inline std::vector<float> random_vec(size_t n, unsigned seed, float scale = 1.f) {
   std::mt19937 rng(seed);

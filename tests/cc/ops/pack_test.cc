@@ -17,19 +17,10 @@
 #include "tests/cc/expect.h"
 #include "tests/cc/ops/op_test_util.h"
 
+using nfn_test::bits_of;
+using nfn_test::from_bits;
+
 namespace {
-
-float from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
 
 template <typename Out>
 Out want_element(float v);

@@ -6,8 +6,6 @@
 //
 // Built with the library's -march so that the AVX form of row_max is the one tested.
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -15,15 +13,11 @@
 #include "tests/cc/expect.h"
 #include "tests/cc/ops/op_test_util.h"
 
+using nfn_test::bits_of;
+
 namespace {
 
 constexpr int kLanes = 16;
-
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
 
 float want_sum(const float* x, int n) {
   float acc[kLanes] = {};
