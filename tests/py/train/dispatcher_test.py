@@ -49,6 +49,21 @@ class DispatcherTest(unittest.TestCase):
         self.assertEqual((s["max_steps"], s["learning_rate"], s["warmup_steps"], s["weight_decay"],
                           s["eval_every_steps"]), (20000, 6e-4, 60, 0.1, 250))
 
+    def test_demo_schedule_follows_the_vocabulary(self):
+        def schedule(args):
+            p = plan(["--base-model", "gpt"] + args)
+            s = p["schedule"]
+            return p["template"], p["batch"]["batch_size"], s["max_steps"], s["learning_rate"], s["warmup_steps"]
+        # sp1024 (what `nfn train` gives the demo) and up to 8192: the longer schedule
+        self.assertEqual(schedule(["--vocab-size", "1024"]), ("tiny", 16, 1000, 2e-3, 50))
+        self.assertEqual(schedule(["--vocab-size", "8192"]), ("tiny", 16, 1000, 2e-3, 50))
+        # GPT-2's vocabulary: the LM head dominates, so fewer and smaller steps
+        self.assertEqual(schedule([]), ("tiny", 8, 300, 1e-3, 20))
+        self.assertEqual(schedule(["--vocab-size", "8193"]), ("tiny", 8, 300, 1e-3, 20))
+        # flags still win over either
+        self.assertEqual(schedule(["--vocab-size", "1024", "--max-steps", "7", "--batch-size", "4"]),
+                         ("tiny", 4, 7, 2e-3, 50))
+
     def test_gpt3_context(self):
         self.assertEqual(plan(["--base-model", "gpt3"])["geometry"]["max_seq_len"], 2048)
         self.assertEqual(plan(["--base-model", "gpt3", "--train-seq-len", "512"])["batch"]["seq_len"], 512)

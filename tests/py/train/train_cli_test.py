@@ -55,6 +55,19 @@ class TrainCliTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "datasets")), "print-command must not prepare")
         self.assertNotIn("numpy", modules)
 
+    def test_demo_takes_sp1024_and_named_data_gpt2(self):
+        def tokenizer(extra):
+            code, out, err, modules = self.nfn(["train", "--print-command"] + extra)
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("numpy", modules)
+            argv = out.split()
+            return argv[argv.index("--tokenizer") + 1], argv[argv.index("--vocab-size") + 1]
+        self.assertEqual(tokenizer([]), ("sp1024", "1024"))
+        self.assertEqual(tokenizer(["--max-steps", "5", "--num-layers", "2"]), ("sp1024", "1024"))
+        self.assertEqual(tokenizer(["--dataset", "shakespeare"]), ("gpt2", "50257"))
+        self.assertEqual(tokenizer(["--template-name", "gpt2-124m"]), ("gpt2", "50257"))
+        self.assertEqual(tokenizer(["--tokenizer", "sp2048"]), ("sp2048", "2048"))
+
     def test_short_run_writes_report_and_sample(self):
         out_dir = os.path.join(self.tmp, "run")
         code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
