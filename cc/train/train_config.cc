@@ -166,28 +166,20 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     c->warmup_steps = 60;
     c->eval_every_steps = 250;
     c->eval_batches = 20;
-  } else if (c->model.vocab_size <= kDemoSmallVocab) {
-    // The demo with a small vocabulary (`nfn train` gives it sp1024 on Shakespeare): 2M
-    // tokens, about 2.5 minutes on two CPU cores.
-    c->batch_size = 16;
-    c->train_batch_tokens = 0;  // one micro-batch per step
-    c->max_steps = 1000;
-    c->learning_rate = 2e-3;
-    c->weight_decay = 0.1;
-    c->warmup_steps = 50;
-    c->eval_every_steps = 250;
-    c->eval_batches = 16;
   } else {
-    // A GPT-2-sized vocabulary makes the LM head most of the demo model's work (50257 x 128
-    // against 0.8M parameters in the blocks): fewer, smaller steps keep it to minutes.
-    c->batch_size = 8;
+    // The demo, one micro-batch per step. With a small vocabulary (`nfn train` gives it sp1024
+    // on Shakespeare): 2M tokens, about 2.5 minutes on two CPU cores. A GPT-2-sized one makes
+    // the LM head most of the work (50257 x 128 against 0.8M parameters in the blocks), so
+    // fewer and smaller steps keep it to minutes.
+    const bool small = c->model.vocab_size <= kDemoSmallVocab;
+    c->batch_size = small ? 16 : 8;
     c->train_batch_tokens = 0;
-    c->max_steps = 300;
-    c->learning_rate = 1e-3;
+    c->max_steps = small ? 1000 : 300;
+    c->learning_rate = small ? 2e-3 : 1e-3;
     c->weight_decay = 0.1;
-    c->warmup_steps = 20;
-    c->eval_every_steps = 100;
-    c->eval_batches = 8;
+    c->warmup_steps = small ? 50 : 20;
+    c->eval_every_steps = small ? 250 : 100;
+    c->eval_batches = small ? 16 : 8;
   }
   int tbt = 0;
   if (!read_int(f, "batch-size", &c->batch_size, 1, error) ||

@@ -48,7 +48,7 @@ def trainer_binary():
 
 
 # The demo's tokenizer: with a 50,257-piece vocabulary the 128-channel demo model would be
-# 6.4M parameters of embedding around 0.8M of blocks, and five times slower a token.
+# 6.4M parameters of embedding around 0.8M of blocks, and ten times slower a token.
 DEMO_TOKENIZER = "sp1024"
 
 
