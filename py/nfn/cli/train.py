@@ -31,8 +31,9 @@ def register(sub):
     source.add_argument("--dataset", help="dataset alias or shard directory (default: shakespeare)")
     source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
     source.add_argument("--tinystories", action="store_true", help="the TinyStories dataset")
-    data.add_argument("--tokenizer", help="gpt2, sp1024..sp8192 or a trained name (default: gpt2; sp1024 "
-                                           "for the demo, when no dataset, template or graph file is named)")
+    data.add_argument("--tokenizer", help="gpt2, sp1024..sp8192 or a trained name (default: the resumed "
+                                           "run's, else gpt2; sp1024 for the demo, when no dataset, template "
+                                           "or graph file is named)")
     sched = p.add_argument_group("schedule")
     sched.add_argument("--train-seq-len", type=int, help="tokens per row")
     sched.add_argument("--batch-size", type=int, help="micro-batch rows")

@@ -52,11 +52,29 @@ def trainer_binary():
 DEMO_TOKENIZER = "sp1024"
 
 
+def resumed_tokenizer(args):
+    """The tokenizer in the manifest of the run that --resume continues, when it has one."""
+    if not args.resume:
+        return None
+    where = output_dir(args) if args.resume == "auto" else os.path.abspath(args.resume)
+    if not os.path.isdir(where):
+        where = os.path.dirname(where)
+    try:
+        with open(os.path.join(where, "manifest.json"), encoding="utf-8") as f:
+            tokenizer = json.load(f).get("tokenizer")
+    except (OSError, ValueError, AttributeError):
+        return None  # the trainer reports a missing or bad checkpoint itself
+    return tokenizer if isinstance(tokenizer, str) and tokenizer else None
+
+
 def tokenizer_of(args):
-    """--tokenizer, else gpt2, except for the demo: no dataset, template or graph file named,
-    so the embedded corpus with sp1024 (trained on it once, in seconds)."""
+    """--tokenizer, else the resumed run's, else gpt2, except for the demo: no dataset, template
+    or graph file named, so the embedded corpus with sp1024 (trained on it once, in seconds)."""
     if args.tokenizer:
         return args.tokenizer
+    resumed = resumed_tokenizer(args)
+    if resumed:
+        return resumed
     named = (args.dataset, args.pretraining_file, args.tinystories, args.template_name, args.graph_file)
     return "gpt2" if any(named) else DEMO_TOKENIZER
 

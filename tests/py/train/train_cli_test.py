@@ -67,6 +67,17 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(tokenizer(["--dataset", "shakespeare"]), ("gpt2", "50257"))
         self.assertEqual(tokenizer(["--template-name", "gpt2-124m"]), ("gpt2", "50257"))
         self.assertEqual(tokenizer(["--tokenizer", "sp2048"]), ("sp2048", "2048"))
+        # resuming keeps the run's tokenizer: a GPT-2-tokenized demo run stays GPT-2
+        run = os.path.join(self.tmp, "gpt2_demo_run")
+        os.makedirs(run, exist_ok=True)
+        with open(os.path.join(run, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump({"format": "nfn.manifest", "tokenizer": "gpt2"}, f)
+        self.assertEqual(tokenizer(["--resume", run]), ("gpt2", "50257"))
+        self.assertEqual(tokenizer(["--resume", os.path.join(run, "model_00000300.bin")]), ("gpt2", "50257"))
+        self.assertEqual(tokenizer(["--resume", "auto", "--output-dir", run]), ("gpt2", "50257"))
+        self.assertEqual(tokenizer(["--resume", "auto", "--output-dir", os.path.join(self.tmp, "fresh")]),
+                         ("sp1024", "1024"))
+        self.assertEqual(tokenizer(["--resume", run, "--tokenizer", "sp2048"]), ("sp2048", "2048"))
 
     def test_short_run_writes_report_and_sample(self):
         out_dir = os.path.join(self.tmp, "run")
