@@ -56,14 +56,15 @@ def resumed_tokenizer(args):
     """The tokenizer in the manifest of the run that --resume continues, when it has one."""
     if not args.resume:
         return None
+    from nfn.infer.checkpoint import MANIFEST  # standard library only
     where = output_dir(args) if args.resume == "auto" else os.path.abspath(args.resume)
     if not os.path.isdir(where):
         where = os.path.dirname(where)
     try:
-        with open(os.path.join(where, "manifest.json"), encoding="utf-8") as f:
-            tokenizer = json.load(f).get("tokenizer")
-    except (OSError, ValueError, AttributeError):
+        manifest = fileio.read_json(os.path.join(where, MANIFEST))
+    except UserError:
         return None  # the trainer reports a missing or bad checkpoint itself
+    tokenizer = manifest.get("tokenizer") if isinstance(manifest, dict) else None
     return tokenizer if isinstance(tokenizer, str) and tokenizer else None
 
 
