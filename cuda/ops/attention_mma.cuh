@@ -27,11 +27,16 @@ constexpr int stride() { return HD + kPad; }
 
 // D += A B for one m16n8k16 tile: bf16 A (row-major fragment), bf16 B (column fragment),
 // f32 accumulators in place.
+// cuda/emu runs it as a warp-wide rendezvous that multiplies the gathered fragments.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef NFN_CUDA_EMULATION
+  ::nfn_emu::mma_m16n8k16_bf16(d, a, b);
+#else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 // Copies ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld) into shared memory

@@ -1,0 +1,89 @@
+// nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
+// place of cublaslt.cu. Column-major D (m,n) = op(A) op(B) + beta D, then the epilogue
+// (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with cuBLASLt's
+// tanh GELU), f32 accumulation, one rounding to the output dtype. Each matrix's extent is
+// checked against its device allocation, which catches a wrong leading dimension.
+#include <cmath>
+#include <vector>
+
+#include <cuda_bf16.h>
+
+#include "cuda/ops/cublaslt.h"
+
+namespace nfn::cuda {
+
+namespace {
+
+float load(const void* p, nfn_dtype dtype, size_t i) {
+  return dtype == NFN_BF16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
+                           : static_cast<const float*>(p)[i];
+}
+
+void store(void* p, nfn_dtype dtype, size_t i, float v) {
+  if (dtype == NFN_BF16)
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+
+// Bytes spanned by a column-major (rows, cols) matrix with leading dimension ld.
+size_t extent(int rows, int cols, int ld, nfn_dtype dtype) {
+  return (static_cast<size_t>(cols - 1) * ld + rows) * dtype_size(dtype);
+}
+
+float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace
+
+nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+  if (g.m == 0 || g.n == 0) return NFN_OK;
+  const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
+  const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
+  if (g.lda < a_rows || g.ldb < b_rows || g.ldd < g.m)
+    return fail(ctx, NFN_ERR_BACKEND, "%s: leading dimension below the rows (lda=%d ldb=%d ldd=%d)", op, g.lda,
+                g.ldb, g.ldd);
+  const bool with_bias = g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  const bool with_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  const char* outside = nullptr;
+  if (!nfn_emu::inside_device(g.a, extent(a_rows, a_cols, g.lda, g.ab))) outside = "A";
+  if (!nfn_emu::inside_device(g.b, extent(b_rows, b_cols, g.ldb, g.ab))) outside = "B";
+  if (!nfn_emu::inside_device(g.d, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "D";
+  if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
+  if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
+  if (outside != nullptr)
+    return fail(ctx, NFN_ERR_BACKEND, "%s: cuBLASLt would read or write %s outside its allocation (m=%d n=%d k=%d)",
+                op, outside, g.m, g.n, g.k);
+  // op(A) as m rows of k, op(B) as n rows of k, in f32: every dot product is contiguous.
+  const size_t K = static_cast<size_t>(g.k);
+  std::vector<float> a(static_cast<size_t>(g.m) * K), b(static_cast<size_t>(g.n) * K);
+  for (int i = 0; i < g.m; ++i)
+    for (size_t p = 0; p < K; ++p)
+      a[i * K + p] = load(g.a, g.ab, g.trans_a ? i * static_cast<size_t>(g.lda) + p : p * g.lda + i);
+  for (int j = 0; j < g.n; ++j)
+    for (size_t p = 0; p < K; ++p)
+      b[j * K + p] = load(g.b, g.ab, g.trans_b ? p * static_cast<size_t>(g.ldb) + j : j * static_cast<size_t>(g.ldb) + p);
+  for (int j = 0; j < g.n; ++j) {
+    const float* bj = &b[j * K];
+    for (int i = 0; i < g.m; ++i) {
+      const float* ai = &a[i * K];
+      float acc = 0.f;
+      for (size_t p = 0; p < K; ++p) acc += ai[p] * bj[p];
+      const size_t at = static_cast<size_t>(j) * g.ldd + i;
+      if (g.beta != 0.f) acc += g.beta * load(g.d, g.d_dtype, at);
+      if (with_bias) acc += load(g.bias, g.d_dtype, i);
+      if (with_aux) {
+        store(g.aux, g.d_dtype, static_cast<size_t>(j) * g.m + i, acc);
+        acc = gelu_tanh(acc);
+      }
+      store(g.d, g.d_dtype, at, acc);
+    }
+  }
+  return NFN_OK;
+}
+
+void gemm_release(nfn_ctx*) {}
+
+}  // namespace nfn::cuda

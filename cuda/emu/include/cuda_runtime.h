@@ -1,0 +1,188 @@
+// The slice of the CUDA runtime and device language that nfn's kernels use, for running
+// them on the CPU (cuda/emu). Force-included into every emulated source, as nvcc does with
+// the real cuda_runtime.h. Kernels become plain functions; each thread of a block runs on
+// its own fiber, so __syncthreads, warp shuffles and mma.sync are real rendezvous between
+// threads (see runtime.cc). Launches `k<<<grid, block, smem, stream>>>(args)` are rewritten
+// to nfn_emu::launch(...) by rewrite_cu.py before compilation.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+// Blocks run one after another on one OS thread, so a function-local static is exactly
+// one block's shared memory (zeroed once, never reset between blocks: see runtime.cc).
+#define __shared__ static
+
+struct uint3 {
+  unsigned x, y, z;
+};
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+struct __attribute__((aligned(16))) uint4 {
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+struct __attribute__((aligned(16))) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct __attribute__((aligned(8))) float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+
+// CUDA's global min and max.
+#define NFN_EMU_MIN_MAX(T)                              \
+  inline T min(T a, T b) { return b < a ? b : a; }     \
+  inline T max(T a, T b) { return a < b ? b : a; }
+NFN_EMU_MIN_MAX(int)
+NFN_EMU_MIN_MAX(unsigned)
+NFN_EMU_MIN_MAX(long)
+NFN_EMU_MIN_MAX(unsigned long)
+NFN_EMU_MIN_MAX(long long)
+NFN_EMU_MIN_MAX(unsigned long long)
+#undef NFN_EMU_MIN_MAX
+
+typedef enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+} cudaError_t;
+
+typedef struct nfn_emu_stream* cudaStream_t;
+constexpr unsigned cudaStreamNonBlocking = 1;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+};
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+namespace nfn_emu {
+
+// Where the running fiber is in the grid (set by the scheduler before each switch).
+struct ThreadPlace {
+  uint3 thread, block;
+  dim3 block_dim, grid_dim;
+};
+extern thread_local ThreadPlace place;
+
+struct LaunchConfig {
+  dim3 grid, block;
+  size_t shared_bytes;
+  cudaStream_t stream;
+};
+inline LaunchConfig launch_config(dim3 grid, dim3 block, size_t shared_bytes = 0,
+                                  cudaStream_t stream = nullptr) {
+  return LaunchConfig{grid, block, shared_bytes, stream};
+}
+
+// Runs `body` once per thread of every block of the grid; an invalid configuration sets the
+// error cudaGetLastError returns, as a failed launch does.
+void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*), void* body);
+
+template <typename F>
+void launch(const char* name, const LaunchConfig& cfg, F&& body) {
+  run_kernel(name, cfg, [](void* f) { (*static_cast<F*>(f))(); }, &body);
+}
+
+// This block's dynamic shared memory (the launch's shared_bytes, poisoned per block).
+void* dynamic_shared();
+
+// Rendezvous of the calling thread with its whole block, or with its warp.
+void sync_block();
+// Every lane of the warp gives `value` and gets the value of lane source(lane, arg) (its own
+// when that is out of the warp).
+uint64_t warp_exchange(uint64_t value, int (*source)(int lane, int arg), int arg);
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, a warp-wide rendezvous: every lane
+// gives its fragments and gets its own four accumulators back.
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+
+int lane_xor(int lane, int mask);
+int lane_down(int lane, int delta);
+
+template <typename T>
+T shuffle(T v, int (*source)(int, int), int arg) {
+  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = warp_exchange(bits, source, arg);
+  std::memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+
+// Whether [p, p + bytes) lies inside one device allocation.
+bool inside_device(const void* p, size_t bytes);
+
+// cudaFuncSetAttribute's check (the opt-in shared memory limit of sm_90).
+cudaError_t set_max_dynamic_shared(int bytes);
+
+}  // namespace nfn_emu
+
+#define threadIdx (::nfn_emu::place.thread)
+#define blockIdx (::nfn_emu::place.block)
+#define blockDim (::nfn_emu::place.block_dim)
+#define gridDim (::nfn_emu::place.grid_dim)
+
+inline void __syncthreads() { nfn_emu::sync_block(); }
+
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  (void)mask;
+  (void)width;
+  return nfn_emu::shuffle(v, nfn_emu::lane_xor, lane_mask);
+}
+
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  (void)mask;
+  (void)width;
+  return nfn_emu::shuffle(v, nfn_emu::lane_down, static_cast<int>(delta));
+}
+
+// Blocks never run at once, so an atomic is a plain read-modify-write.
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetLastError();
+const char* cudaGetErrorString(cudaError_t err);
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int value) {
+  return nfn_emu::set_max_dynamic_shared(value);
+}

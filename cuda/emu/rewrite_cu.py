@@ -1,0 +1,95 @@
+"""Turns a .cu file into C++ the CUDA emulator (cuda/emu) compiles with a host compiler.
+
+Three rewrites, nothing else changes:
+  kernel<<<grid, block[, shared[, stream]]>>>(args)
+      -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block...), [&] { kernel(args); })
+  extern __shared__ [__align__(n)] T name[];
+      -> T* name = static_cast<T*>(::nfn_emu::dynamic_shared());
+  #include "cuda/ops/NAME.cuh"  ->  #include "cuda/ops/emu/NAME.cuh.h" (its rewritten copy)
+
+usage: rewrite_cu.py IN.cu|IN.cuh OUT
+"""
+
+import re
+import sys
+
+CUH_INCLUDE = re.compile(r'#include "cuda/ops/(\w+\.cuh)"')
+DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def fail(path, text, pos, what):
+    line = text.count("\n", 0, pos) + 1
+    sys.exit(f"{path}:{line}: {what}")
+
+
+def matching(text, pos, open_ch, close_ch, step):
+    """Index of the bracket that closes the one at pos, scanning by step (+1 or -1)."""
+    depth = 0
+    i = pos
+    while 0 <= i < len(text):
+        if text[i] == open_ch:
+            depth += 1
+        elif text[i] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += step
+    return -1
+
+
+def callee_start(text, end):
+    """Start of the kernel expression that ends just before `end`: a name, maybe
+    qualified, maybe with template arguments."""
+    i = end
+    if text[i - 1] == ">":
+        i = matching(text, i - 1, ">", "<", -1)
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_:"):
+        i -= 1
+    return i
+
+
+def rewrite(path, text):
+    out = []
+    pos = 0
+    while True:
+        launch = text.find("<<<", pos)
+        if launch < 0:
+            out.append(text[pos:])
+            break
+        start = callee_start(text, launch)
+        close = text.find(">>>", launch)
+        if close < 0 or start == launch:
+            fail(path, text, launch, "cannot parse this kernel launch")
+        args_open = close + 3
+        while text[args_open].isspace():
+            args_open += 1
+        if text[args_open] != "(":
+            fail(path, text, launch, "kernel launch without an argument list")
+        args_close = matching(text, args_open, "(", ")", 1)
+        if args_close < 0:
+            fail(path, text, launch, "unbalanced parentheses in a kernel launch")
+        callee = text[start:launch]
+        config = text[launch + 3:close]
+        args = text[args_open + 1:args_close]
+        name = re.sub(r"\s+", " ", callee)
+        out.append(text[pos:start])
+        out.append(f'::nfn_emu::launch("{name}", ::nfn_emu::launch_config({config}), '
+                   f"[&] {{ {callee}({args}); }})")
+        pos = args_close + 1
+    text = "".join(out)
+    text = CUH_INCLUDE.sub(r'#include "cuda/ops/emu/\1.h"', text)
+    return DYNAMIC_SHARED.sub(r"\1* \2 = static_cast<\1*>(::nfn_emu::dynamic_shared());", text)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: rewrite_cu.py IN.cu|IN.cuh OUT")
+    src, dst = sys.argv[1], sys.argv[2]
+    with open(src) as f:
+        text = f.read()
+    with open(dst, "w") as f:
+        f.write(f'#line 1 "{src}"\n' + rewrite(src, text))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+// The CUDA emulator's runtime: kernels run block after block on the calling thread, each
+// thread of a block on its own fiber (fiber.h). A fiber runs until it reaches a rendezvous
+// (__syncthreads, a warp shuffle, mma.sync) and waits there until every live thread of its
+// block, or of its warp, has arrived, so kernels see the ordering guarantees CUDA gives and
+// no more: a read of shared memory another thread writes without a barrier between sees
+// stale or poisoned data. Threads stuck at different rendezvous are reported as a deadlock.
+//
+// Device memory is host memory with a PROT_NONE page right after each allocation (rounded
+// to 256 bytes), poisoned with 0xff bytes (NaN in f32 and bf16), so reading past the end or
+// reading what nothing wrote shows up. A fault names the kernel, block and thread.
+//
+// What this cannot show: timing, performance, data races between blocks (blocks never
+// overlap), memory-model subtleties, and whether nvcc compiles the code (CI does that).
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda/emu/include/cuda_bf16.h"
+#include "cuda/emu/fiber.h"
+#include "cuda/emu/include/cuda_runtime.h"
+
+namespace nfn_emu {
+
+thread_local ThreadPlace place;
+
+namespace {
+
+constexpr size_t kStackBytes = 128u << 10;
+constexpr size_t kMaxSharedOptIn = 227u << 10;  // sm_90's per-block opt-in limit
+constexpr size_t kDefaultSharedLimit = 48u << 10;
+
+enum class Wait { none, block, warp, done };
+
+struct Fiber {
+  FiberContext ctx;
+  uint3 thread;
+  int warp = 0, lane = 0;
+  Wait wait = Wait::none;
+  unsigned gen = 0;  // the generation of the barrier it waits at
+};
+
+struct Warp {
+  int size = 0, live = 0, arrived = 0;
+  unsigned gen = 0;
+  // Double-buffered by generation parity: a lane cannot reach the exchange after next
+  // before every lane has read this one.
+  uint64_t slots[2][32];
+  uint32_t a[2][32][4], b[2][32][2];
+};
+
+struct Block {
+  const char* kernel = "";
+  uint3 index{0, 0, 0};
+  dim3 block_dim, grid_dim;
+  void (*thunk)(void*) = nullptr;
+  void* body = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  int live = 0, arrived = 0, current = -1;
+  unsigned gen = 0;
+  unsigned releases = 0;  // barriers released so far (the scheduler rescans after one)
+  FiberContext scheduler;
+  char* shared = nullptr;
+};
+
+thread_local Block* running = nullptr;
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local std::vector<char*> stacks;  // kStackBytes each, a guard page below
+thread_local std::vector<char> shared_buffer;
+size_t shared_opt_in = kDefaultSharedLimit;
+
+[[noreturn]] void die(const char* fmt, ...) {
+  char msg[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, args);
+  va_end(args);
+  if (running != nullptr) {
+    const Fiber& f = running->fibers[running->current];
+    std::fprintf(stderr, "nfn_emu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s\n", running->kernel,
+                 running->index.x, running->index.y, running->index.z, f.thread.x, f.thread.y, f.thread.z, msg);
+  } else {
+    std::fprintf(stderr, "nfn_emu: %s\n", msg);
+  }
+  std::abort();
+}
+
+void on_fault(int sig) {
+  char msg[400];
+  int n;
+  if (running != nullptr && running->current >= 0) {
+    const Fiber& f = running->fibers[running->current];
+    n = std::snprintf(msg, sizeof msg,
+                      "nfn_emu: %s in kernel %s, block (%u,%u,%u), thread (%u,%u,%u): an access out of "
+                      "bounds of its allocation, or to host memory\n",
+                      sig == SIGSEGV ? "segmentation fault" : "bus error", running->kernel, running->index.x,
+                      running->index.y, running->index.z, f.thread.x, f.thread.y, f.thread.z);
+  } else {
+    n = std::snprintf(msg, sizeof msg, "nfn_emu: %s outside any kernel\n", sig == SIGSEGV ? "segmentation fault" : "bus error");
+  }
+  if (n > 0) (void)!write(2, msg, static_cast<size_t>(std::min(n, static_cast<int>(sizeof msg) - 1)));
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_fault_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static char alt[1 << 16];
+    stack_t ss{};
+    ss.ss_sp = alt;
+    ss.ss_size = sizeof alt;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa {};
+    sa.sa_handler = on_fault;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+  });
+}
+
+char* stack_for(size_t i) {
+  while (stacks.size() <= i) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) die("cannot map a fiber stack");
+    mprotect(p, page, PROT_NONE);  // stacks grow down: overflow faults
+    stacks.push_back(static_cast<char*>(p) + page);
+  }
+  return stacks[i];
+}
+
+Fiber& me() { return running->fibers[running->current]; }
+
+void yield() {
+  Fiber& f = me();
+  switch_context(&f.ctx, &running->scheduler);
+}
+
+// Counts one arrival at a barrier of `live` threads; the last one releases the others.
+void arrive(int* arrived, int live, unsigned* gen, Wait kind) {
+  if (++*arrived == live) {
+    *arrived = 0;
+    ++*gen;
+    ++running->releases;
+    return;
+  }
+  Fiber& f = me();
+  f.wait = kind;
+  f.gen = *gen;
+  yield();
+}
+
+void fiber_main() {
+  Block& b = *running;
+  b.thunk(b.body);
+  Fiber& f = me();
+  f.wait = Wait::done;
+  --b.live;
+  Warp& w = b.warps[f.warp];
+  --w.live;
+  // Exited threads count as arrived, as on the GPU.
+  if (b.arrived > 0 && b.arrived == b.live) b.arrived = 0, ++b.gen, ++b.releases;
+  if (w.arrived > 0 && w.arrived == w.live) w.arrived = 0, ++w.gen, ++b.releases;
+  switch_context(&f.ctx, &b.scheduler);  // never resumed
+}
+
+bool runnable(const Block& b, const Fiber& f) {
+  switch (f.wait) {
+    case Wait::none: return true;
+    case Wait::block: return b.gen != f.gen;
+    case Wait::warp: return b.warps[f.warp].gen != f.gen;
+    default: return false;
+  }
+}
+
+void run_block(Block& b) {
+  const int n = static_cast<int>(b.block_dim.x * b.block_dim.y * b.block_dim.z);
+  b.fibers.assign(n, Fiber{});
+  b.warps.assign((n + 31) / 32, Warp{});
+  b.live = n;
+  b.arrived = 0;
+  b.gen = 0;
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.thread = uint3{i % b.block_dim.x, (i / b.block_dim.x) % b.block_dim.y, i / (b.block_dim.x * b.block_dim.y)};
+    f.warp = i / 32;
+    f.lane = i % 32;
+    Warp& w = b.warps[f.warp];
+    ++w.size;
+    ++w.live;
+    prepare_context(&f.ctx, stack_for(i), kStackBytes, fiber_main);
+  }
+  place.block = b.index;
+  place.block_dim = b.block_dim;
+  place.grid_dim = b.grid_dim;
+  // Always the first runnable thread, from the front in even blocks and from the back in
+  // odd ones: one warp runs as far ahead of the others as the barriers allow, in both
+  // directions, so a shared-memory read or write missing its __syncthreads sees the wrong
+  // data instead of passing by luck.
+  const bool backwards = (b.index.x + b.index.y + b.index.z) & 1;
+  int cursor = 0;  // threads before it are blocked or done, until the next release
+  unsigned seen = b.releases;
+  while (b.live > 0) {
+    if (b.releases != seen) seen = b.releases, cursor = 0;
+    int next = -1;
+    for (int k = cursor; k < n && next < 0; ++k) {
+      const int i = backwards ? n - 1 - k : k;
+      if (runnable(b, b.fibers[i])) next = i, cursor = k;
+    }
+    if (next < 0) {
+      if (b.releases != seen) continue;
+      int at_block = 0, at_warp = 0;
+      for (const Fiber& f : b.fibers) at_block += f.wait == Wait::block, at_warp += f.wait == Wait::warp;
+      b.current = 0;
+      die("deadlock: %d threads wait at __syncthreads and %d at a warp-wide operation, none can go on",
+          at_block, at_warp);
+    }
+    Fiber& f = b.fibers[next];
+    f.wait = Wait::none;
+    b.current = next;
+    place.thread = f.thread;
+    switch_context(&b.scheduler, &f.ctx);
+  }
+  b.current = -1;
+}
+
+}  // namespace
+
+void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*), void* body) {
+  const dim3 g = cfg.grid, k = cfg.block;
+  const unsigned long long threads = 1ull * k.x * k.y * k.z;
+  const bool bad_block = k.x == 0 || k.y == 0 || k.z == 0 || threads > 1024 || k.z > 64;
+  const bool bad_grid = g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535;
+  if (bad_block || bad_grid || cfg.shared_bytes > shared_opt_in) {
+    last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  install_fault_handler();
+  if (running != nullptr) die("kernel %s launched from inside a kernel", name);
+  shared_buffer.resize(cfg.shared_bytes + 256);
+  char* shared = shared_buffer.data() + (256 - reinterpret_cast<uintptr_t>(shared_buffer.data()) % 256) % 256;
+  Block b;
+  b.kernel = name;
+  b.block_dim = k;
+  b.grid_dim = g;
+  b.thunk = thunk;
+  b.body = body;
+  b.shared = shared;
+  running = &b;
+  for (unsigned z = 0; z < g.z; ++z)
+    for (unsigned y = 0; y < g.y; ++y)
+      for (unsigned x = 0; x < g.x; ++x) {
+        b.index = uint3{x, y, z};
+        std::memset(shared, 0xff, cfg.shared_bytes);
+        run_block(b);
+      }
+  running = nullptr;
+}
+
+void* dynamic_shared() {
+  if (running == nullptr) die("dynamic shared memory used outside a kernel");
+  return running->shared;
+}
+
+void sync_block() {
+  if (running == nullptr) die("__syncthreads outside a kernel");
+  arrive(&running->arrived, running->live, &running->gen, Wait::block);
+}
+
+int lane_xor(int lane, int mask) { return lane ^ mask; }
+int lane_down(int lane, int delta) { return lane + delta; }
+
+namespace {
+
+Warp& full_warp(const char* what) {
+  if (running == nullptr) die("%s outside a kernel", what);
+  Warp& w = running->warps[me().warp];
+  if (w.live != w.size) die("%s with a full mask after %d lanes of the warp exited", what, w.size - w.live);
+  return w;
+}
+
+}  // namespace
+
+uint64_t warp_exchange(uint64_t value, int (*source)(int, int), int arg) {
+  Warp& w = full_warp("warp shuffle");
+  const int buf = w.gen & 1, lane = me().lane;
+  w.slots[buf][lane] = value;
+  arrive(&w.arrived, w.live, &w.gen, Wait::warp);
+  const int src = source(lane, arg);
+  return src < 0 || src >= w.size ? value : w.slots[buf][src];
+}
+
+// The PTX ISA's m16n8k16 fragments, with g = lane / 4, t = lane % 4, two bf16 per register
+// (lower index in the low half): A register r holds row g + 8 (r & 1), columns
+// 2t + 8 (r >> 1) + {0, 1}; B register r holds rows k = 2t + 8r + {0, 1} of column g; C/D
+// element i is row g + 8 (i >> 1), column 2t + (i & 1).
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  Warp& w = full_warp("mma.sync");
+  if (w.size != 32) die("mma.sync in a warp of %d threads", w.size);
+  const int buf = w.gen & 1, lane = me().lane;
+  std::memcpy(w.a[buf][lane], a, sizeof a);
+  std::memcpy(w.b[buf][lane], b, sizeof b);
+  arrive(&w.arrived, w.live, &w.gen, Wait::warp);
+  auto half = [](uint32_t reg, int k) {
+    __nv_bfloat16 h{static_cast<uint16_t>(reg >> (16 * (k & 1)))};
+    return __bfloat162float(h);
+  };
+  auto a_at = [&](int row, int k) {
+    const int src = (row & 7) * 4 + ((k & 7) >> 1), reg = (row >> 3) + 2 * (k >> 3);
+    return half(w.a[buf][src][reg], k);
+  };
+  auto b_at = [&](int k, int col) {
+    const int src = col * 4 + ((k & 7) >> 1), reg = k >> 3;
+    return half(w.b[buf][src][reg], k);
+  };
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) acc += a_at(row, k) * b_at(k, col);
+    d[i] = acc;
+  }
+}
+
+cudaError_t set_max_dynamic_shared(int bytes) {
+  if (bytes < 0 || static_cast<size_t>(bytes) > kMaxSharedOptIn) return last_error = cudaErrorInvalidValue;
+  shared_opt_in = std::max(shared_opt_in, static_cast<size_t>(bytes));
+  return cudaSuccess;
+}
+
+}  // namespace nfn_emu
+
+// ---- the runtime API ----
+
+namespace {
+
+struct Allocation {
+  char* map;          // the mapping (data, then one PROT_NONE page)
+  size_t map_bytes;
+  size_t bytes;       // what was asked for
+};
+
+std::mutex allocations_mutex;
+std::map<uintptr_t, Allocation> allocations;  // by data address
+
+// The allocation holding [p, p + bytes), or null.
+const Allocation* device_range(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(allocations_mutex);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = allocations.upper_bound(a);
+  if (it == allocations.begin()) return nullptr;
+  --it;
+  if (a < it->first || a + bytes > it->first + it->second.bytes) return nullptr;
+  return &it->second;
+}
+
+bool is_device(const void* p) { return device_range(p, 0) != nullptr; }
+
+}  // namespace
+
+bool nfn_emu::inside_device(const void* p, size_t bytes) { return device_range(p, bytes) != nullptr; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = nfn_emu::last_error;
+  nfn_emu::last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t data = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  const size_t map_bytes = (data + page - 1) / page * page + page;
+  void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nfn_emu::last_error = cudaErrorMemoryAllocation;
+  char* base = static_cast<char*>(m);
+  char* guard = base + map_bytes - page;
+  mprotect(guard, page, PROT_NONE);
+  char* p = guard - data;
+  std::memset(p, 0xff, data);
+  {
+    std::lock_guard<std::mutex> lock(allocations_mutex);
+    allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{base, map_bytes, bytes};
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Allocation a;
+  {
+    std::lock_guard<std::mutex> lock(allocations_mutex);
+    auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocations.end()) return nfn_emu::last_error = cudaErrorInvalidValue;
+    a = it->second;
+    allocations.erase(it);
+  }
+  munmap(a.map, a.map_bytes);  // later use of the pointer faults (until the range is reused)
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+
+// Copies are checked as the GPU would fault: device sides must lie inside one allocation,
+// host sides outside every one.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool dst_ok = dst_device ? device_range(dst, bytes) != nullptr : !is_device(dst);
+  const bool src_ok = src_device ? device_range(src, bytes) != nullptr : !is_device(src);
+  if (!dst_ok || !src_ok) {
+    std::fprintf(stderr, "nfn_emu: cudaMemcpyAsync of %zu bytes (kind %d): %s is not %s\n", bytes,
+                 static_cast<int>(kind), !dst_ok ? "dst" : "src",
+                 (!dst_ok ? dst_device : src_device) ? "inside one device allocation" : "host memory");
+    return nfn_emu::last_error = cudaErrorInvalidValue;
+  }
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  if (device_range(dst, bytes) == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+struct nfn_emu_stream {
+  unsigned flags;
+};
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  *stream = new nfn_emu_stream{flags};
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
