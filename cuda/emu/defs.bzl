@@ -17,7 +17,8 @@ def cuda_emulated_library(name, srcs, hdrs = [], deps = [], **kwargs):
         outs.append(out)
     native.cc_library(
         name = name,
-        srcs = [o for o in outs if o.endswith(".cc")] + [o for o in outs if o.endswith(".h")] + hdrs,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")] + hdrs,
         copts = [
             "-O2",
             "-include",

@@ -166,6 +166,8 @@ void fiber_main() {
   f.wait = Wait::done;
   --b.live;
   Warp& w = b.warps[f.warp];
+  if (w.arrived > 0)
+    die("a lane exited while %d lanes of its warp wait at a warp shuffle or mma.sync with a full mask", w.arrived);
   --w.live;
   // Exited threads count as arrived, as on the GPU.
   if (b.arrived > 0 && b.arrived == b.live) b.arrived = 0, ++b.gen, ++b.releases;

@@ -1,0 +1,141 @@
+// The CUDA emulator (cuda/emu) against what CUDA specifies: warp shuffles, barriers, the
+// mma.sync m16n8k16 product (through mma_layout.h's fragment loads, which
+// tests/cuda:mma_layout_test checks against the PTX ISA), launch limits, copy bounds, CUB's
+// sort; and that it stops with a message naming the kernel on a deadlock, an access past an
+// allocation, and a shuffle after lanes exited. Independent references: closed-form
+// expectations, a naive matrix product, std::stable_sort.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "cc/util/bf16.h"
+#include "tests/cc/expect.h"
+#include "tests/cuda/emu/probes.h"
+
+namespace {
+
+// Runs fn in a child process; its stderr, and whether it died of a signal (and which).
+std::string run_in_child(void (*fn)(), int* signal_number) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    fn();
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return err;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void check_shuffles() {
+  std::vector<int> x, d;
+  emu_probe::shuffles(&x, &d);
+  for (int t = 0; t < 64; ++t) {
+    EXPECT(x[t] == 10 * (t ^ 5), "xor shuffle, thread %d: %d", t, x[t]);
+    const int lane = t % 32;
+    EXPECT(d[t] == (lane + 3 < 32 ? t + 3 : t), "down shuffle, thread %d: %d", t, d[t]);
+  }
+}
+
+void check_barriers() {
+  const std::vector<int> with = emu_probe::shared_rotation(true);
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 256; ++t)
+      EXPECT(with[b * 256 + t] == 1000 * b + (t + 32) % 256, "block %d thread %d read %d", b, t, with[b * 256 + t]);
+  // Without the barrier, each block (the first run front to back, the second back to front)
+  // has threads that read before the writer ran.
+  const std::vector<int> without = emu_probe::shared_rotation(false);
+  for (int b = 0; b < 2; ++b) {
+    int stale = 0;
+    for (int t = 0; t < 256; ++t) stale += without[b * 256 + t] != 1000 * b + (t + 32) % 256;
+    EXPECT(stale > 0, "block %d: a missing __syncthreads went unnoticed", b);
+  }
+}
+
+void check_mma() {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<uint16_t> a(16 * 16), b(16 * 8);
+  std::vector<float> c(16 * 8);
+  for (auto& v : a) v = nfn::f32_to_bf16(dist(rng));
+  for (auto& v : b) v = nfn::f32_to_bf16(dist(rng));
+  for (auto& v : c) v = dist(rng);
+  const std::vector<float> d = emu_probe::mma(a, b, c);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double want = c[i * 8 + j];
+      for (int k = 0; k < 16; ++k) want += double(nfn::bf16_to_f32(a[i * 16 + k])) * nfn::bf16_to_f32(b[k * 8 + j]);
+      EXPECT(std::fabs(d[i * 8 + j] - want) < 1e-4, "mma D[%d][%d] = %g, want %g", i, j, d[i * 8 + j], want);
+    }
+}
+
+void check_launch_limits() {
+  bool cleared = false;
+  constexpr int kInvalidConfiguration = 9, kInvalidValue = 1;
+  EXPECT(emu_probe::launch_error(1024, 48 << 10, 0, &cleared) == 0 && cleared, "1024 threads, 48 KiB");
+  EXPECT(emu_probe::launch_error(1025, 0, 0, &cleared) == kInvalidConfiguration && cleared, "1025 threads");
+  EXPECT(emu_probe::launch_error(128, (48 << 10) + 16, 0, &cleared) == kInvalidConfiguration,
+         "48 KiB + 16 without raising the limit");
+  EXPECT(emu_probe::launch_error(128, 100000, 100000, &cleared) == 0, "100000 bytes after raising the limit");
+  EXPECT(emu_probe::raise_shared_limit((227 << 10) + 1) == kInvalidValue, "a limit past sm_90's 227 KiB");
+  EXPECT(emu_probe::copy_from_64_bytes(64) == 0, "copying a whole allocation");
+  EXPECT(emu_probe::copy_from_64_bytes(65) == kInvalidValue, "copying past an allocation");
+}
+
+void check_sort() {
+  std::mt19937 rng(9);
+  std::vector<int32_t> keys(1000);
+  for (auto& k : keys) k = static_cast<int32_t>(rng() % 50);
+  std::vector<int32_t> sorted, values;
+  emu_probe::sort_pairs(keys, &sorted, &values);
+  std::vector<int32_t> order(keys.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return keys[x] < keys[y]; });
+  bool same = values == order;
+  for (size_t i = 0; i < keys.size(); ++i) same = same && sorted[i] == keys[order[i]];
+  EXPECT(same, "SortPairs is not a stable sort by key");
+}
+
+void check_failures_are_reported() {
+  int sig = 0;
+  std::string err = run_in_child(emu_probe::deadlock, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "deadlock_kernel") &&
+             contains(err, "deadlock: 16 threads wait at __syncthreads and 16 at a warp-wide operation"),
+         "deadlock: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::out_of_bounds, &sig);
+  EXPECT(sig == SIGSEGV && contains(err, "segmentation fault in kernel oob_kernel, block (0,0,0), thread (0,0,0)"),
+         "out of bounds: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::shuffle_after_exit, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "exit_then_shuffle_kernel") &&
+             contains(err, "a lane exited while 16 lanes of its warp wait at a warp shuffle or mma.sync with a full mask"),
+         "shuffle after exit: signal %d, '%s'", sig, err.c_str());
+}
+
+}  // namespace
+
+int main() {
+  check_shuffles();
+  check_barriers();
+  check_mma();
+  check_launch_limits();
+  check_sort();
+  check_failures_are_reported();
+  return nfn_test::finish("emu_test");
+}

@@ -1,0 +1,151 @@
+#include "tests/cuda/emu/probes.h"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/ops/attention_mma.cuh"
+
+namespace emu_probe {
+namespace {
+
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  void* p = nullptr;
+  cudaMalloc(&p, host.size() * sizeof(T));
+  cudaMemcpyAsync(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, nullptr);
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+std::vector<T> take(T* dev, size_t n) {
+  std::vector<T> host(n);
+  cudaMemcpyAsync(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost, nullptr);
+  cudaFree(dev);
+  return host;
+}
+
+__global__ void shuffle_kernel(int* xor_out, int* down_out) {
+  const int t = threadIdx.x;
+  xor_out[t] = __shfl_xor_sync(0xffffffffu, 10 * t, 5);
+  down_out[t] = __shfl_down_sync(0xffffffffu, t, 3);
+}
+
+__global__ void rotation_kernel(int* out, bool barrier) {
+  __shared__ int s[256];
+  const int t = threadIdx.x;
+  s[t] = 1000 * blockIdx.x + t;
+  if (barrier) __syncthreads();
+  out[blockIdx.x * 256 + t] = s[(t + 32) % 256];
+}
+
+__global__ void mma_kernel(const uint16_t* a, const uint16_t* b, float* d) {
+  using namespace nfn::cuda::mma;
+  const int lane = threadIdx.x;
+  uint32_t af[4], bf[2];
+  load_a(af, a, 16, 0, 0, lane);
+  load_b(bf, b, 8, 0, 0, lane);
+  float acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = d[c_row(lane, i) * 8 + c_col(lane, i)];
+  nfn::cuda::attention::mma_path::mma_bf16(acc, af, bf);
+  for (int i = 0; i < 4; ++i) d[c_row(lane, i) * 8 + c_col(lane, i)] = acc[i];
+}
+
+__global__ void empty_kernel() {}
+
+__global__ void deadlock_kernel() {
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    (void)__shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+__global__ void oob_kernel(float* p) { p[64 + 16] = 1.f; }
+
+__global__ void exit_then_shuffle_kernel(int* out) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+}  // namespace
+
+void shuffles(std::vector<int>* xor_out, std::vector<int>* down_out) {
+  int* x = device_copy(std::vector<int>(64, -1));
+  int* d = device_copy(std::vector<int>(64, -1));
+  shuffle_kernel<<<1, 64>>>(x, d);
+  *xor_out = take(x, 64);
+  *down_out = take(d, 64);
+}
+
+std::vector<int> shared_rotation(bool barrier) {
+  int* out = device_copy(std::vector<int>(512, -1));
+  rotation_kernel<<<2, 256>>>(out, barrier);
+  return take(out, 512);
+}
+
+std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c) {
+  uint16_t* da = device_copy(a);
+  uint16_t* db = device_copy(b);
+  float* dd = device_copy(c);
+  mma_kernel<<<1, 32>>>(da, db, dd);
+  cudaFree(da);
+  cudaFree(db);
+  return take(dd, 16 * 8);
+}
+
+int launch_error(int threads, int shared, int opt_in, bool* cleared) {
+  if (opt_in > 0) cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, opt_in);
+  empty_kernel<<<1, threads, shared>>>();
+  const int err = cudaGetLastError();
+  *cleared = cudaGetLastError() == cudaSuccess;
+  return err;
+}
+
+int raise_shared_limit(int bytes) {
+  return cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+int copy_from_64_bytes(int bytes) {
+  void* p = nullptr;
+  cudaMalloc(&p, 64);
+  std::vector<char> host(static_cast<size_t>(bytes));
+  const int err = cudaMemcpyAsync(host.data(), p, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, nullptr);
+  cudaGetLastError();
+  cudaFree(p);
+  return err;
+}
+
+void deadlock() { deadlock_kernel<<<1, 32>>>(); }
+
+void out_of_bounds() {
+  void* p = nullptr;
+  cudaMalloc(&p, 64 * sizeof(float));
+  oob_kernel<<<1, 1>>>(static_cast<float*>(p));
+}
+
+void shuffle_after_exit() {
+  int* out = device_copy(std::vector<int>(32, 0));
+  exit_then_shuffle_kernel<<<1, 32>>>(out);
+}
+
+void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values) {
+  const int n = static_cast<int>(keys.size());
+  std::vector<int32_t> iota(keys.size());
+  for (int i = 0; i < n; ++i) iota[i] = i;
+  int32_t* k = device_copy(keys);
+  int32_t* v = device_copy(iota);
+  int32_t* ko = device_copy(std::vector<int32_t>(keys.size(), -1));
+  int32_t* vo = device_copy(std::vector<int32_t>(keys.size(), -1));
+  size_t temp_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, ko, v, vo, n);
+  void* temp = nullptr;
+  cudaMalloc(&temp, temp_bytes);
+  cub::DeviceRadixSort::SortPairs(temp, temp_bytes, k, ko, v, vo, n);
+  cudaFree(temp);
+  cudaFree(k);
+  cudaFree(v);
+  *sorted_keys = take(ko, keys.size());
+  *values = take(vo, keys.size());
+}
+
+}  // namespace emu_probe

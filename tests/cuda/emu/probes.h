@@ -1,0 +1,40 @@
+// Kernels that probe the CUDA emulator (cuda/emu), compiled by it from probes.cu; each
+// function launches one and returns what the host needs to check it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace emu_probe {
+
+// 64 threads: __shfl_xor_sync(10 t, 5) and __shfl_down_sync(t, 3) for each thread t.
+void shuffles(std::vector<int>* xor_out, std::vector<int>* down_out);
+
+// Two blocks of 256 threads: each writes its index to shared memory, then reads the value
+// 32 places on. With the __syncthreads between (`barrier`) every read sees this block's
+// write; without, the emulator's ordering makes reads see stale data.
+std::vector<int> shared_rotation(bool barrier);
+
+// One warp: D = A B + C through mma_bf16 with mma_layout.h's fragment loads. a is 16x16 and
+// b 16x8 (bf16 bits, row-major; b as k x n), c and the result 16x8 f32, row-major.
+std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c);
+
+// cudaGetLastError after launching with `threads` per block and `shared` dynamic bytes, having
+// raised the limit to `opt_in` bytes first (0: not raised); then whether the error was cleared.
+int launch_error(int threads, int shared, int opt_in, bool* cleared);
+int raise_shared_limit(int bytes);  // cudaFuncSetAttribute's result
+
+// cudaMemcpyAsync device-to-host of `bytes` from a 64-byte allocation.
+int copy_from_64_bytes(int bytes);
+
+// These end the process (run them in a child): lanes 0..15 of a warp wait at __syncthreads
+// while 16..31 wait at a shuffle; a kernel ("oob_kernel") writes 64 bytes past a 256-byte
+// allocation; half a warp exits and the rest shuffle.
+void deadlock();
+void out_of_bounds();
+void shuffle_after_exit();
+
+// cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
+void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);
+
+}  // namespace emu_probe
