@@ -221,12 +221,14 @@ void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt,
 
 void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, T, C, NH; };
-  for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}})
+  // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
+  for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
     check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
   // attention=flash_mma: tensor cores for bf16 with head size 64 or 128 (T past one or more
   // 64-row tiles, and not a multiple of 64); f32 and other head sizes fall back to flash_simt.
   if (dt == NFN_BF16) {
-    for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1}})
+    for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
+                    Shape{1, 1024, 64, 1}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash_mma");
     check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, "flash_mma");  // hd 16: fallback
   } else {
