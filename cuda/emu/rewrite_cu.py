@@ -1,10 +1,13 @@
 """Turns a .cu file into C++ the CUDA emulator (cuda/emu) compiles with a host compiler.
 
-Three rewrites, nothing else changes:
+Four rewrites, nothing else changes:
   kernel<<<grid, block[, shared[, stream]]>>>(args)
       -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block...), [&] { kernel(args); })
   extern __shared__ [__align__(n)] T name[];
       -> T* name = static_cast<T*>(::nfn_emu::dynamic_shared());
+  __shared__ [__align__(n)] T a[X][Y], b[Z];
+      -> static char nfn_emu_key_a; T (&a)[X][Y] = *static_cast<T(*)[X][Y]>(
+             ::nfn_emu::static_shared(&nfn_emu_key_a, sizeof(T[X][Y]), n)); (and b alike)
   #include "cuda/ops/NAME.cuh"  ->  #include "cuda/ops/emu/NAME.cuh.h" (its rewritten copy)
 
 usage: rewrite_cu.py IN.cu|IN.cuh OUT
@@ -14,6 +17,7 @@ import re
 import sys
 
 CUH_INCLUDE = re.compile(r'#include "cuda/ops/(\w+\.cuh)"')
+STATIC_SHARED = re.compile(r"(?<!extern )__shared__\s+(?:__align__\((\d+)\)\s+)?([\w:]+)\s+([^;]+);")
 DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
 
 
@@ -48,6 +52,32 @@ def callee_start(text, end):
     return i
 
 
+def split_top_level(text):
+    """text split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([<":
+            depth += 1
+        elif ch in ")]>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def static_shared(match):
+    align, type_, declarators = match.group(1) or "alignof(" + match.group(2) + ")", match.group(2), match.group(3)
+    out = []
+    for decl in split_top_level(declarators):
+        decl = decl.strip()
+        name = re.match(r"\w+", decl).group(0)
+        dims = decl[len(name):].strip()
+        out.append(f"static char nfn_emu_key_{name}; {type_} (&{name}){dims} = *static_cast<{type_}(*){dims}>("
+                   f"::nfn_emu::static_shared(&nfn_emu_key_{name}, sizeof({type_}{dims}), {align}));")
+    return " ".join(out)
+
+
 def rewrite(path, text):
     out = []
     pos = 0
@@ -77,6 +107,7 @@ def rewrite(path, text):
                    f"[&] {{ {callee}({args}); }})")
         pos = args_close + 1
     text = "".join(out)
+    text = STATIC_SHARED.sub(static_shared, text)
     text = CUH_INCLUDE.sub(r'#include "cuda/ops/emu/\1.h"', text)
     return DYNAMIC_SHARED.sub(r"\1* \2 = static_cast<\1*>(::nfn_emu::dynamic_shared());", text)
 

@@ -7,7 +7,7 @@
 //
 // Device memory is host memory with a PROT_NONE page right after each allocation (rounded
 // to 16 bytes), poisoned with 0xff bytes (NaN in f32 and bf16), so reading past the end or
-// reading what nothing wrote shows up. A fault names the kernel, block and thread.
+// reading what nothing wrote shows up; each block's shared memory is poisoned the same way. A fault names the kernel, block and thread.
 //
 // What this cannot show: timing, performance, data races between blocks (blocks never
 // overlap), memory-model subtleties, and whether nvcc compiles the code (CI does that).
@@ -69,12 +69,16 @@ struct Block {
   unsigned releases = 0;  // barriers released so far (the scheduler rescans after one)
   FiberContext scheduler;
   char* shared = nullptr;
+  std::vector<std::pair<const void*, size_t>> statics;  // static __shared__ variable -> offset
+  size_t static_used = 0;
 };
 
 thread_local Block* running = nullptr;
 thread_local cudaError_t last_error = cudaSuccess;
 thread_local std::vector<char*> stacks;  // kStackBytes each, a guard page below
 thread_local std::vector<char> shared_buffer;
+alignas(256) thread_local char static_buffer[kDefaultSharedLimit];
+thread_local size_t static_dirty = kDefaultSharedLimit;  // bytes of it written since poisoned
 size_t shared_opt_in = kDefaultSharedLimit;
 
 [[noreturn]] void die(const char* fmt, ...) {
@@ -263,6 +267,10 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
       for (unsigned x = 0; x < g.x; ++x) {
         b.index = uint3{x, y, z};
         std::memset(shared, 0xff, cfg.shared_bytes);
+        std::memset(static_buffer, 0xff, static_dirty);
+        static_dirty = 0;
+        b.statics.clear();
+        b.static_used = 0;
         run_block(b);
       }
   running = nullptr;
@@ -271,6 +279,20 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
 void* dynamic_shared() {
   if (running == nullptr) die("dynamic shared memory used outside a kernel");
   return running->shared;
+}
+
+void* static_shared(const void* key, size_t bytes, size_t align) {
+  if (running == nullptr) die("__shared__ variable used outside a kernel");
+  Block& b = *running;
+  for (const auto& s : b.statics)
+    if (s.first == key) return static_buffer + s.second;
+  const size_t at = (b.static_used + align - 1) / align * align;
+  if (at + bytes > kDefaultSharedLimit)
+    die("static shared memory of %zu bytes, over the 48 KiB a block may declare", at + bytes);
+  b.statics.emplace_back(key, at);
+  b.static_used = at + bytes;
+  static_dirty = std::max(static_dirty, b.static_used);
+  return static_buffer + at;
 }
 
 void sync_block() {

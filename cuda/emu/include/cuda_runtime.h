@@ -17,9 +17,9 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-// Blocks run one after another on one OS thread, so a function-local static is exactly
-// one block's shared memory (zeroed once, never reset between blocks: see runtime.cc).
-#define __shared__ static
+// rewrite_cu.py turns every __shared__ declaration into a call to nfn_emu::static_shared or
+// nfn_emu::dynamic_shared; one left over does not compile.
+#define __shared__ __shared___declaration_not_rewritten_by_rewrite_cu_py
 
 struct uint3 {
   unsigned x, y, z;
@@ -107,6 +107,9 @@ void launch(const char* name, const LaunchConfig& cfg, F&& body) {
 
 // This block's dynamic shared memory (the launch's shared_bytes, poisoned per block).
 void* dynamic_shared();
+// This block's copy of the static __shared__ variable `key` (poisoned per block; the
+// static shared memory of a block is limited to 48 KiB, as nvcc enforces).
+void* static_shared(const void* key, size_t bytes, size_t align);
 
 // Rendezvous of the calling thread with its whole block, or with its warp.
 void sync_block();

@@ -67,6 +67,8 @@ void check_barriers() {
     for (int t = 0; t < 256; ++t) stale += without[b * 256 + t] != 1000 * b + (t + 32) % 256;
     EXPECT(stale > 0, "block %d: a missing __syncthreads went unnoticed", b);
   }
+  const int unwritten = emu_probe::unwritten_shared();
+  EXPECT(unwritten == -1, "unwritten static shared memory reads %d, not the poison", unwritten);
 }
 
 void check_mma() {
@@ -126,6 +128,10 @@ void check_failures_are_reported() {
   EXPECT(sig == SIGABRT && contains(err, "exit_then_shuffle_kernel") &&
              contains(err, "a lane exited while 16 lanes of its warp wait at a warp shuffle or mma.sync with a full mask"),
          "shuffle after exit: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::too_much_static_shared, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "big_static_shared_kernel") &&
+             contains(err, "static shared memory of 49156 bytes, over the 48 KiB a block may declare"),
+         "static shared over 48 KiB: signal %d, '%s'", sig, err.c_str());
 }
 
 }  // namespace

@@ -51,6 +51,23 @@ __global__ void mma_kernel(const uint16_t* a, const uint16_t* b, float* d) {
   for (int i = 0; i < 4; ++i) d[c_row(lane, i) * 8 + c_col(lane, i)] = acc[i];
 }
 
+__global__ void shared_write_kernel(int* out) {
+  __shared__ int s[1];
+  s[0] = 7;
+  out[0] = s[0];
+}
+
+__global__ void shared_read_kernel(int* out) {
+  __shared__ int s[1];
+  out[0] = s[0];
+}
+
+__global__ void big_static_shared_kernel(float* out) {
+  __shared__ float a[8192], b[4097];
+  a[0] = b[0] = 1.f;
+  out[0] = a[0] + b[0];
+}
+
 __global__ void empty_kernel() {}
 
 __global__ void deadlock_kernel() {
@@ -91,6 +108,18 @@ std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_
   cudaFree(da);
   cudaFree(db);
   return take(dd, 16 * 8);
+}
+
+int unwritten_shared() {
+  int* out = device_copy(std::vector<int>(1, 0));
+  shared_write_kernel<<<1, 1>>>(out);
+  shared_read_kernel<<<1, 1>>>(out);
+  return take(out, 1)[0];
+}
+
+void too_much_static_shared() {
+  float* out = device_copy(std::vector<float>(1, 0.f));
+  big_static_shared_kernel<<<1, 1>>>(out);
 }
 
 int launch_error(int threads, int shared, int opt_in, bool* cleared) {

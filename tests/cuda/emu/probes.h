@@ -19,6 +19,10 @@ std::vector<int> shared_rotation(bool barrier);
 // b 16x8 (bf16 bits, row-major; b as k x n), c and the result 16x8 f32, row-major.
 std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c);
 
+// What a thread reads from a static __shared__ int it never wrote, in a launch after one
+// that wrote it: the emulator's poison (-1), never 0 or the old value.
+int unwritten_shared();
+
 // cudaGetLastError after launching with `threads` per block and `shared` dynamic bytes, having
 // raised the limit to `opt_in` bytes first (0: not raised); then whether the error was cleared.
 int launch_error(int threads, int shared, int opt_in, bool* cleared);
@@ -29,10 +33,12 @@ int copy_from_64_bytes(int bytes);
 
 // These end the process (run them in a child): lanes 0..15 of a warp wait at __syncthreads
 // while 16..31 wait at a shuffle; a kernel ("oob_kernel") writes 64 bytes past a 256-byte
-// allocation; half a warp exits and the rest shuffle.
+// allocation; half a warp exits and the rest shuffle; a kernel declares 48 KiB + 4 bytes of
+// static shared memory.
 void deadlock();
 void out_of_bounds();
 void shuffle_after_exit();
+void too_much_static_shared();
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);
