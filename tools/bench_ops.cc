@@ -1,14 +1,23 @@
-// Micro-benchmark of the CPU op library at the trainer benchmark's geometry (4 layers,
-// 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192): median time of each op, how
-// often one training step calls it, and the op time of a whole step. Not a test.
+// Micro-benchmark of an op library (CPU or CUDA, opened like the trainer opens it): the
+// median time of each op at a training geometry, how often one micro-step calls it, and the
+// op time of a whole micro-step. Not a test.
 //
-//   bazel run -c opt //tools:bench_ops -- [--bf16] [--reps N] [--threads N] [--cpu-time] [--only TEXT]
+//   bazel run -c opt //tools:bench_ops -- [--lib PATH] [--geometry tiny|small|gpt2] [--batch N]
+//       [--dtype f32|bf16] [--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT]
 //
-// --cpu-time measures the process's CPU time instead of wall time: with --threads 1 it is
-// the op's own work, unaffected by other processes sharing the cores. --only times just the
+// `bazel run` passes the CPU library as --lib (a later --lib wins); --geometry small (the CPU trainer benchmark's: 4
+// layers, 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192) is the default, gpt2 is
+// GPT-2 124M at seq 1024, micro-batch 16 (the GPU benchmark's), tiny a 1-layer model that
+// checks the tool itself (on the CUDA emulator, say). --dtype is the storage dtype
+// (bf16 needs a backend that stores bf16: CUDA). --configure passes a context option, e.g.
+// threads=1 or matmul=bf16 (CPU), attention=flash_mma (CUDA). Each sample times enough
+// back-to-back calls to fill a millisecond, then synchronizes, so launch-bound GPU ops are
+// timed as a trainer runs them. --cpu-time measures the process's CPU time (CPU library
+// with threads=1: the op's own work, unaffected by other processes). --only times just the
 // ops whose names contain TEXT.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +28,8 @@
 #include <utility>
 #include <vector>
 
-#include "cc/ops/nfn_tile_ops.h"
+#include "cc/ops/op_library.h"
+#include "cc/util/bf16.h"
 
 namespace {
 
@@ -31,13 +41,9 @@ struct Row {
   double gflop;  // per call, 0 when not a GEMM-bound op
 };
 
-std::vector<float> random_vec(size_t n, unsigned seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+struct Geometry {
+  int L, NH, C, T, B, V, calibration;  // calibration: the side of the square GEMM timed last
+};
 
 bool use_cpu_time = false;
 
@@ -50,124 +56,203 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median and minimum of `reps` timed calls: on a shared machine the minimum is the closest to
-// the op's own cost, the median to what a run sees.
-std::pair<double, double> time_ms(const std::function<nfn_status()>& op, int reps, nfn_ctx* ctx) {
-  std::vector<double> t;
-  for (int r = 0; r < reps + 1; ++r) {
-    const double start = now_ms();
-    if (op() != NFN_OK) {
-      std::fprintf(stderr, "bench_ops: %s\n", nfn_ctx_last_error(ctx));
-      std::exit(1);
-    }
-    const double ms = now_ms() - start;
-    if (r > 0) t.push_back(ms);  // the first call creates primitives and touches memory
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "bench_ops: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+// Device buffers of the op library, filled from the host in the storage dtype.
+class Buffers {
+ public:
+  Buffers(const nfn_op_table& ops, nfn_ctx* ctx, nfn_dtype dtype) : ops_(ops), ctx_(ctx), dtype_(dtype) {}
+  ~Buffers() { release(); }
+  void release() {
+    for (void* p : owned_) ops_.free(ctx_, p);
+    owned_.clear();
   }
+  void check(nfn_status s, const char* what) const {
+    if (s != NFN_OK) die(std::string(what) + ": " + ops_.ctx_last_error(ctx_));
+  }
+  // n normal values of standard deviation `scale` in the storage dtype (f32 when `f32`).
+  void* random(size_t n, unsigned seed, float scale, bool f32 = false) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return upload(v, f32);
+  }
+  void* zeros(size_t n, bool f32 = false) { return upload(std::vector<float>(n, 0.f), f32); }
+  void* upload(const std::vector<float>& v, bool f32) {
+    if (f32 || dtype_ == NFN_F32) return put(v.data(), v.size() * 4);
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = nfn::f32_to_bf16(v[i]);
+    return put(h.data(), h.size() * 2);
+  }
+  void* put(const void* host, size_t bytes) {
+    void* p = nullptr;
+    check(ops_.alloc(ctx_, bytes, &p), "alloc");
+    owned_.push_back(p);
+    check(ops_.copy(ctx_, p, host, bytes, NFN_HOST_TO_DEVICE), "upload");
+    return p;
+  }
+
+ private:
+  const nfn_op_table& ops_;
+  nfn_ctx* ctx_;
+  nfn_dtype dtype_;
+  std::vector<void*> owned_;
+};
+
+// Median and minimum of `reps` samples. A sample is `inner` back-to-back calls and one
+// synchronization, divided by `inner`, with `inner` chosen so a sample lasts about 1 ms.
+std::pair<double, double> time_ms(const nfn_op_table& ops, nfn_ctx* ctx, const std::function<nfn_status()>& op,
+                                  int reps) {
+  auto sample = [&](int inner) {
+    const double start = now_ms();
+    for (int i = 0; i < inner; ++i)
+      if (op() != NFN_OK) die(ops.ctx_last_error(ctx));
+    if (ops.synchronize(ctx) != NFN_OK) die(ops.ctx_last_error(ctx));
+    return (now_ms() - start) / inner;
+  };
+  sample(1);  // the first call creates primitives, handles and touches memory
+  const double once = sample(1);
+  const int inner = once >= 1.0 ? 1 : static_cast<int>(std::min(1000.0, std::ceil(1.0 / std::max(once, 1e-3))));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) t.push_back(sample(inner));
   std::sort(t.begin(), t.end());
   return {t[t.size() / 2], t.front()};
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: bench_ops [--lib PATH] [--geometry tiny|small|gpt2] [--batch N] [--dtype f32|bf16] "
+               "[--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT]\n");
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 20;
-  bool bf16 = false;
-  const char* threads = nullptr;
+  int reps = 20, batch = 0;
+  std::string lib_path, geometry = "small";
+  nfn_dtype dtype = NFN_F32;
+  std::vector<std::pair<std::string, std::string>> options;
   const char* only = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--bf16")) bf16 = true;
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
+    const bool more = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--lib") && more) lib_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--geometry") && more) geometry = argv[++i];
+    else if (!std::strcmp(argv[i], "--batch") && more) batch = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dtype") && more) {
+      const std::string d = argv[++i];
+      if (d != "f32" && d != "bf16") return usage();
+      dtype = d == "bf16" ? NFN_BF16 : NFN_F32;
+    } else if (!std::strcmp(argv[i], "--configure") && more) {
+      const std::string kv = argv[++i];
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) return usage();
+      options.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    } else if (!std::strcmp(argv[i], "--reps") && more) reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--cpu-time")) use_cpu_time = true;
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: bench_ops [--bf16] [--reps N] [--threads N] [--cpu-time] [--only TEXT]\n");
-      return 2;
-    }
+    else if (!std::strcmp(argv[i], "--only") && more) only = argv[++i];
+    else return usage();
   }
-  const int L = 4, NH = 4, C = 256, T = 256, B = 8, V = 8192, N = B * T;
+  Geometry g;
+  if (geometry == "tiny") g = {1, 2, 128, 64, 2, 512, 256};
+  else if (geometry == "small") g = {4, 4, 256, 256, 8, 8192, 2048};
+  else if (geometry == "gpt2") g = {12, 12, 768, 1024, 16, 50304, 8192};
+  else return usage();
+  if (batch > 0) g.B = batch;
+  if (lib_path.empty()) die("no --lib given (bazel run //tools:bench_ops passes the CPU library)");
+  nfn::OpLibrary lib;
+  std::string error;
+  if (!nfn::load_op_library(lib_path, &lib, &error)) die(error);
+  const nfn_op_table& o = lib.ops;
   nfn_ctx* ctx = nullptr;
-  if (nfn_ctx_create(0, &ctx) != NFN_OK) return 1;
-  if (threads && nfn_ctx_configure(ctx, "threads", threads) != NFN_OK) {
-    std::fprintf(stderr, "bench_ops: %s\n", nfn_ctx_last_error(ctx));
-    return 1;
-  }
-  if (bf16 && nfn_ctx_configure(ctx, "matmul", "bf16") != NFN_OK) {
-    std::fprintf(stderr, "bench_ops: %s\n", nfn_ctx_last_error(ctx));
-    return 1;
-  }
-  auto x = random_vec(size_t(N) * 4 * C, 1, 1.f), y = random_vec(size_t(N) * 4 * C, 2, 1.f);
-  auto pre = random_vec(size_t(N) * 4 * C, 3, 1.f), dy = random_vec(size_t(N) * 4 * C, 4, 1.f);
-  auto w = random_vec(size_t(4) * C * C, 5, 0.02f), dw = std::vector<float>(size_t(4) * C * C);
-  auto b = random_vec(4 * C, 6, 0.02f), db = std::vector<float>(4 * C);
-  auto wte = random_vec(size_t(V) * C, 7, 0.02f), dwte = std::vector<float>(size_t(V) * C);
-  auto qkv = random_vec(size_t(N) * 3 * C, 8, 1.f), dqkv = std::vector<float>(size_t(N) * 3 * C);
-  std::vector<float> stats(N * 4), lse(size_t(B) * NH * T), losses(N);
-  std::vector<int32_t> tokens(N);
-  for (int i = 0; i < N; ++i) tokens[i] = (i * 2654435761u) % V;
+  if (o.ctx_create(0, &ctx) != NFN_OK) die(lib_path + ": " + o.ctx_last_error(nullptr));
+  for (const auto& [key, value] : options)
+    if (o.ctx_configure(ctx, key.c_str(), value.c_str()) != NFN_OK) die(o.ctx_last_error(ctx));
+
+  const int L = g.L, NH = g.NH, C = g.C, T = g.T, B = g.B, V = g.V, N = B * T;
+  const size_t NC4 = size_t(N) * 4 * C;
+  Buffers buf(o, ctx, dtype);
+  void *x = buf.random(NC4, 1, 1.f), *y = buf.random(NC4, 2, 1.f), *pre = buf.random(NC4, 3, 1.f);
+  void* dy = buf.random(NC4, 4, 1.f);
+  void *w = buf.random(size_t(4) * C * C, 5, 0.02f), *dw = buf.zeros(size_t(4) * C * C);
+  void *b = buf.random(4 * C, 6, 0.02f), *db = buf.zeros(4 * C);
+  void *wte = buf.random(size_t(V) * C, 7, 0.02f), *dwte = buf.zeros(size_t(V) * C);
+  void *qkv = buf.random(size_t(N) * 3 * C, 8, 1.f), *dqkv = buf.zeros(size_t(N) * 3 * C);
+  auto* stats = static_cast<float*>(buf.zeros(size_t(N) * 4, true));
+  auto* lse = static_cast<float*>(buf.zeros(size_t(B) * NH * T, true));
+  auto* losses = static_cast<float*>(buf.zeros(N, true));
+  auto* sumsq = static_cast<float*>(buf.upload({1.f}, true));
+  std::vector<int32_t> host_tokens(N);
+  for (int i = 0; i < N; ++i) host_tokens[i] = static_cast<int32_t>((i * 2654435761u) % V);
+  auto* tokens = static_cast<int32_t*>(buf.put(host_tokens.data(), host_tokens.size() * 4));
   const size_t params = size_t(V) * C + size_t(T) * C + size_t(L) * (12 * C * C + 13 * C) + 2 * C;
-  std::vector<float> master = random_vec(params, 9, 0.02f), grad = random_vec(params, 10, 1e-3f);
-  std::vector<float> m(params), v(params);
-  float sumsq = 1.f;
+  auto* master = static_cast<float*>(buf.random(params, 9, 0.02f, true));
+  void* weights = dtype == NFN_F32 ? nullptr : buf.zeros(params);  // bf16 storage: the AdamW copy
+  void* grad = buf.random(params, 10, 1e-3f);
+  auto* m = static_cast<float*>(buf.zeros(params, true));
+  auto* v = static_cast<float*>(buf.zeros(params, true));
 
   auto linear = [&](int IC, int OC, bool gelu) {
     return [&, IC, OC, gelu] {
-      return nfn_linear_forward(ctx, y.data(), gelu ? pre.data() : nullptr, x.data(), w.data(), b.data(), N, IC,
-                                OC, gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, NFN_F32);
+      return o.linear_forward(ctx, y, gelu ? pre : nullptr, x, w, b, N, IC, OC,
+                              gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, dtype);
     };
   };
   auto linear_back = [&](int IC, int OC) {
-    return [&, IC, OC] {
-      return nfn_linear_backward(ctx, y.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, IC, OC, 0,
-                                 NFN_F32);
-    };
+    return [&, IC, OC] { return o.linear_backward(ctx, y, dw, db, dy, x, w, N, IC, OC, 0, dtype); };
   };
-  auto gf = [&](double m, double n, double k) { return 2.0 * m * n * k * 1e-9; };
+  auto gf = [](double mm, double nn, double kk) { return 2.0 * mm * nn * kk * 1e-9; };
   // Causal attention: about half of the T*T score matrix is computed.
   const double attn_gf = 2.0 * B * NH * (2.0 * T * T / 2 * (C / NH)) * 1e-9;
   std::vector<Row> rows;
-  auto add = [&](const char* name, int per_step, std::function<nfn_status()> op, double gflop) {
-    if (only && !std::strstr(name, only)) return;
-    const auto [median, min] = time_ms(op, reps, ctx);
+  auto add = [&](const std::string& name, int per_step, std::function<nfn_status()> op, double gflop) {
+    if (only && name.find(only) == std::string::npos) return;
+    const auto [median, min] = time_ms(o, ctx, op, reps);
     rows.push_back({name, per_step, median, min, gflop});
   };
-  add("embedding_forward", 1, [&] { return nfn_embedding_forward(ctx, y.data(), tokens.data(), wte.data(), w.data(), B, T, C, NFN_F32); }, 0);
-  add("embedding_backward", 1, [&] { return nfn_embedding_backward(ctx, dwte.data(), dw.data(), dy.data(), tokens.data(), B, T, C, NFN_F32); }, 0);
-  add("layernorm_forward", 2 * L + 1, [&] { return nfn_layernorm_forward(ctx, y.data(), stats.data(), stats.data() + N, x.data(), w.data(), b.data(), N, C, NFN_F32); }, 0);
-  add("layernorm_backward", 2 * L + 1, [&] { return nfn_layernorm_backward(ctx, y.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), stats.data(), stats.data() + N, N, C, NFN_F32); }, 0);
-  add("linear_forward qkv 256->768", L, linear(C, 3 * C, false), gf(N, 3 * C, C));
-  add("linear_forward proj 256->256", L, linear(C, C, false), gf(N, C, C));
-  add("linear_forward fc+gelu 256->1024", L, linear(C, 4 * C, true), gf(N, 4 * C, C));
-  add("linear_forward fcproj 1024->256", L, linear(4 * C, C, false), gf(N, C, 4 * C));
+  const std::string c1 = std::to_string(C), c3 = std::to_string(3 * C), c4 = std::to_string(4 * C);
+  add("embedding_forward", 1, [&] { return o.embedding_forward(ctx, y, tokens, wte, w, B, T, C, dtype); }, 0);
+  add("embedding_backward", 1, [&] { return o.embedding_backward(ctx, dwte, dw, dy, tokens, B, T, C, dtype); }, 0);
+  add("layernorm_forward", 2 * L + 1, [&] { return o.layernorm_forward(ctx, y, stats, stats + N, x, w, b, N, C, dtype); }, 0);
+  add("layernorm_backward", 2 * L + 1, [&] { return o.layernorm_backward(ctx, y, dw, db, dy, x, w, stats, stats + N, N, C, dtype); }, 0);
+  add("linear_forward qkv " + c1 + "->" + c3, L, linear(C, 3 * C, false), gf(N, 3 * C, C));
+  add("linear_forward proj " + c1 + "->" + c1, L, linear(C, C, false), gf(N, C, C));
+  add("linear_forward fc+gelu " + c1 + "->" + c4, L, linear(C, 4 * C, true), gf(N, 4 * C, C));
+  add("linear_forward fcproj " + c4 + "->" + c1, L, linear(4 * C, C, false), gf(N, C, 4 * C));
   add("linear_backward qkv", L, linear_back(C, 3 * C), 2 * gf(N, 3 * C, C));
   add("linear_backward proj", L, linear_back(C, C), 2 * gf(N, C, C));
   add("linear_backward fc", L, linear_back(C, 4 * C), 2 * gf(N, 4 * C, C));
   add("linear_backward fcproj", L, linear_back(4 * C, C), 2 * gf(N, C, 4 * C));
-  add("gelu_backward", L, [&] { return nfn_gelu_backward(ctx, y.data(), pre.data(), dy.data(), size_t(N) * 4 * C, NFN_F32); }, 0);
-  add("residual_forward", 2 * L, [&] { return nfn_residual_forward(ctx, y.data(), x.data(), dy.data(), b.data(), N, C, NFN_F32); }, 0);
-  add("attention_forward", L, [&] { return nfn_attention_forward(ctx, y.data(), lse.data(), qkv.data(), B, T, C, NH, NFN_F32); }, attn_gf);
-  add("attention_backward", L, [&] { return nfn_attention_backward(ctx, dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), B, T, C, NH, NFN_F32); }, 2 * attn_gf);
-  add("lm_head_cross_entropy (+backward)", 1, [&] { return nfn_lm_head_cross_entropy(ctx, losses.data(), &sumsq, x.data(), dwte.data(), y.data(), wte.data(), tokens.data(), N, C, V, 1.f / N, NFN_F32); }, 3 * gf(N, V, C));
-  const void* bufs[1] = {grad.data()};
+  add("gelu_backward", L, [&] { return o.gelu_backward(ctx, y, pre, dy, NC4, dtype); }, 0);
+  add("residual_forward", 2 * L, [&] { return o.residual_forward(ctx, y, x, dy, b, N, C, dtype); }, 0);
+  add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);
+  add("attention_backward", L, [&] { return o.attention_backward(ctx, dqkv, dy, qkv, y, lse, B, T, C, NH, dtype); }, 2 * attn_gf);
+  add("lm_head_cross_entropy (+backward)", 1, [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, V, 1.f / N, dtype); }, 3 * gf(N, V, C));
+  const void* bufs[1] = {grad};
   size_t counts[1] = {params};
-  add("sum_squares_many", 1, [&] { return nfn_sum_squares_many(ctx, bufs, counts, 1, NFN_F32, &sumsq); }, 0);
-  nfn_adamw_group group = {master.data(), nullptr, grad.data(), m.data(), v.data(), params, 0.1f};
+  add("sum_squares_many", 1, [&] { return o.sum_squares_many(ctx, bufs, counts, 1, dtype, sumsq); }, 0);
+  nfn_adamw_group group = {master, weights, grad, m, v, params, 0.1f};
   int step = 0;
-  add("adamw_step_many", 1, [&] { return nfn_adamw_step_many(ctx, &group, 1, ++step, 1e-4f, 0.9f, 0.95f, 1e-8f, &sumsq, 1.f, NFN_F32); }, 0);
+  add("adamw_step_many", 1, [&] { return o.adamw_step_many(ctx, &group, 1, ++step, 1e-4f, 0.9f, 0.95f, 1e-8f, sumsq, 1.f, dtype); }, 0);
 
-  // Not part of a step: the machine's f32 (or bf16-mode) GEMM rate, for comparison.
+  // Not part of a step: the library's GEMM rate on a large square product, for comparison.
   {
-    const int S = 2048;
-    auto a = random_vec(size_t(S) * S, 11, 1.f), w2 = random_vec(size_t(S) * S, 12, 1.f);
-    std::vector<float> c(size_t(S) * S);
-    add("calibration: linear 2048x2048x2048", 0, [&] {
-      return nfn_linear_forward(ctx, c.data(), nullptr, a.data(), w2.data(), nullptr, S, S, S, NFN_EPILOGUE_NONE,
-                                NFN_F32);
-    }, gf(S, S, S));
+    const int S = g.calibration;
+    void *a = buf.random(size_t(S) * S, 11, 1.f), *w2 = buf.random(size_t(S) * S, 12, 1.f);
+    void* c = buf.zeros(size_t(S) * S);
+    const std::string side = std::to_string(S);
+    add("calibration: linear " + side + "^3", 0,
+        [&] { return o.linear_forward(ctx, c, nullptr, a, w2, nullptr, S, S, S, NFN_EPILOGUE_NONE, dtype); },
+        gf(S, S, S));
   }
   double total = 0;
-  std::printf("%-36s %6s %10s %8s %8s %10s\n", "op (matmul=", "calls", "median ms", "min ms", "GFLOP/s", "ms/step");
-  std::printf("%-36s\n", bf16 ? "bf16)" : "f32)");
+  std::printf("%s (%s), %s storage, geometry %s: L%d NH%d C%d T%d B%d V%d\n", o.backend_name(), lib_path.c_str(),
+              dtype == NFN_BF16 ? "bf16" : "f32", geometry.c_str(), L, NH, C, T, B, V);
+  std::printf("%-36s %6s %10s %8s %8s %10s\n", "op", "calls", "median ms", "min ms", "GFLOP/s", "ms/step");
   for (const Row& r : rows) {
     total += r.per_step * r.median_ms;
     char rate[32] = "";
@@ -175,7 +260,9 @@ int main(int argc, char** argv) {
     std::printf("%-36s %6d %10.3f %8.3f %8s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, r.min_ms, rate,
                 r.per_step * r.median_ms);
   }
-  std::printf("ops per step: %.1f ms -> at most %.0f tokens/s (%d tokens per step)\n", total, N / (total * 1e-3), N);
-  nfn_ctx_destroy(ctx);
+  std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
+              N / (total * 1e-3), N);
+  buf.release();
+  o.ctx_destroy(ctx);
   return 0;
 }

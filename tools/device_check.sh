@@ -5,11 +5,13 @@
 #   2. a short training run of a tiny GPT on cuda (f32, bf16, bf16 with the tensor-core
 #      attention) against the same run on cpu
 #      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
-#   3. tools/bench_train.py: GPT-2 124M with nfn (each attention path) and with the PyTorch
+#   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
+#      attention on both paths, so the next session knows where a step's time goes
+#   4. tools/bench_train.py: GPT-2 124M with nfn (each attention path) and with the PyTorch
 #      reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
-# own time limit, 575 s in all at worst, so give the device tool timeout_s 600.
+# own time limit, 560 s in all at worst, so give the device tool timeout_s 600.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/nfn-device-out}
@@ -44,7 +46,7 @@ echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowher
 
 # 1. op parity
 start=$SECONDS
-timeout 120 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
+timeout 90 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
 status=${PIPESTATUS[0]}
 summary=$(tail -n 1 "$out/parity.log")
 verdict=$([ "$status" = 0 ] && echo PASS || echo FAIL)
@@ -80,7 +82,7 @@ PY
   timeout 60 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma; do
     dt=${run%%:*} attn=${run#*:}
-    timeout 45 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
+    timeout 30 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
     verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$out/train_cuda_${dt}_$attn.err" <<'PY'
@@ -102,7 +104,36 @@ PY
   done
 fi
 
-# 3. throughput against the PyTorch reference
+# 3. per-op times at GPT-2 124M's geometry
+ops_log=$out/bench_ops.txt
+timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
+  --configure attention=flash_mma > "$ops_log" 2>&1
+ops_status=$?
+timeout 20 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
+  --configure attention=flash --only attention >> "$ops_log" 2>&1 || ops_status=$?
+ops=$(python3 - "$ops_log" <<'PY'
+import re, sys
+runs, rows = [], None
+for line in open(sys.argv[1]).read().splitlines():
+    if line.startswith("cuda ("):  # a run's header
+        rows = {}
+        runs.append(rows)
+    elif rows is not None and (m := re.match(r"(.+?)\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+\S*\s+([\d.]+)$", line)):
+        rows[m.group(1).strip()] = (float(m.group(3)), float(m.group(4)))  # ms a call, ms a micro-step
+if not runs or not runs[0]:
+    last = [l for l in open(sys.argv[1]).read().splitlines() if l.strip()]
+    print(last[-1][:200] if last else "no output"); sys.exit()
+first = runs[0]
+total = sum(step for _, step in first.values())
+top = ", ".join(f"{n} {s:.1f}" for n, (_, s) in sorted(first.items(), key=lambda kv: -kv[1][1])[:3])
+attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attention_backward"))
+cmp = f"; attention fwd+bwd a call: flash_mma {attn(first):.2f} ms, flash {attn(runs[1]):.2f} ms" if len(runs) > 1 else ""
+print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}")
+PY
+)
+row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
+
+# 4. throughput against the PyTorch reference
 timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   > "$out/bench.json" 2> "$out/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'

@@ -5,6 +5,7 @@
 # Contents of .device/ (about 20 MiB; libraries over 4 MiB travel xz-compressed):
 #   bin/ops_parity_test            CUDA-vs-CPU op parity (tests/cuda)
 #   bin/nfn_gpt_native_train       the trainer, when //cc/bin builds
+#   bin/bench_ops                  per-op timings of an op library (tools/bench_ops.cc)
 #   lib/libnfn_native_train_tile_ops.so, lib/libnfn_native_train_cpu_ops.so
 #   lib/*.so*                      non-system libraries they load (oneDNN, libgomp, cudart)
 set -euo pipefail
@@ -12,7 +13,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 "$root/tools/bootstrap.sh"
 targets=(//cuda/ops:libnfn_native_train_tile_ops.so //cc/ops:libnfn_native_train_cpu_ops.so
-         //tests/cuda:ops_parity_test)
+         //tests/cuda:ops_parity_test //tools:bench_ops)
 have_trainer=0
 if bazel query //cc/bin:nfn_gpt_native_train >/dev/null 2>&1; then
   targets+=(//cc/bin:nfn_gpt_native_train)
@@ -23,7 +24,7 @@ bin=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .device
 mkdir -p .device/bin .device/lib
 cp "$bin/cuda/ops/libnfn_native_train_tile_ops.so" "$bin/cc/ops/libnfn_native_train_cpu_ops.so" .device/lib/
-cp "$bin/tests/cuda/ops_parity_test" .device/bin/
+cp "$bin/tests/cuda/ops_parity_test" "$bin/tools/bench_ops" .device/bin/
 [ "$have_trainer" = 1 ] && cp "$bin/cc/bin/nfn_gpt_native_train" .device/bin/
 # Libraries outside the base system that the binaries load (the device image has its own
 # libc, libstdc++ and driver; CUDA's runtime is copied too in case its toolkit differs).
