@@ -1,0 +1,63 @@
+"""tools/bench_ops runs on the CPU library and on the CUDA library's kernels under the CUDA
+emulator (as tools/device_check.sh runs it on a GPU): every op of a training step gets a row
+with a positive time, the header names the backend, storage dtype and geometry, and a bad
+library is one line and exit 1. Checks the tool, not speed."""
+import os
+import re
+import subprocess
+import unittest
+
+BENCH = os.path.abspath(os.environ["NFN_BENCH_OPS"])
+CPU_LIB = os.path.abspath(os.environ["NFN_CPU_OPS_LIB"])
+EMULATED_LIB = os.path.abspath(os.environ["NFN_EMULATED_CUDA_OPS_LIB"])
+OPS = ["embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
+       "linear_forward qkv 128->384", "linear_forward proj 128->128", "linear_forward fc+gelu 128->512",
+       "linear_forward fcproj 512->128", "linear_backward qkv", "linear_backward proj", "linear_backward fc",
+       "linear_backward fcproj", "gelu_backward", "residual_forward", "attention_forward", "attention_backward",
+       "lm_head_cross_entropy (+backward)", "sum_squares_many", "adamw_step_many", "calibration: linear 256^3"]
+ROW = re.compile(r"(.+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+\S*\s+([\d.]+)$")
+
+
+def bench(*args):
+    return subprocess.run([BENCH, "--geometry", "tiny", "--reps", "1", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+class BenchOpsTest(unittest.TestCase):
+    def check_table(self, out, header):
+        lines = out.splitlines()
+        self.assertEqual(lines[0], header)
+        rows = {m.group(1).strip(): m for m in map(ROW.match, lines[2:-1]) if m}
+        self.assertEqual(sorted(rows), sorted(OPS))
+        for name, m in rows.items():
+            self.assertGreater(float(m.group(3)), 0, name)
+        calls = {name: int(m.group(2)) for name, m in rows.items()}
+        self.assertEqual((calls["layernorm_forward"], calls["residual_forward"], calls["calibration: linear 256^3"]),
+                         (3, 2, 0))  # 2L + 1 norms, 2L residuals at one layer; calibration is not a step op
+        self.assertTrue(lines[-1].startswith("ops per micro-step: "), lines[-1])
+
+    def test_cpu_library(self):
+        proc = bench("--lib", CPU_LIB, "--configure", "threads=1")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.check_table(proc.stdout, f"cpu ({CPU_LIB}), f32 storage, geometry tiny: L1 NH2 C128 T64 B2 V512")
+
+    def test_cuda_library_under_the_emulator(self):
+        proc = bench("--lib", EMULATED_LIB, "--dtype", "bf16", "--configure", "attention=flash_mma")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.check_table(proc.stdout, f"cuda ({EMULATED_LIB}), bf16 storage, geometry tiny: L1 NH2 C128 T64 B2 V512")
+
+    def test_bad_input(self):
+        proc = bench("--lib", "/nonexistent/lib.so")
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertIn("/nonexistent/lib.so", proc.stderr)
+        proc = bench("--lib", CPU_LIB, "--configure", "warp=9")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("warp", proc.stderr)
+        proc = bench("--geometry", "huge")
+        self.assertEqual(proc.returncode, 2)
+        self.assertTrue(proc.stderr.startswith("usage: bench_ops"), proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
