@@ -24,6 +24,11 @@ def cuda_emulated_library(name, srcs, hdrs = [], deps = [], **kwargs):
             "-include",
             "cuda/emu/include/cuda_runtime.h",
             "-Wno-unknown-pragmas",
+            # What faults on a GPU, or is undefined, traps here (SIGILL, reported by the
+            # runtime): a misaligned vector access, an index past a fixed-size array (shared
+            # memory included), signed overflow in index arithmetic, a bad shift.
+            "-fsanitize=alignment,bounds,shift,integer-divide-by-zero,signed-integer-overflow",
+            "-fsanitize-undefined-trap-on-error",
         ],
         defines = ["NFN_CUDA_EMULATION"],
         deps = deps + ["//cuda/emu:runtime"],

@@ -1,6 +1,6 @@
 """Turns a .cu file into C++ the CUDA emulator (cuda/emu) compiles with a host compiler.
 
-Four rewrites, nothing else changes:
+Five rewrites, nothing else changes:
   kernel<<<grid, block[, shared[, stream]]>>>(args)
       -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block...), [&] { kernel(args); })
   extern __shared__ [__align__(n)] T name[];
@@ -8,6 +8,8 @@ Four rewrites, nothing else changes:
   __shared__ [__align__(n)] T a[X][Y], b[Z];
       -> static char nfn_emu_key_a; T (&a)[X][Y] = *static_cast<T(*)[X][Y]>(
              ::nfn_emu::static_shared(&nfn_emu_key_a, sizeof(T[X][Y]), n)); (and b alike)
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n)
+      -> ::nfn_emu::set_max_dynamic_shared("kernel", n) (limits are per kernel name)
   #include "cuda/ops/NAME.cuh"  ->  #include "cuda/ops/emu/NAME.cuh.h" (its rewritten copy)
 
 usage: rewrite_cu.py IN.cu|IN.cuh OUT
@@ -17,6 +19,7 @@ import re
 import sys
 
 CUH_INCLUDE = re.compile(r'#include "cuda/ops/(\w+\.cuh)"')
+SET_ATTRIBUTE = re.compile(r"cudaFuncSetAttribute\(\s*([\w:]+(?:\s*<[^<>]*>)?)\s*,\s*cudaFuncAttributeMaxDynamicSharedMemorySize\s*,")
 STATIC_SHARED = re.compile(r"(?<!extern )__shared__\s+(?:__align__\((\d+)\)\s+)?([\w:]+)\s+([^;]+);")
 DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
 
@@ -107,6 +110,8 @@ def rewrite(path, text):
                    f"[&] {{ {callee}({args}); }})")
         pos = args_close + 1
     text = "".join(out)
+    text = SET_ATTRIBUTE.sub(lambda m: '::nfn_emu::set_max_dynamic_shared("%s",' % re.sub(r"\s+", " ", m.group(1)),
+                             text)
     text = STATIC_SHARED.sub(static_shared, text)
     text = CUH_INCLUDE.sub(r'#include "cuda/ops/emu/\1.h"', text)
     return DYNAMIC_SHARED.sub(r"\1* \2 = static_cast<\1*>(::nfn_emu::dynamic_shared());", text)

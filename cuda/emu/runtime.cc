@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "cuda/emu/include/cuda_bf16.h"
@@ -79,7 +80,14 @@ thread_local std::vector<char*> stacks;  // kStackBytes each, a guard page below
 thread_local std::vector<char> shared_buffer;
 alignas(256) thread_local char static_buffer[kDefaultSharedLimit];
 thread_local size_t static_dirty = kDefaultSharedLimit;  // bytes of it written since poisoned
-size_t shared_opt_in = kDefaultSharedLimit;
+std::mutex shared_limits_mutex;
+std::map<std::string, size_t> shared_limits;  // kernel name -> raised dynamic shared limit
+
+size_t shared_limit(const char* kernel) {
+  std::lock_guard<std::mutex> lock(shared_limits_mutex);
+  auto it = shared_limits.find(kernel);
+  return it == shared_limits.end() ? kDefaultSharedLimit : it->second;
+}
 
 [[noreturn]] void die(const char* fmt, ...) {
   char msg[512];
@@ -98,17 +106,19 @@ size_t shared_opt_in = kDefaultSharedLimit;
 }
 
 void on_fault(int sig) {
-  char msg[400];
+  const char* what = sig == SIGILL ? "illegal instruction" : sig == SIGSEGV ? "segmentation fault" : "bus error";
+  const char* why = sig == SIGILL ? "a sanitizer trap: a misaligned vector access, an index past a fixed-size "
+                                    "array, signed overflow or a bad shift"
+                                  : "an access out of bounds of its allocation, or to host memory";
+  char msg[512];
   int n;
   if (running != nullptr && running->current >= 0) {
     const Fiber& f = running->fibers[running->current];
-    n = std::snprintf(msg, sizeof msg,
-                      "nfn_emu: %s in kernel %s, block (%u,%u,%u), thread (%u,%u,%u): an access out of "
-                      "bounds of its allocation, or to host memory\n",
-                      sig == SIGSEGV ? "segmentation fault" : "bus error", running->kernel, running->index.x,
-                      running->index.y, running->index.z, f.thread.x, f.thread.y, f.thread.z);
+    n = std::snprintf(msg, sizeof msg, "nfn_emu: %s in kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s\n", what,
+                      running->kernel, running->index.x, running->index.y, running->index.z, f.thread.x, f.thread.y,
+                      f.thread.z, why);
   } else {
-    n = std::snprintf(msg, sizeof msg, "nfn_emu: %s outside any kernel\n", sig == SIGSEGV ? "segmentation fault" : "bus error");
+    n = std::snprintf(msg, sizeof msg, "nfn_emu: %s outside any kernel: %s\n", what, why);
   }
   if (n > 0) (void)!write(2, msg, static_cast<size_t>(std::min(n, static_cast<int>(sizeof msg) - 1)));
   signal(sig, SIG_DFL);
@@ -128,6 +138,7 @@ void install_fault_handler() {
     sa.sa_flags = SA_ONSTACK;
     sigaction(SIGSEGV, &sa, nullptr);
     sigaction(SIGBUS, &sa, nullptr);
+    sigaction(SIGILL, &sa, nullptr);
   });
 }
 
@@ -246,7 +257,7 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   const unsigned long long threads = 1ull * k.x * k.y * k.z;
   const bool bad_block = k.x == 0 || k.y == 0 || k.z == 0 || threads > 1024 || k.z > 64;
   const bool bad_grid = g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535;
-  if (bad_block || bad_grid || cfg.shared_bytes > shared_opt_in) {
+  if (bad_block || bad_grid || cfg.shared_bytes > shared_limit(name)) {
     last_error = cudaErrorInvalidConfiguration;
     return;
   }
@@ -355,9 +366,10 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
   }
 }
 
-cudaError_t set_max_dynamic_shared(int bytes) {
+cudaError_t set_max_dynamic_shared(const char* kernel, int bytes) {
   if (bytes < 0 || static_cast<size_t>(bytes) > kMaxSharedOptIn) return last_error = cudaErrorInvalidValue;
-  shared_opt_in = std::max(shared_opt_in, static_cast<size_t>(bytes));
+  std::lock_guard<std::mutex> lock(shared_limits_mutex);
+  shared_limits[kernel] = std::max(kDefaultSharedLimit, static_cast<size_t>(bytes));
   return cudaSuccess;
 }
 

@@ -137,8 +137,10 @@ T shuffle(T v, int (*source)(int, int), int arg) {
 // Whether [p, p + bytes) lies inside one device allocation.
 bool inside_device(const void* p, size_t bytes);
 
-// cudaFuncSetAttribute's check (the opt-in shared memory limit of sm_90).
-cudaError_t set_max_dynamic_shared(int bytes);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), with the
+// kernel named as its launches name it (rewrite_cu.py passes the same text): later launches
+// of that kernel may use up to `bytes` (at most sm_90's 227 KiB) of dynamic shared memory.
+cudaError_t set_max_dynamic_shared(const char* kernel, int bytes);
 
 }  // namespace nfn_emu
 
@@ -185,7 +187,3 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 
-template <typename Kernel>
-cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int value) {
-  return nfn_emu::set_max_dynamic_shared(value);
-}

@@ -97,6 +97,8 @@ void check_launch_limits() {
          "48 KiB + 16 without raising the limit");
   EXPECT(emu_probe::launch_error(128, 100000, 100000, &cleared) == 0, "100000 bytes after raising the limit");
   EXPECT(emu_probe::raise_shared_limit((227 << 10) + 1) == kInvalidValue, "a limit past sm_90's 227 KiB");
+  EXPECT(emu_probe::launch_other_kernel_after_raising() == kInvalidConfiguration,
+         "one kernel's raised limit let another kernel launch");
   EXPECT(emu_probe::copy_from_64_bytes(64) == 0, "copying a whole allocation");
   EXPECT(emu_probe::copy_from_64_bytes(65) == kInvalidValue, "copying past an allocation");
 }
@@ -128,6 +130,10 @@ void check_failures_are_reported() {
   EXPECT(sig == SIGABRT && contains(err, "exit_then_shuffle_kernel") &&
              contains(err, "a lane exited while 16 lanes of its warp wait at a warp shuffle or mma.sync with a full mask"),
          "shuffle after exit: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::misaligned_vector_load, &sig);
+  EXPECT(sig == SIGILL && contains(err, "illegal instruction in kernel misaligned_kernel, block (0,0,0)") &&
+             contains(err, "a misaligned vector access"),
+         "misaligned uint4 load: signal %d, '%s'", sig, err.c_str());
   err = run_in_child(emu_probe::too_much_static_shared, &sig);
   EXPECT(sig == SIGABRT && contains(err, "big_static_shared_kernel") &&
              contains(err, "static shared memory of 49156 bytes, over the 48 KiB a block may declare"),

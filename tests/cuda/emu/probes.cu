@@ -68,7 +68,13 @@ __global__ void big_static_shared_kernel(float* out) {
   out[0] = a[0] + b[0];
 }
 
+__global__ void misaligned_kernel(const uint16_t* p, unsigned* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p + 2);
+  out[0] = v.x;
+}
+
 __global__ void empty_kernel() {}
+__global__ void other_kernel() {}
 
 __global__ void deadlock_kernel() {
   if (threadIdx.x < 16)
@@ -132,6 +138,18 @@ int launch_error(int threads, int shared, int opt_in, bool* cleared) {
 
 int raise_shared_limit(int bytes) {
   return cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+int launch_other_kernel_after_raising() {
+  cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100000);
+  other_kernel<<<1, 32, 100000>>>();
+  return cudaGetLastError();
+}
+
+void misaligned_vector_load() {
+  uint16_t* p = device_copy(std::vector<uint16_t>(64, 1));
+  unsigned* out = device_copy(std::vector<unsigned>(1, 0));
+  misaligned_kernel<<<1, 1>>>(p, out);
 }
 
 int copy_from_64_bytes(int bytes) {

@@ -27,6 +27,9 @@ int unwritten_shared();
 // raised the limit to `opt_in` bytes first (0: not raised); then whether the error was cleared.
 int launch_error(int threads, int shared, int opt_in, bool* cleared);
 int raise_shared_limit(int bytes);  // cudaFuncSetAttribute's result
+// cudaGetLastError after raising one kernel's limit to 100000 bytes and launching another
+// with that much: the limit is the kernel's own.
+int launch_other_kernel_after_raising();
 
 // cudaMemcpyAsync device-to-host of `bytes` from a 64-byte allocation.
 int copy_from_64_bytes(int bytes);
@@ -39,6 +42,7 @@ void deadlock();
 void out_of_bounds();
 void shuffle_after_exit();
 void too_much_static_shared();
+void misaligned_vector_load();  // a uint4 read 4 bytes past a 16-byte boundary
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);
