@@ -105,6 +105,26 @@ size_t shared_limit(const char* kernel) {
   std::abort();
 }
 
+// NFN_EMU_TRACE=path appends one line per runtime event: "launch GX,GY,GZ BX,BY,BZ SMEM NAME",
+// "sync", "copy KIND BYTES", "memset BYTES", "malloc BYTES", "free". Tests read it to see what
+// a step does (how many launches, whether it allocates or synchronizes).
+void trace(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void trace(const char* fmt, ...) {
+  static std::mutex mutex;
+  static FILE* file = [] {
+    const char* path = std::getenv("NFN_EMU_TRACE");
+    return path != nullptr && *path != '\0' ? std::fopen(path, "a") : nullptr;
+  }();
+  if (file == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex);
+  va_list args;
+  va_start(args, fmt);
+  std::vfprintf(file, fmt, args);
+  va_end(args);
+  std::fputc('\n', file);
+  std::fflush(file);
+}
+
 void on_fault(int sig) {
   const char* what = sig == SIGILL ? "illegal instruction" : sig == SIGSEGV ? "segmentation fault" : "bus error";
   const char* why = sig == SIGILL ? "a sanitizer trap: a misaligned vector access, an index past a fixed-size "
@@ -263,6 +283,7 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   }
   install_fault_handler();
   if (running != nullptr) die("kernel %s launched from inside a kernel", name);
+  trace("launch %u,%u,%u %u,%u,%u %zu %s", g.x, g.y, g.z, k.x, k.y, k.z, cfg.shared_bytes, name);
   shared_buffer.resize(cfg.shared_bytes + 256);
   char* shared = shared_buffer.data() + (256 - reinterpret_cast<uintptr_t>(shared_buffer.data()) % 256) % 256;
   Block b;
@@ -430,6 +451,7 @@ const char* cudaGetErrorString(cudaError_t err) {
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  nfn_emu::trace("malloc %zu", bytes);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   // 16-byte aligned (enough for every vector access; cudaMalloc gives 256) and ending as
   // close to the guard page as that allows.
@@ -454,6 +476,7 @@ cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cud
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  nfn_emu::trace("free");
   Allocation a;
   {
     std::lock_guard<std::mutex> lock(allocations_mutex);
@@ -472,6 +495,8 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
 // host sides outside every one.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
   if (bytes == 0) return cudaSuccess;
+  static const char* const kinds[] = {"host_to_host", "host_to_device", "device_to_host", "device_to_device"};
+  nfn_emu::trace("copy %s %zu", kinds[kind & 3], bytes);
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool dst_ok = dst_device ? device_range(dst, bytes) != nullptr : !is_device(dst);
@@ -488,6 +513,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
   if (bytes == 0) return cudaSuccess;
+  nfn_emu::trace("memset %zu", bytes);
   if (device_range(dst, bytes) == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
   std::memset(dst, value, bytes);
   return cudaSuccess;
@@ -502,7 +528,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  nfn_emu::trace("sync");
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;

@@ -1,9 +1,10 @@
 """The trainer on the CUDA backend, its kernels run on the CPU by the CUDA emulator
 (//cuda/ops:libnfn_native_train_tile_ops_emulated.so): the loss curve of a tiny GPT tracks the
 CPU backend's from the same seed (f32 tightly; bf16 with each attention path within bf16
-tolerance), the report names the attention path, and a resumed bf16 run is bitwise
-identical to an uninterrupted one (bf16 weights, f32 master weights and moments round-trip
-through the checkpoint). tools/device_check.sh makes the same comparison on a real GPU."""
+tolerance), the report names the attention path, a resumed bf16 run is bitwise identical
+to an uninterrupted one (bf16 weights, f32 master weights and moments round-trip through the
+checkpoint), and, from the emulator's trace of runtime calls, a steady-state step allocates
+nothing and synchronizes once. tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
 import shutil
@@ -21,8 +22,9 @@ VOCAB = 128
 STEPS = 4
 
 
-def run(args):
-    proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=600)
+def run(args, env=None):
+    proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, **(env or {})))
     if proc.returncode != 0:
         raise AssertionError(f"trainer failed ({proc.returncode}): {proc.stderr}")
     return json.loads(proc.stdout)
@@ -54,11 +56,13 @@ class EmulatedCudaRunTest(unittest.TestCase):
         cls.cpu = run(cls.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--threads", "2",
                                     "--output-dir", os.path.join(cls.tmp, "cpu")])
         cls.cuda = {}
+        cls.trace = os.path.join(cls.tmp, "trace.txt")
         for dtype, attention in (("f32", "flash"), ("bf16", "flash"), ("bf16", "flash_mma")):
             out = os.path.join(cls.tmp, f"{dtype}_{attention}")
+            traced = {"NFN_EMU_TRACE": cls.trace} if attention == "flash_mma" else None
             cls.cuda[dtype, attention] = run(cls.common + [
                 "--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", dtype,
-                "--attention", attention, "--output-dir", out])
+                "--attention", attention, "--output-dir", out], traced)
 
     @classmethod
     def tearDownClass(cls):
@@ -81,6 +85,33 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertEqual((lib["backend"], lib["dtype"], lib["path"]), ("cuda", dtype, EMULATED_LIB))
             self.assertTrue(lib["attention"].startswith("flash_mma" if attention == "flash_mma" else "flash_simt"),
                             lib["attention"])
+
+    def test_steady_state_step_allocates_nothing_and_syncs_once(self):
+        with open(self.trace) as f:
+            events = [line.split()[0] + (" " + line.split()[1] if line.startswith("copy") else "")
+                      for line in f]
+        # Split the run at each sync; the optimizer steps are the segments with two or more
+        # uploads (a token window a micro-step; the first step also uploads the parameters)
+        # and a whole forward and backward (validation runs only a forward of one batch;
+        # checkpoints only download).
+        segments, current = [], []
+        for e in events:
+            current.append(e)
+            if e == "sync":
+                segments.append(current)
+                current = []
+        steps = [seg for seg in segments if seg.count("copy host_to_device") >= 2 and seg.count("launch") > 50]
+        self.assertEqual(len(steps), STEPS)
+        self.assertEqual(steps[1], steps[2])  # steady state: the same calls every step
+        self.assertEqual(steps[2], steps[3])
+        for step in steps[1:]:
+            self.assertEqual(step.count("copy host_to_device"), 2)
+            self.assertNotIn("malloc", step)
+            self.assertNotIn("free", step)
+            self.assertEqual(step.count("sync"), 1)
+            # The one read: loss and gradient sum of squares, at the end of the step.
+            self.assertEqual(step[-3:], ["copy device_to_host", "copy device_to_host", "sync"])
+            self.assertEqual(step.count("copy device_to_host"), 2)
 
     def test_bf16_resume_is_bitwise_identical(self):
         full = os.path.join(self.tmp, "bf16_flash_mma")
