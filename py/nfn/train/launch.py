@@ -52,8 +52,8 @@ def trainer_binary():
 DEMO_TOKENIZER = "sp1024"
 
 
-def resumed_tokenizer(args):
-    """The tokenizer in the manifest of the run that --resume continues, when it has one."""
+def resumed_manifest(args):
+    """The manifest of the run that --resume continues, when it has one (else None)."""
     if not args.resume:
         return None
     from nfn.infer.checkpoint import MANIFEST  # standard library only
@@ -64,8 +64,33 @@ def resumed_tokenizer(args):
         manifest = fileio.read_json(os.path.join(where, MANIFEST))
     except UserError:
         return None  # the trainer reports a missing or bad checkpoint itself
-    tokenizer = manifest.get("tokenizer") if isinstance(manifest, dict) else None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def resumed_tokenizer(args):
+    """The tokenizer in the manifest of the run that --resume continues, when it has one."""
+    tokenizer = (resumed_manifest(args) or {}).get("tokenizer")
     return tokenizer if isinstance(tokenizer, str) and tokenizer else None
+
+
+def resume_data(args):
+    """With --resume and no data named, the resumed run's own data (from its manifest), so a
+    resumed run never drifts onto the demo corpus. Its name is a dataset alias, a shards
+    path, or the path of pretraining text. True when it named the data."""
+    if not args.resume or args.dataset or args.pretraining_file or args.tinystories:
+        return False
+    dataset = (resumed_manifest(args) or {}).get("dataset")
+    name = dataset.get("name") if isinstance(dataset, dict) else None
+    if not isinstance(name, str) or not name:
+        return False  # a run the trainer made directly: nothing recorded to follow
+    from nfn.data import shard_headers
+    text = os.path.isabs(name) and not (name.endswith(".bin") or (os.path.isdir(name) and
+                                                                 shard_headers.shards_in(name, "train")))
+    if text:
+        args.pretraining_file = name
+    else:
+        args.dataset = name
+    return True
 
 
 def tokenizer_of(args):
@@ -165,8 +190,15 @@ def run(args):
         raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
                         "(gpt, gpt2 and gpt3 are ready)")
     args.tokenizer = tokenizer_of(args)
+    from_manifest = resume_data(args)
     planning = args.print_command or args.dry_run or args.print_plan
-    info, exists = resolve_dataset(args, prepare=not planning)
+    try:
+        info, exists = resolve_dataset(args, prepare=not planning)
+    except UserError as e:
+        if not from_manifest:
+            raise
+        raise UserError(f"{e} (the data of the run --resume continues, from its manifest; name other "
+                        "data with --dataset or --pretraining-file)") from None
     argv = build_argv(args, info)
     if args.print_command:
         note = "" if exists else "  # dataset not prepared yet: `nfn train` would prepare it first"

@@ -79,6 +79,38 @@ class TrainCliTest(unittest.TestCase):
                          ("sp1024", "1024"))
         self.assertEqual(tokenizer(["--resume", run, "--tokenizer", "sp2048"]), ("sp2048", "2048"))
 
+    def test_resume_follows_the_runs_data(self):
+        def resumed(manifest, extra=()):
+            run = tempfile.mkdtemp(dir=self.tmp)
+            with open(os.path.join(run, "manifest.json"), "w", encoding="utf-8") as f:
+                json.dump(manifest, f)
+            code, out, err, modules = self.nfn(["train", "--print-command", "--resume", run, *extra])
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("numpy", modules)
+            argv = out.split()
+            return argv[argv.index("--dataset-name") + 1], argv[argv.index("--train-data") + 1]
+        text = os.path.join(self.tmp, "story.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.write("a story never tokenized by --print-command\n")
+        gpt2 = {"format": "nfn.manifest", "tokenizer": "gpt2"}
+        # An alias, a shards directory, pretraining text: each comes back as it was named.
+        self.assertEqual(resumed({**gpt2, "dataset": {"name": "moby-dick"}})[0], "moby-dick")
+        self.assertEqual(resumed({**gpt2, "dataset": {"name": self.data}}),
+                         (self.data, os.path.join(self.data, "tiny_train_000000.bin")))
+        self.assertEqual(resumed({**gpt2, "dataset": {"name": text}})[0], text)
+        # Data named on the command line wins; a manifest without a dataset keeps the demo.
+        self.assertEqual(resumed({**gpt2, "dataset": {"name": "moby-dick"}}, ["--dataset", self.data])[0], self.data)
+        self.assertEqual(resumed({**gpt2, "dataset": {"name": ""}})[0], "shakespeare")
+        # Data that is gone is one line naming it, not a silent switch to the demo.
+        gone = os.path.join(self.tmp, "deleted_shards")
+        run = tempfile.mkdtemp(dir=self.tmp)
+        with open(os.path.join(run, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump({**gpt2, "dataset": {"name": gone}}, f)
+        code, _, err, _ = self.nfn(["train", "--print-command", "--resume", run])
+        self.assertEqual(code, 1)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn(f"{gone}: no such file or directory (the data of the run --resume continues", err)
+
     def test_short_run_writes_report_and_sample(self):
         out_dir = os.path.join(self.tmp, "run")
         code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
