@@ -7,7 +7,8 @@
 //
 // Device memory is host memory with a PROT_NONE page right after each allocation (rounded
 // to 16 bytes), poisoned with 0xff bytes (NaN in f32 and bf16), so reading past the end or
-// reading what nothing wrote shows up; each block's shared memory is poisoned the same way. A fault names the kernel, block and thread.
+// reading what nothing wrote shows up; each block's shared memory is poisoned the same way.
+// A fault names the kernel, block and thread.
 //
 // What this cannot show: timing, performance, data races between blocks (blocks never
 // overlap), memory-model subtleties, and whether nvcc compiles the code (CI does that).
@@ -95,7 +96,7 @@ size_t shared_limit(const char* kernel) {
   va_start(args, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, args);
   va_end(args);
-  if (running != nullptr) {
+  if (running != nullptr && running->current >= 0) {
     const Fiber& f = running->fibers[running->current];
     std::fprintf(stderr, "nfn_emu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s\n", running->kernel,
                  running->index.x, running->index.y, running->index.z, f.thread.x, f.thread.y, f.thread.z, msg);

@@ -2,6 +2,7 @@
 // attention kernels use exactly these functions) against the PTX ISA's fragment tables, with
 // the warp's mma.sync emulated on the host: runs without a GPU. Values are multiples of 1/8
 // in [-2, 2], exact in bf16, and every sum is exact in f32, so products compare exactly.
+// Also: the loads are free of shared-memory bank conflicts with rows padded to HD + 8.
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -174,6 +175,67 @@ void check_values(int HD) {
   EXPECT(bad == 0, "O = P V, head size %d: %d wrong elements", HD, bad);
 }
 
+// Shared-memory bank conflicts of the fragment loads, from the addresses the load functions
+// really use: the matrix holds each element's own offset, so a loaded register says which
+// elements (hence which 32-bit words) the lane read. 32 banks of 4 bytes; a warp's access is
+// conflict-free when no bank serves two different words. Returns the worst number of words
+// one bank serves over every load instruction of the tile origins the kernels use.
+int worst_bank_load(int HD, int stride) {
+  const int rows = 64;
+  std::vector<uint16_t> offsets(static_cast<size_t>(rows) * stride);
+  for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = static_cast<uint16_t>(i);
+  int worst = 0;
+  // One warp-wide access: per lane the element offset it reads (a 32-bit load reads the
+  // pair starting there; a 16-bit load one element).
+  auto account = [&](const int (&element)[32]) {
+    int words_in_bank[32][32], count[32] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+      const int word = element[lane] / 2, bank = word % 32;
+      bool seen = false;
+      for (int k = 0; k < count[bank]; ++k) seen = seen || words_in_bank[bank][k] == word;
+      if (!seen) words_in_bank[bank][count[bank]++] = word;
+    }
+    for (int bank = 0; bank < 32; ++bank) worst = count[bank] > worst ? count[bank] : worst;
+  };
+  const uint16_t* m = offsets.data();
+  // Origins on the 8-element grid: a superset of the kernels' (16-row, 16- or 8-column).
+  for (int r0 = 0; r0 + 16 <= rows; r0 += 8)
+    for (int c0 = 0; c0 + 16 <= HD; c0 += 8) {
+      uint32_t a[32][4], bt[32][2], b[32][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        load_a(a[lane], m, stride, r0, c0, lane);             // Q, K, V tiles (pairs in a row)
+        load_b_transposed(bt[lane], m, stride, r0, c0, lane);  // K, dO for S = Q K^T, dP = dO V^T
+        load_b(b[lane], m, stride, r0, c0, lane);             // V, dO, Q, K for P V and its kin
+      }
+      for (int r = 0; r < 4; ++r) {
+        int e[32];
+        for (int lane = 0; lane < 32; ++lane) e[lane] = a[lane][r] & 0xffff;
+        account(e);
+      }
+      for (int r = 0; r < 2; ++r) {
+        int lo[32], hi[32], t[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          t[lane] = bt[lane][r] & 0xffff;
+          lo[lane] = b[lane][r] & 0xffff;  // load_b: two 16-bit loads, rows k and k + 1
+          hi[lane] = b[lane][r] >> 16;
+        }
+        account(t);
+        account(lo);
+        account(hi);
+      }
+    }
+  return worst;
+}
+
+void check_bank_conflicts() {
+  for (int HD : {64, 128}) {
+    const int padded = worst_bank_load(HD, HD + 8), unpadded = worst_bank_load(HD, HD);
+    EXPECT(padded == 1, "head size %d, rows of HD + 8: a bank serves %d words in one load", HD, padded);
+    // Without the padding, rows fall on the same banks: the padding is what avoids it.
+    EXPECT(unpadded >= 4, "head size %d, rows of HD: only %d-way conflicts", HD, unpadded);
+  }
+}
+
 void check_pack() {
   EXPECT(pack_bf16x2(1.f, -2.f) == (0x3f80u | 0xc000u << 16), "pack_bf16x2(1, -2) = %08x",
          pack_bf16x2(1.f, -2.f));
@@ -186,6 +248,7 @@ void check_pack() {
 int main() {
   check_layout_functions();
   check_pack();
+  check_bank_conflicts();
   for (int HD : {64, 128}) {
     for (int warp : {0, 3}) check_scores(HD, warp);
     check_values(HD);
