@@ -52,7 +52,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
                       "--num-heads", "2", "--model-dim", "128", "--train-seq-len", "64", "--batch-size", "2",
                       "--train-batch-tokens", "256", "--max-steps", str(STEPS), "--warmup-steps", "1",
                       "--learning-rate", "3e-3", "--eval-every-steps", str(STEPS), "--eval-batches", "1",
-                      "--checkpoint-every", "2", "--seed", "11", "--json"]
+                      "--checkpoint-every", "2", "--seed", "11", "--sample-tokens", "40", "--json"]
         cls.cpu = run(cls.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--threads", "2",
                                     "--output-dir", os.path.join(cls.tmp, "cpu")])
         cls.cuda = {}
@@ -78,6 +78,16 @@ class EmulatedCudaRunTest(unittest.TestCase):
                 self.assertLess(worst, bound, f"{losses(report)} vs cpu {reference}")
                 val = report["final_validation_loss"]
                 self.assertLess(abs(val - self.cpu["final_validation_loss"]) / val, bound)
+
+    def test_sample_through_the_kv_cache(self):
+        # f32 logits agree with the CPU's to ~1e-6, so the same seeded draws pick the same
+        # tokens; bf16 may pick others, but must still produce them all.
+        self.assertEqual(len(self.cpu["sample_tokens"]), 40)
+        self.assertEqual(self.cuda["f32", "flash"]["sample_tokens"], self.cpu["sample_tokens"])
+        for key in (("bf16", "flash"), ("bf16", "flash_mma")):
+            tokens = self.cuda[key]["sample_tokens"]
+            self.assertEqual(len(tokens), 40, key)
+            self.assertTrue(all(0 <= t < VOCAB for t in tokens), key)
 
     def test_report_names_the_backend_and_attention_path(self):
         for (dtype, attention), report in self.cuda.items():
