@@ -41,7 +41,7 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
   __syncthreads();  // `shared` may still be read from a previous call
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = lane < (blockDim.x >> 5) ? shared[lane] : 0.f;
+  v = lane < static_cast<int>(blockDim.x >> 5) ? shared[lane] : 0.f;
   return warp_sum(v);
 }
 
@@ -51,7 +51,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = lane < (blockDim.x >> 5) ? shared[lane] : -INFINITY;
+  v = lane < static_cast<int>(blockDim.x >> 5) ? shared[lane] : -INFINITY;
   return warp_max(v);
 }
 
