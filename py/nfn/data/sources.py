@@ -104,7 +104,7 @@ def ensure_fetched(alias, quiet=False):
         raise UserError(f"{parent}: dataset cache is not writable ({e.strerror}); set {paths.DATASETS_ENV} "
                         f"to a writable directory") from None
     try:
-        if not quiet and sys.stderr.isatty():
+        if not quiet:  # a one-time notice, kept in logs too
             print(f"nfn: fetching {alias} ({TEXT_ALIASES[alias]}) once", file=sys.stderr)
         out_dir = os.path.join(tmp, "texts")
         os.mkdir(out_dir)

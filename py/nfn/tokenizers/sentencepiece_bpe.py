@@ -80,7 +80,7 @@ class SentencePieceTokenizer:
             if base_url:
                 data = _download(name, base_url)
             else:
-                if not quiet and sys.stderr.isatty():
+                if not quiet:  # a one-time notice, kept in logs too
                     print(f"nfn: training tokenizer {name} on the default corpus (once)", file=sys.stderr)
                 data = train_model(_default_corpus_lines(), vocab_size)
             try:
