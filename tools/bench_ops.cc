@@ -23,7 +23,6 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,26 +72,39 @@ class Buffers {
   void check(nfn_status s, const char* what) const {
     if (s != NFN_OK) die(std::string(what) + ": " + ops_.ctx_last_error(ctx_));
   }
-  // n normal values of standard deviation `scale` in the storage dtype (f32 when `f32`).
-  void* random(size_t n, unsigned seed, float scale, bool f32 = false) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return upload(v, f32);
+  // n values of standard deviation `scale` (uniform, from splitmix64: GPT-2's geometry needs
+  // half a billion, which a normal distribution takes tens of seconds to draw) in the
+  // storage dtype (f32 when `f32`).
+  void* random(size_t n, uint64_t seed, float scale, bool f32 = false) {
+    float* v = staging(n);
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull;
+    const float half_width = scale * 1.7320508f;  // uniform on [-a, a] has deviation a / sqrt(3)
+    for (size_t i = 0; i < n; ++i) {
+      z += 0x9E3779B97F4A7C15ull;
+      uint64_t r = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+      r ^= r >> 31;
+      v[i] = (static_cast<float>(r >> 40) * 0x1p-23f - 1.f) * half_width;
+    }
+    return upload(v, n, f32);
   }
-  void* zeros(size_t n, bool f32 = false) { return upload(std::vector<float>(n, 0.f), f32); }
-  void* upload(const std::vector<float>& v, bool f32) {
-    if (f32 || dtype_ == NFN_F32) return put(v.data(), v.size() * 4);
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = nfn::f32_to_bf16(v[i]);
-    return put(h.data(), h.size() * 2);
+  void* zeros(size_t n, bool f32 = false) {
+    float* v = staging(n);
+    std::fill(v, v + n, 0.f);
+    return upload(v, n, f32);
+  }
+  void* upload(const float* v, size_t n, bool f32) {
+    if (f32 || dtype_ == NFN_F32) return put(v, n * 4);
+    if (staging16_.size() < n) staging16_.resize(n);
+    for (size_t i = 0; i < n; ++i) staging16_[i] = nfn::f32_to_bf16(v[i]);
+    return put(staging16_.data(), n * 2);
   }
   void* put(const void* host, size_t bytes) {
     void* p = nullptr;
     check(ops_.alloc(ctx_, bytes, &p), "alloc");
     owned_.push_back(p);
     check(ops_.copy(ctx_, p, host, bytes, NFN_HOST_TO_DEVICE), "upload");
+    check(ops_.synchronize(ctx_), "upload");  // the staging buffer is reused next
     return p;
   }
 
@@ -101,6 +113,13 @@ class Buffers {
   nfn_ctx* ctx_;
   nfn_dtype dtype_;
   std::vector<void*> owned_;
+  std::vector<float> staging_;       // host values on their way up, reused (GPT-2's are 200 MB)
+  std::vector<uint16_t> staging16_;  // the same as bf16
+
+  float* staging(size_t n) {
+    if (staging_.size() < n) staging_.resize(n);
+    return staging_.data();
+  }
 };
 
 // Median and minimum of `reps` samples. A sample is `inner` back-to-back calls and one
@@ -185,7 +204,8 @@ int main(int argc, char** argv) {
   auto* stats = static_cast<float*>(buf.zeros(size_t(N) * 4, true));
   auto* lse = static_cast<float*>(buf.zeros(size_t(B) * NH * T, true));
   auto* losses = static_cast<float*>(buf.zeros(N, true));
-  auto* sumsq = static_cast<float*>(buf.upload({1.f}, true));
+  const float one = 1.f;
+  auto* sumsq = static_cast<float*>(buf.put(&one, 4));
   std::vector<int32_t> host_tokens(N);
   for (int i = 0; i < N; ++i) host_tokens[i] = static_cast<int32_t>((i * 2654435761u) % V);
   auto* tokens = static_cast<int32_t*>(buf.put(host_tokens.data(), host_tokens.size() * 4));
@@ -260,6 +280,7 @@ int main(int argc, char** argv) {
     std::printf("%-36s %6d %10.3f %8.3f %8s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, r.min_ms, rate,
                 r.per_step * r.median_ms);
   }
+  if (rows.empty()) die(std::string("no op name contains '") + (only ? only : "") + "'");
   std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
               N / (total * 1e-3), N);
   buf.release();
