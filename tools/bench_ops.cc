@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
         [&] { return o.linear_forward(ctx, c, nullptr, a, w2, nullptr, S, S, S, NFN_EPILOGUE_NONE, dtype); },
         gf(S, S, S));
   }
+  if (rows.empty()) die(std::string("no op name contains '") + (only ? only : "") + "'");
   double total = 0;
   std::printf("%s (%s), %s storage, geometry %s: L%d NH%d C%d T%d B%d V%d\n", o.backend_name(), lib_path.c_str(),
               dtype == NFN_BF16 ? "bf16" : "f32", geometry.c_str(), L, NH, C, T, B, V);
@@ -280,7 +281,6 @@ int main(int argc, char** argv) {
     std::printf("%-36s %6d %10.3f %8.3f %8s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, r.min_ms, rate,
                 r.per_step * r.median_ms);
   }
-  if (rows.empty()) die(std::string("no op name contains '") + (only ? only : "") + "'");
   std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
               N / (total * 1e-3), N);
   buf.release();
