@@ -20,8 +20,10 @@ import sys
 
 CUH_INCLUDE = re.compile(r'#include "cuda/ops/(\w+\.cuh)"')
 SET_ATTRIBUTE = re.compile(r"cudaFuncSetAttribute\(\s*([\w:]+(?:\s*<[^<>]*>)?)\s*,\s*cudaFuncAttributeMaxDynamicSharedMemorySize\s*,")
-STATIC_SHARED = re.compile(r"(?<!extern )__shared__\s+(?:__align__\((\d+)\)\s+)?([\w:]+)\s+([^;]+);")
-DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
+# Declarations start a line and end on it, so a comment that mentions __shared__ is left alone.
+STATIC_SHARED = re.compile(r"^([ \t]*)__shared__\s+(?:__align__\((\d+)\)\s+)?([\w:]+)\s+([^;\n]+);", re.M)
+DYNAMIC_SHARED = re.compile(r"^([ \t]*)extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;",
+                            re.M)
 
 
 def fail(path, text, pos, what):
@@ -70,7 +72,8 @@ def split_top_level(text):
 
 
 def static_shared(match):
-    align, type_, declarators = match.group(1) or "alignof(" + match.group(2) + ")", match.group(2), match.group(3)
+    indent, type_, declarators = match.group(1), match.group(3), match.group(4)
+    align = match.group(2) or f"alignof({type_})"
     out = []
     for decl in split_top_level(declarators):
         decl = decl.strip()
@@ -78,7 +81,7 @@ def static_shared(match):
         dims = decl[len(name):].strip()
         out.append(f"static char nfn_emu_key_{name}; {type_} (&{name}){dims} = *static_cast<{type_}(*){dims}>("
                    f"::nfn_emu::static_shared(&nfn_emu_key_{name}, sizeof({type_}{dims}), {align}));")
-    return " ".join(out)
+    return indent + " ".join(out)
 
 
 def rewrite(path, text):
@@ -89,6 +92,10 @@ def rewrite(path, text):
         if launch < 0:
             out.append(text[pos:])
             break
+        if "//" in text[text.rfind("\n", 0, launch) + 1:launch]:  # in a line comment
+            out.append(text[pos:launch + 3])
+            pos = launch + 3
+            continue
         start = callee_start(text, launch)
         close = text.find(">>>", launch)
         if close < 0 or start == launch:
@@ -114,7 +121,7 @@ def rewrite(path, text):
                              text)
     text = STATIC_SHARED.sub(static_shared, text)
     text = CUH_INCLUDE.sub(r'#include "cuda/ops/emu/\1.h"', text)
-    return DYNAMIC_SHARED.sub(r"\1* \2 = static_cast<\1*>(::nfn_emu::dynamic_shared());", text)
+    return DYNAMIC_SHARED.sub(r"\1\2* \3 = static_cast<\2*>(::nfn_emu::dynamic_shared());", text)
 
 
 def main():

@@ -1,0 +1,49 @@
+"""cuda/emu/rewrite_cu.py on the constructs it rewrites and on the text it must leave alone
+(comments that mention launches or __shared__), line for line."""
+import unittest
+
+from cuda.emu.rewrite_cu import rewrite
+
+
+class RewriteCuTest(unittest.TestCase):
+    def test_launches(self):
+        src = ("  k<<<grid, 256, 0, ctx->stream>>>(out, in, n);\n"
+               "  ns::column_kernel<NV><<<dim3(a, b), block>>>(\n      f, N, C);\n"
+               "  NFN_DISPATCH(dtype, E, kernel<E, 4><<<g, b>>>(static_cast<E*>(p), (x + 1) * 2));\n")
+        self.assertEqual(rewrite("t.cu", src), (
+            '  ::nfn_emu::launch("k", ::nfn_emu::launch_config(grid, 256, 0, ctx->stream), [&] { k(out, in, n); });\n'
+            '  ::nfn_emu::launch("ns::column_kernel<NV>", ::nfn_emu::launch_config(dim3(a, b), block), '
+            '[&] { ns::column_kernel<NV>(\n      f, N, C); });\n'
+            '  NFN_DISPATCH(dtype, E, ::nfn_emu::launch("kernel<E, 4>", ::nfn_emu::launch_config(g, b), '
+            '[&] { kernel<E, 4>(static_cast<E*>(p), (x + 1) * 2); }));\n'))
+
+    def test_shared_memory(self):
+        src = ("  extern __shared__ float smem[];\n"
+               "    __shared__ __align__(16) uint16_t ks[R * S], vs[R * S];\n"
+               "  __shared__ float sums[NV][8][32];\n")
+        out = rewrite("t.cu", src).splitlines()
+        self.assertEqual(out[0], "  float* smem = static_cast<float*>(::nfn_emu::dynamic_shared());")
+        self.assertEqual(out[1], (
+            "    static char nfn_emu_key_ks; uint16_t (&ks)[R * S] = *static_cast<uint16_t(*)[R * S]>("
+            "::nfn_emu::static_shared(&nfn_emu_key_ks, sizeof(uint16_t[R * S]), 16)); "
+            "static char nfn_emu_key_vs; uint16_t (&vs)[R * S] = *static_cast<uint16_t(*)[R * S]>("
+            "::nfn_emu::static_shared(&nfn_emu_key_vs, sizeof(uint16_t[R * S]), 16));"))
+        self.assertEqual(out[2], (
+            "  static char nfn_emu_key_sums; float (&sums)[NV][8][32] = *static_cast<float(*)[NV][8][32]>("
+            "::nfn_emu::static_shared(&nfn_emu_key_sums, sizeof(float[NV][8][32]), alignof(float)));"))
+
+    def test_attributes_and_includes(self):
+        src = ('#include "cuda/ops/dtype.cuh"\n#include "cuda/ops/context.h"\n'
+               "  cudaFuncSetAttribute(dkdv_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);\n")
+        self.assertEqual(rewrite("t.cu", src), (
+            '#include "cuda/ops/emu/dtype.cuh.h"\n#include "cuda/ops/context.h"\n'
+            '  ::nfn_emu::set_max_dynamic_shared("dkdv_kernel<S, HD>", smem);\n'))
+
+    def test_comments_are_left_alone(self):
+        src = ("  // launched as k<<<grid, block>>>(args); tiles in __shared__ memory;\n"
+               "  // the __shared__ rows are padded; see below\n  int x = 1;\n")
+        self.assertEqual(rewrite("t.cu", src), src)
+
+
+if __name__ == "__main__":
+    unittest.main()
