@@ -333,6 +333,10 @@ void sync_block() {
   arrive(&running->arrived, running->live, &running->gen, Wait::block);
 }
 
+void require(bool ok, const char* what) {
+  if (!ok) die("%s is not emulated", what);
+}
+
 int lane_xor(int lane, int mask) { return lane ^ mask; }
 int lane_down(int lane, int delta) { return lane + delta; }
 

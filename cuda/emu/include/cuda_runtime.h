@@ -34,14 +34,6 @@ struct __attribute__((aligned(16))) uint4 {
   unsigned x, y, z, w;
 };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
-struct __attribute__((aligned(16))) float4 {
-  float x, y, z, w;
-};
-inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-struct __attribute__((aligned(8))) float2 {
-  float x, y;
-};
-inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 
@@ -121,6 +113,9 @@ uint64_t warp_exchange(uint64_t value, int (*source)(int lane, int arg), int arg
 // gives its fragments and gets its own four accumulators back.
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
+// Stops the run, naming the kernel, block and thread, when `ok` is false.
+void require(bool ok, const char* what);
+
 int lane_xor(int lane, int mask);
 int lane_down(int lane, int delta);
 
@@ -151,17 +146,16 @@ cudaError_t set_max_dynamic_shared(const char* kernel, int bytes);
 
 inline void __syncthreads() { nfn_emu::sync_block(); }
 
+// Full-warp shuffles only (all the kernels use): another mask or width stops the run.
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-  (void)mask;
-  (void)width;
+  nfn_emu::require(mask == 0xffffffffu && width == 32, "__shfl_xor_sync with a partial mask or width");
   return nfn_emu::shuffle(v, nfn_emu::lane_xor, lane_mask);
 }
 
 template <typename T>
 T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-  (void)mask;
-  (void)width;
+  nfn_emu::require(mask == 0xffffffffu && width == 32, "__shfl_down_sync with a partial mask or width");
   return nfn_emu::shuffle(v, nfn_emu::lane_down, static_cast<int>(delta));
 }
 
