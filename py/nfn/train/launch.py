@@ -189,8 +189,8 @@ def run(args):
     if args.base_model not in ("gpt", "gpt2", "gpt3"):
         raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
                         "(gpt, gpt2 and gpt3 are ready)")
-    args.tokenizer = tokenizer_of(args)
     from_manifest = resume_data(args)
+    args.tokenizer = tokenizer_of(args)
     planning = args.print_command or args.dry_run or args.print_plan
     try:
         info, exists = resolve_dataset(args, prepare=not planning)
