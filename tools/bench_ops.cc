@@ -5,10 +5,10 @@
 //   bazel run -c opt //tools:bench_ops -- [--lib PATH] [--geometry tiny|small|gpt2] [--batch N]
 //       [--dtype f32|bf16] [--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT]
 //
-// `bazel run` passes the CPU library as --lib (a later --lib wins); --geometry small (the CPU trainer benchmark's: 4
-// layers, 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192) is the default, gpt2 is
-// GPT-2 124M at seq 1024, micro-batch 16 (the GPU benchmark's), tiny a 1-layer model that
-// checks the tool itself (on the CUDA emulator, say). --dtype is the storage dtype
+// `bazel run` passes the CPU library as --lib (a later --lib wins). --geometry small (the CPU
+// trainer benchmark's: 4 layers, 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192) is
+// the default, gpt2 is GPT-2 124M at seq 1024, micro-batch 16 (the GPU benchmark's), tiny a
+// 1-layer model that checks the tool itself (on the CUDA emulator, say). --dtype is the storage dtype
 // (bf16 needs a backend that stores bf16: CUDA). --configure passes a context option, e.g.
 // threads=1 or matmul=bf16 (CPU), attention=flash_mma (CUDA). Each sample times enough
 // back-to-back calls to fill a millisecond, then synchronizes, so launch-bound GPU ops are
