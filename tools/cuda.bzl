@@ -26,20 +26,32 @@ def cuda_library(
 
     srcs may list private headers (.h, .cuh): every .cu file sees them. std: the C++ dialect.
     """
-    objs = []
+    objs, usage = [], []
     for src in [s for s in srcs if s.endswith(".cu")]:
-        obj = "_objs/%s/%s.o" % (name, src.rsplit(".", 1)[0])
+        stem = "_objs/%s/%s" % (name, src.rsplit(".", 1)[0])
+        obj, log = stem + ".o", stem + ".resource_usage.txt"
         native.genrule(
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
             srcs = [src] + hdrs + compile_inputs + [h for h in srcs if h.endswith((".h", ".cuh"))],
-            outs = [obj],
+            outs = [obj, log],
+            # ptxas's resource usage (registers, spills, shared memory per kernel and
+            # architecture) goes to the log; anything else nvcc says still reaches stderr.
             cmd = " ".join([
-                NVCC, "-c", "-std=" + std, "-O3", "--expt-relaxed-constexpr",
+                NVCC, "-c", "-std=" + std, "-O3", "--expt-relaxed-constexpr", "--resource-usage",
                 "-Xcompiler", "-fPIC", "-I.", "-I$(GENDIR)",
-            ] + arch_flags + nvcc_flags + ["-o", "$@", "$(location %s)" % src]),
+            ] + arch_flags + nvcc_flags + [
+                "-o", "$(location %s)" % obj, "$(location %s)" % src, "2> $(location %s)" % log,
+                "|| { cat $(location %s) >&2; exit 1; };" % log,
+                "grep -v -e '^ptxas info' -e 'bytes stack frame' $(location %s) >&2 || true" % log,
+            ]),
             target_compatible_with = CUDA_COMPATIBLE,
         )
         objs.append(obj)
+        usage.append(log)
+    native.filegroup(
+        name = name + "_resource_usage",
+        srcs = usage,
+    )
     native.cc_library(
         name = name,
         srcs = objs,

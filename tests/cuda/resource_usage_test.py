@@ -1,0 +1,83 @@
+"""ptxas's resource usage for every kernel of the CUDA op library (nvcc --resource-usage,
+kept by tools/cuda.bzl beside each object): no kernel of the tensor-core attention (flash_mma)
+spills or uses a stack frame on sm_90a or sm_120, none needs more than 255 registers, and
+none declares more than 48 KiB of static shared memory. Spills there are silent slowdowns a
+GPU-less machine can still catch. The table of every kernel is printed."""
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+LOGS = sys.argv[1:]
+ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def demangle(names):
+    if not shutil.which("c++filt"):
+        return names
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    # keep the function's name and template arguments, drop namespaces and the parameter list
+    short = []
+    for full in out:
+        head = full.replace("(anonymous namespace)::", "").removeprefix("void ").split("(")[0]
+        short.append(head.split("::")[-1] or full)
+    return short
+
+
+def kernels():
+    """{(mangled name, arch): {"stack", "spill_stores", "spill_loads", "registers", "smem"}}."""
+    found = {}
+    for path in LOGS:
+        current = None
+        with open(path) as f:
+            for line in f:
+                if m := ENTRY.search(line):
+                    current = (m.group(1), m.group(2))
+                    found[current] = {"file": path.rsplit("/", 1)[-1].split(".")[0]}
+                elif current and (m := PROPS.search(line)):
+                    found[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)),
+                                          spill_loads=int(m.group(3)))
+                elif current and (m := USED.search(line)):
+                    found[current].update(registers=int(m.group(1)), smem=int(m.group(2) or 0))
+                    current = None
+    return found
+
+
+class ResourceUsageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.found = kernels()
+        keys = sorted(cls.found)
+        cls.names = dict(zip(keys, demangle([k[0] for k in keys])))
+        print(f"{'kernel':58} {'arch':7} {'regs':>4} {'spill':>6} {'smem':>6}")
+        for key in sorted(keys, key=lambda k: (cls.found[k]["file"], cls.names[k], k[1])):
+            r = cls.found[key]
+            print(f"{(r['file'] + ': ' + cls.names[key])[:58]:58} {key[1]:7} {r['registers']:4} "
+                  f"{r['spill_stores'] + r['spill_loads']:6} {r['smem']:6}")
+
+    def test_every_kernel_was_read(self):
+        archs = {arch for _, arch in self.found}
+        self.assertEqual(archs, {"sm_90a", "sm_120"})
+        for key, r in self.found.items():
+            self.assertIn("registers", r, key)
+            self.assertIn("spill_stores", r, key)
+        mma = [k for k in self.found if "mma_path" in k[0]]
+        self.assertEqual(len(mma), 12)  # forward, dkdv and dq at head sizes 64 and 128, two archs
+
+    def test_tensor_core_attention_does_not_spill(self):
+        for key, r in self.found.items():
+            if "mma_path" in key[0]:
+                self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
+                                 f"{self.names[key]} on {key[1]}")
+
+    def test_limits(self):
+        for key, r in self.found.items():
+            self.assertLessEqual(r["registers"], 255, f"{self.names[key]} on {key[1]}")
+            self.assertLessEqual(r["smem"], 48 * 1024, f"{self.names[key]} on {key[1]}")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
