@@ -25,6 +25,8 @@ def cuda_library(
     """compile_inputs: other headers the .cu files include (nvcc runs outside cc rules).
 
     srcs may list private headers (.h, .cuh): every .cu file sees them. std: the C++ dialect.
+    Also defines <name>_resource_usage: ptxas's per-kernel report of each .cu file
+    (tests/cuda:resource_usage_test reads it).
     """
     objs, usage = [], []
     for src in [s for s in srcs if s.endswith(".cu")]:
