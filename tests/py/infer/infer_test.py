@@ -71,6 +71,29 @@ class InferTest(unittest.TestCase):
         for row in (0, 7, T - 1):
             np.testing.assert_allclose(steps[row], full.logits(ids[None, :], row), rtol=1e-4, atol=2e-4)
 
+    def test_cuda_library_kernels_under_the_emulator(self):
+        # The CUDA op library's own kernels, run on the CPU by the CUDA emulator, found the way
+        # `--backend cuda` finds the real library ($NFN_TILE_OPS_DIR): the same logits.
+        lib_dir = os.path.join(self.tmp, "emulated_cuda")
+        os.makedirs(lib_dir, exist_ok=True)
+        os.symlink(os.path.abspath(os.environ["NFN_EMULATED_CUDA_OPS_LIB"]),
+                   os.path.join(lib_dir, model_lib.CUDA_LIB))
+        ids = np.random.default_rng(4).integers(0, V, size=T).astype(np.int32)
+        want = fixtures.hf_forward(self.hf_tensors(self.params), ids, NH)
+        m = model_lib.load(_Args(self.v3), need_tokenizer=False)
+        os.environ["NFN_TILE_OPS_DIR"] = lib_dir
+        try:
+            engine, note = model_lib.start_engine(m, "cuda")
+        finally:
+            del os.environ["NFN_TILE_OPS_DIR"]
+        self.assertIsNone(note)
+        self.assertEqual(engine.backend, "cuda")
+        whole = engine.forward(ids, all_logits=True)
+        engine.reset()
+        steps = np.concatenate([engine.forward(ids[i:i + 1]) for i in range(T)])
+        np.testing.assert_allclose(whole, want, rtol=1e-4, atol=2e-4)
+        np.testing.assert_allclose(steps, want, rtol=1e-4, atol=2e-4)
+
     def test_exported_file_logits_against_numpy_forward(self):
         out = os.path.join(self.tmp, "hf_logits")
         code, _, err, _ = infer("--checkpoint", self.v3, "--export-hf", out)
