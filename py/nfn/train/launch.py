@@ -67,19 +67,13 @@ def resumed_manifest(args):
     return manifest if isinstance(manifest, dict) else None
 
 
-def resumed_tokenizer(args):
-    """The tokenizer in the manifest of the run that --resume continues, when it has one."""
-    tokenizer = (resumed_manifest(args) or {}).get("tokenizer")
-    return tokenizer if isinstance(tokenizer, str) and tokenizer else None
-
-
-def resume_data(args):
+def resume_data(args, manifest):
     """With --resume and no data named, the resumed run's own data (from its manifest), so a
     resumed run never drifts onto the demo corpus. Its name is a dataset alias, a shards
     path, or the path of pretraining text. True when it named the data."""
-    if not args.resume or args.dataset or args.pretraining_file or args.tinystories:
+    if not manifest or args.dataset or args.pretraining_file or args.tinystories:
         return False
-    dataset = (resumed_manifest(args) or {}).get("dataset")
+    dataset = manifest.get("dataset")
     name = dataset.get("name") if isinstance(dataset, dict) else None
     if not isinstance(name, str) or not name:
         return False  # a run the trainer made directly: nothing recorded to follow
@@ -93,13 +87,13 @@ def resume_data(args):
     return True
 
 
-def tokenizer_of(args):
+def tokenizer_of(args, manifest):
     """--tokenizer, else the resumed run's, else gpt2, except for the demo: no dataset, template
     or graph file named, so the embedded corpus with sp1024 (trained on it once, in seconds)."""
     if args.tokenizer:
         return args.tokenizer
-    resumed = resumed_tokenizer(args)
-    if resumed:
+    resumed = (manifest or {}).get("tokenizer")  # the resumed run's
+    if isinstance(resumed, str) and resumed:
         return resumed
     named = (args.dataset, args.pretraining_file, args.tinystories, args.template_name, args.graph_file)
     return "gpt2" if any(named) else DEMO_TOKENIZER
@@ -189,8 +183,9 @@ def run(args):
     if args.base_model not in ("gpt", "gpt2", "gpt3"):
         raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
                         "(gpt, gpt2 and gpt3 are ready)")
-    from_manifest = resume_data(args)
-    args.tokenizer = tokenizer_of(args)
+    manifest = resumed_manifest(args)
+    from_manifest = resume_data(args, manifest)
+    args.tokenizer = tokenizer_of(args, manifest)
     planning = args.print_command or args.dry_run or args.print_plan
     try:
         info, exists = resolve_dataset(args, prepare=not planning)
