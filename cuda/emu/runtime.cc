@@ -10,8 +10,12 @@
 // reading what nothing wrote shows up; each block's shared memory is poisoned the same way.
 // A fault names the kernel, block and thread.
 //
-// What this cannot show: timing, performance, data races between blocks (blocks never
-// overlap), memory-model subtleties, and whether nvcc compiles the code (CI does that).
+// Blocks run first to last, or last to first (nfn_emu_reverse_order, which also schedules
+// each block's threads from the other end): a result that differs between the two orders
+// depends on the order blocks run in, which a GPU does not fix (a float atomicAdd, a block
+// reading another's output). What this cannot show: timing, performance, races between
+// blocks that need them to overlap, memory-model subtleties, and whether nvcc compiles the
+// code (CI does that).
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -76,6 +80,10 @@ struct Block {
 };
 
 thread_local Block* running = nullptr;
+// nfn_emu_reverse_order: blocks run last to first, and each block's threads are scheduled
+// from the other end, so a result that depends on the order blocks run in (a float atomicAdd,
+// one block reading what another writes) changes between the two orders.
+bool reversed = false;
 thread_local cudaError_t last_error = cudaSuccess;
 thread_local std::vector<char*> stacks;  // kStackBytes each, a guard page below
 thread_local std::vector<char> shared_buffer;
@@ -244,7 +252,7 @@ void run_block(Block& b) {
   // odd ones: one warp runs as far ahead of the others as the barriers allow, in both
   // directions, so a shared-memory read or write missing its __syncthreads sees the wrong
   // data instead of passing by luck.
-  const bool backwards = (b.index.x + b.index.y + b.index.z) & 1;
+  const bool backwards = ((b.index.x + b.index.y + b.index.z) & 1) != reversed;
   int cursor = 0;  // threads before it are blocked or done, until the next release
   unsigned seen = b.releases;
   while (b.live > 0) {
@@ -295,17 +303,18 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   b.body = body;
   b.shared = shared;
   running = &b;
-  for (unsigned z = 0; z < g.z; ++z)
-    for (unsigned y = 0; y < g.y; ++y)
-      for (unsigned x = 0; x < g.x; ++x) {
-        b.index = uint3{x, y, z};
-        std::memset(shared, 0xff, cfg.shared_bytes);
-        std::memset(static_buffer, 0xff, static_dirty);
-        static_dirty = 0;
-        b.statics.clear();
-        b.static_used = 0;
-        run_block(b);
-      }
+  const unsigned long long blocks = 1ull * g.x * g.y * g.z;
+  for (unsigned long long n = 0; n < blocks; ++n) {
+    const unsigned long long i = reversed ? blocks - 1 - n : n;
+    b.index = uint3{static_cast<unsigned>(i % g.x), static_cast<unsigned>(i / g.x % g.y),
+                    static_cast<unsigned>(i / g.x / g.y)};
+    std::memset(shared, 0xff, cfg.shared_bytes);
+    std::memset(static_buffer, 0xff, static_dirty);
+    static_dirty = 0;
+    b.statics.clear();
+    b.static_used = 0;
+    run_block(b);
+  }
   running = nullptr;
 }
 
@@ -541,4 +550,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   return cudaSuccess;
+}
+
+// Exported from every library built on the emulator, found with dlsym: the op parity suite
+// runs each case in both orders and requires bitwise-equal results (determinism).
+extern "C" __attribute__((visibility("default"))) void nfn_emu_reverse_order(int on) {
+  nfn_emu::reversed = on != 0;
 }

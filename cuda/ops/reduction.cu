@@ -1,8 +1,13 @@
-// Sum of squares over many buffers in one launch: blocks walk a flattened index space,
-// reduce in fp32 per block, and add to the device-side result (the clip norm stays on GPU).
+// Sum of squares over many buffers in one launch: blocks walk a flattened index space and
+// reduce in fp32 into one partial each; a second, one-block launch adds the partials in a
+// fixed order into the device-side result (the clip norm stays on the GPU). No atomics, so
+// the sum, and the clip scale made from it, is the same bits on every run.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "cuda/ops/context.h"
+#include "cuda/ops/dtype.cuh"
 
 using nfn::cuda::fail;
 
@@ -16,35 +21,31 @@ struct BufList {
   int count;
 };
 
-template <typename T>
-__device__ float load_f32(const T* p, size_t i);
-template <>
-__device__ float load_f32<float>(const float* p, size_t i) { return p[i]; }
-template <>
-__device__ float load_f32<__nv_bfloat16>(const __nv_bfloat16* p, size_t i) {
-  return __bfloat162float(p[i]);
-}
+constexpr unsigned kBlock = 512, kMaxGrid = 1024;
 
 template <typename T>
-__global__ void sum_squares_kernel(BufList list, size_t total, float* out) {
+__global__ void sum_squares_kernel(BufList list, size_t total, float* partials) {
   float acc = 0.f;
   int b = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     while (i >= list.end[b]) ++b;
     size_t start = b == 0 ? 0 : list.end[b - 1];
-    float v = load_f32(static_cast<const T*>(list.ptr[b]), i - start);
+    float v = nfn::cuda::to_f32(static_cast<const T*>(list.ptr[b])[i - start]);
     acc += v * v;
   }
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-  __shared__ float warp_sums[32];
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.f;
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    if (threadIdx.x == 0) atomicAdd(out, acc);
-  }
+  __shared__ float shared[32];
+  acc = nfn::cuda::block_sum(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// *out = the sum of n partials, in the same order every time.
+__global__ void sum_partials_kernel(const float* partials, unsigned n, float* out) {
+  __shared__ float shared[32];
+  float acc = 0.f;
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+  acc = nfn::cuda::block_sum(acc, shared);
+  if (threadIdx.x == 0) *out = acc;
 }
 
 }  // namespace
@@ -67,17 +68,17 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
     list.end[b] = total;
   }
   list.count = nbufs;
-  NFN_CUDA_TRY(ctx, cudaMemsetAsync(out, 0, sizeof(float), ctx->stream), "sum_squares_many");
-  if (total == 0) return NFN_OK;
-  const unsigned block = 512, grid = nfn::cuda::grid_for(total, block) < 1024 ? nfn::cuda::grid_for(total, block) : 1024;
-  if (dtype == NFN_F32) {
-    sum_squares_kernel<float><<<grid, block, 0, ctx->stream>>>(list, total, out);
-  } else if (dtype == NFN_BF16) {
-    sum_squares_kernel<__nv_bfloat16><<<grid, block, 0, ctx->stream>>>(list, total, out);
-  } else {
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "sum_squares_many: unknown dtype %d",
-                static_cast<int>(dtype));
+  NFN_CHECK_DTYPE(ctx, dtype, "sum_squares_many");
+  if (total == 0) {
+    NFN_CUDA_TRY(ctx, cudaMemsetAsync(out, 0, sizeof(float), ctx->stream), "sum_squares_many");
+    return NFN_OK;
   }
+  const unsigned grid = std::min(nfn::cuda::grid_for(total, kBlock), kMaxGrid);
+  void* partials = nullptr;
+  NFN_TRY(nfn::cuda::scratch(ctx, grid * sizeof(float), &partials, "sum_squares_many"));
+  NFN_DISPATCH(dtype, T, sum_squares_kernel<T><<<grid, kBlock, 0, ctx->stream>>>(
+                             list, total, static_cast<float*>(partials)));
+  sum_partials_kernel<<<1, kMaxGrid, 0, ctx->stream>>>(static_cast<const float*>(partials), grid, out);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "sum_squares_many");
   return NFN_OK;
 }

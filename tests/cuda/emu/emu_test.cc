@@ -1,8 +1,8 @@
 // The CUDA emulator (cuda/emu) against what CUDA specifies: warp shuffles, barriers, the
 // mma.sync m16n8k16 product (through mma_layout.h's fragment loads, which
 // tests/cuda:mma_layout_test checks against the PTX ISA), launch limits, copy bounds, CUB's
-// sort; and that it stops with a message naming the kernel on a deadlock, an access past an
-// allocation, and a shuffle after lanes exited. Independent references: closed-form
+// sort, the two block orders; and that it stops with a message naming the kernel on a
+// deadlock, an access past an allocation, and a shuffle after lanes exited. Independent references: closed-form
 // expectations, a naive matrix product, std::stable_sort.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +117,20 @@ void check_sort() {
   EXPECT(same, "SortPairs is not a stable sort by key");
 }
 
+void check_block_order() {
+  for (bool reverse : {false, true}) {
+    std::vector<int> position, first;
+    emu_probe::block_order(reverse, &position, &first);
+    for (int b = 0; b < 6; ++b) {
+      const int want_position = reverse ? 5 - b : b;
+      const int want_first = (b % 3 + b / 3) % 2 != reverse ? 63 : 0;
+      EXPECT(position[b] == want_position && first[b] == want_first,
+             "%s order, block %d: ran at %d (want %d), thread %d first (want %d)",
+             reverse ? "reverse" : "forward", b, position[b], want_position, first[b], want_first);
+    }
+  }
+}
+
 void check_failures_are_reported() {
   int sig = 0;
   std::string err = run_in_child(emu_probe::deadlock, &sig);
@@ -148,6 +162,7 @@ int main() {
   check_mma();
   check_launch_limits();
   check_sort();
+  check_block_order();
   check_failures_are_reported();
   return nfn_test::finish("emu_test");
 }

@@ -6,6 +6,8 @@
 
 #include "cuda/ops/attention_mma.cuh"
 
+extern "C" void nfn_emu_reverse_order(int on);  // cuda/emu/runtime.cc
+
 namespace emu_probe {
 namespace {
 
@@ -29,6 +31,13 @@ __global__ void shuffle_kernel(int* xor_out, int* down_out) {
   const int t = threadIdx.x;
   xor_out[t] = __shfl_xor_sync(0xffffffffu, 10 * t, 5);
   down_out[t] = __shfl_down_sync(0xffffffffu, t, 3);
+}
+
+// The counters are floats: atomicAdd on float is what the emulator provides.
+__global__ void order_kernel(float* blocks_run, float* threads_run, int* position, int* first) {
+  const int b = blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) position[b] = static_cast<int>(atomicAdd(blocks_run, 1.f));
+  if (atomicAdd(&threads_run[b], 1.f) == 0.f) first[b] = threadIdx.x;
 }
 
 __global__ void rotation_kernel(int* out, bool barrier) {
@@ -104,6 +113,20 @@ std::vector<int> shared_rotation(bool barrier) {
   int* out = device_copy(std::vector<int>(512, -1));
   rotation_kernel<<<2, 256>>>(out, barrier);
   return take(out, 512);
+}
+
+void block_order(bool reverse, std::vector<int>* position, std::vector<int>* first_thread) {
+  float* blocks_run = device_copy(std::vector<float>(1, 0.f));
+  float* threads_run = device_copy(std::vector<float>(6, 0.f));
+  int* pos = device_copy(std::vector<int>(6, -1));
+  int* first = device_copy(std::vector<int>(6, -1));
+  nfn_emu_reverse_order(reverse);
+  order_kernel<<<dim3(3, 2), 64>>>(blocks_run, threads_run, pos, first);
+  nfn_emu_reverse_order(0);
+  cudaFree(blocks_run);
+  cudaFree(threads_run);
+  *position = take(pos, 6);
+  *first_thread = take(first, 6);
 }
 
 std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c) {

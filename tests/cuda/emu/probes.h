@@ -19,6 +19,11 @@ std::vector<int> shared_rotation(bool barrier);
 // b 16x8 (bf16 bits, row-major; b as k x n), c and the result 16x8 f32, row-major.
 std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c);
 
+// A grid of 3 x 2 blocks of 64 threads, run with nfn_emu_reverse_order(reverse): the
+// position at which each block ran (by linear block index), and the first of its threads
+// to run. Forward: blocks in index order, even blocks from thread 0, odd ones from thread 63.
+void block_order(bool reverse, std::vector<int>* position, std::vector<int>* first_thread);
+
 // What a thread reads from a static __shared__ int it never wrote, in a launch after one
 // that wrote it: the emulator's poison (-1), never 0 or the old value.
 int unwritten_shared();
