@@ -37,9 +37,9 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
     p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per attention path, the reference)")
-    p.add_argument("--attention", default="flash,flash_mma",
+    p.add_argument("--attention", default="flash_mma,cudnn",
                    help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
-                        "one that finishes is nfn's number (default: flash,flash_mma)")
+                        "one that finishes is nfn's number (default: flash_mma,cudnn; flash, on CUDA cores, is far slower)")
     p.add_argument("--rounds", type=int, default=7,
                    help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")

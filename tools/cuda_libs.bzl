@@ -9,6 +9,12 @@ without the wheel and finds the GPU machine's own copy there. Provides
   @local_cublaslt//:defs.bzl  HAS_CUBLASLT, CUBLASLT_INCLUDE, CUBLASLT_LIB_DIR
   @local_cublaslt//:headers   the headers, plus NFN_HAVE_CUBLASLT=1 (empty without them)
 
+local_cudnn: the cuDNN and cudnn-frontend headers tools/bootstrap.sh extracts into
+~/.cache/nfn/cudnn-headers (or $NFN_CUDNN_HEADERS); the attention=cudnn path compiles
+against them and opens libcudnn.so.9 at run time. Provides
+  @local_cudnn//:defs.bzl  HAS_CUDNN
+  @local_cudnn//:headers   the headers, plus NFN_HAVE_CUDNN=1 (empty without them)
+
 local_thunderkittens: the header-only ThunderKittens tree named by NFN_THUNDERKITTENS_DIR,
   @local_thunderkittens//:defs.bzl  HAS_THUNDERKITTENS, THUNDERKITTENS_REASON (why not)
 """
@@ -60,6 +66,40 @@ filegroup(name = "header_files", srcs = glob(["include/*.h"]))
 local_cublaslt = repository_rule(
     implementation = _local_cublaslt_impl,
     environ = ["NFN_DISABLE_CUDA", "PYTHON_BIN_PATH", "PATH"],
+    local = True,
+)
+
+def _local_cudnn_impl(rctx):
+    env = rctx.os.environ
+    root = env.get("NFN_CUDNN_HEADERS", "")
+    if not root:
+        cache = env.get("XDG_CACHE_HOME", "") or env.get("HOME", "") + "/.cache"
+        root = cache + "/nfn/cudnn-headers"
+    found = env.get("NFN_DISABLE_CUDA", "0") in ("", "0") and \
+            rctx.path(root + "/include/cudnn.h").exists and \
+            rctx.path(root + "/include/cudnn_frontend.h").exists
+    rctx.file("defs.bzl", "HAS_CUDNN = %r\n" % found)
+    if found:
+        rctx.symlink(root + "/include", "include")
+        build = """
+cc_library(
+    name = "headers",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl"]),
+    includes = ["include"],
+    defines = ["NFN_HAVE_CUDNN=1"],
+)
+"""
+    else:
+        build = """
+# No cuDNN headers (tools/bootstrap.sh fetches them where nvcc exists): attention=cudnn
+# reports why at run time.
+cc_library(name = "headers")
+"""
+    rctx.file("BUILD", 'package(default_visibility = ["//visibility:public"])\nexports_files(["defs.bzl"])\n' + build)
+
+local_cudnn = repository_rule(
+    implementation = _local_cudnn_impl,
+    environ = ["NFN_DISABLE_CUDA", "NFN_CUDNN_HEADERS", "XDG_CACHE_HOME", "HOME"],
     local = True,
 )
 

@@ -2,16 +2,16 @@
 # Every GPU check in one call on the device machine (no Bazel, no network there). Build and
 # copy first, here: tools/prepare_device.sh; then run with carry [".device"]:
 #   1. the op parity suite, CUDA library against the CPU library
-#   2. a short training run of a tiny GPT on cuda (f32, bf16, bf16 with the tensor-core
-#      attention) against the same run on cpu
+#   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
+#      tensor-core attention: flash_mma and cudnn) against the same run on cpu
 #      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
-#      attention on both paths, so the next session knows where a step's time goes
-#   4. tools/bench_train.py: GPT-2 124M with nfn (each attention path) and with the PyTorch
-#      reference, tokens/s, MFU and the ratio of nfn's fastest
+#      attention on all three paths, so the next session knows where a step's time goes
+#   4. tools/bench_train.py: GPT-2 124M with nfn (the tensor-core attention paths) and with the
+#      PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
-# own time limit, 560 s in all at worst, so give the device tool timeout_s 600.
+# own time limit, 530 s in all at worst, so give the device tool timeout_s 600.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/nfn-device-out}
@@ -31,22 +31,28 @@ work=/tmp/nfn-device
 rm -rf "$work" && cp -r "$root/.device" "$work" && chmod -R u+w "$work"
 for f in "$work"/lib/*.xz; do [ -e "$f" ] && xz -d "$f"; done
 # cuBLASLt from the PyTorch venv's nvidia wheels (the op library opens it at run time).
-cublas_dir=$(python3 - <<'PY'
+# cuBLASLt and cuDNN from the PyTorch venv's nvidia wheels (the op library opens them at run
+# time; cuDNN's own engine libraries are found on the loader path too).
+wheel_dir() {
+  python3 - "$@" <<'PY'
 import glob, site, sys
 for d in site.getsitepackages() + [site.getusersitepackages()]:
-    for hit in glob.glob(d + "/nvidia/cu13/lib/libcublasLt.so.13*") + glob.glob(d + "/nvidia/cublas/lib/libcublasLt.so.13*"):
-        print(hit.rsplit("/", 1)[0]); sys.exit(0)
+    for pattern in sys.argv[1:]:
+        for hit in glob.glob(d + pattern):
+            print(hit.rsplit("/", 1)[0]); sys.exit(0)
 PY
-)
-export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+cublas_dir=$(wheel_dir "/nvidia/cu13/lib/libcublasLt.so.13*" "/nvidia/cublas/lib/libcublasLt.so.13*")
+cudnn_dir=$(wheel_dir "/nvidia/cudnn/lib/libcudnn.so.9*")
+export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${cudnn_dir:+:$cudnn_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cpu_lib=$work/lib/libnfn_native_train_cpu_ops.so
 cuda_lib=$work/lib/libnfn_native_train_tile_ops.so
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
-echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}"
+echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}"
 
 # 1. op parity
 start=$SECONDS
-timeout 90 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
+timeout 60 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
 status=${PIPESTATUS[0]}
 summary=$(tail -n 1 "$out/parity.log")
 verdict=$([ "$status" = 0 ] && echo PASS || echo FAIL)
@@ -76,13 +82,14 @@ def shard(path, n):
 shard(sys.argv[1] + "/tiny_train_000000.bin", 200000)
 shard(sys.argv[1] + "/tiny_val_000000.bin", 20000)
 PY
-  common=(--num-layers 2 --num-heads 4 --model-dim 128 --vocab-size 512 --train-data "$data"
+  # Head size 64 (128 channels, 2 heads), so the tensor-core paths run rather than fall back.
+  common=(--num-layers 2 --num-heads 2 --model-dim 128 --vocab-size 512 --train-data "$data"
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
-  timeout 60 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
-  for run in f32:flash bf16:flash bf16:flash_mma; do
+  timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
+  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn; do
     dt=${run%%:*} attn=${run#*:}
-    timeout 30 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
+    timeout 25 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
     verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$out/train_cuda_${dt}_$attn.err" <<'PY'
@@ -106,18 +113,26 @@ fi
 
 # 3. per-op times at GPT-2 124M's geometry
 ops_log=$out/bench_ops.txt
+echo "== attention=flash_mma" > "$ops_log"
 timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
-  --configure attention=flash_mma > "$ops_log" 2>&1
+  --configure attention=flash_mma >> "$ops_log" 2>&1
 ops_status=$?
-timeout 20 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
-  --configure attention=flash --only attention >> "$ops_log" 2>&1 || ops_status=$?
+# Attention alone on the other two paths (a path that cannot run says why in the log).
+for attn in flash cudnn; do
+  echo "== attention=$attn" >> "$ops_log"
+  timeout 15 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
+    --configure attention=$attn --only attention >> "$ops_log" 2>&1 || echo "bench_ops attention=$attn failed" >> "$ops_log"
+done
 ops=$(python3 - "$ops_log" <<'PY'
 import re, sys
-runs, rows = [], None
+runs, rows, label, labels = [], None, "", []
 for line in open(sys.argv[1]).read().splitlines():
-    if line.startswith("cuda ("):  # a run's header
+    if line.startswith("== attention="):
+        label = line.split("attention=", 1)[1]
+    elif line.startswith("cuda ("):  # a run's header
         rows = {}
         runs.append(rows)
+        labels.append(label)
     elif rows is not None and (m := re.match(r"(.+?)\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+\S*\s+([\d.]+)$", line)):
         rows[m.group(1).strip()] = (float(m.group(3)), float(m.group(4)))  # ms a call, ms a micro-step
 if not runs or not runs[0]:
@@ -127,7 +142,7 @@ first = runs[0]
 total = sum(step for _, step in first.values())
 top = ", ".join(f"{n} {s:.1f}" for n, (_, s) in sorted(first.items(), key=lambda kv: -kv[1][1])[:3])
 attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attention_backward"))
-cmp = f"; attention fwd+bwd a call: flash_mma {attn(first):.2f} ms, flash {attn(runs[1]):.2f} ms" if len(runs) > 1 else ""
+cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs))
 print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}")
 PY
 )
@@ -135,6 +150,7 @@ row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FA
 
 # 4. throughput against the PyTorch reference
 timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+  --attention flash_mma,cudnn \
   > "$out/bench.json" 2> "$out/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys

@@ -153,7 +153,7 @@ package(default_visibility = ["//visibility:public"])
 exports_files(["defs.bzl"])
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["cuda_include/**/*.h", "cuda_include/**/*.hpp"]),
+    hdrs = glob(["cuda_include/**/*.h", "cuda_include/**/*.hpp", "cuda_include/nv/**"]),
     includes = ["cuda_include"],
 )
 cc_library(

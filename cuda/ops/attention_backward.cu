@@ -203,6 +203,8 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   NFN_TRY(check_args(ctx, "attention_backward", B, T, C, NH, dtype, &hd));
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_backward: null dqkv, dout, qkv, out or lse");
+  if (use_cudnn(ctx, dtype, hd, {dqkv, dout, qkv, out}))
+    return nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
   NFN_ATTENTION_DISPATCH(backward, dtype, hd, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
   return NFN_OK;
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/ops/attention_cudnn.h"
 #include "cuda/ops/context.h"
 #include "cuda/ops/cublaslt.h"
 #include "cuda/tk/bridge.h"
@@ -86,6 +87,7 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
 void nfn_ctx_destroy(nfn_ctx* ctx) {
   if (ctx == nullptr) return;
   nfn::cuda::gemm_release(ctx);
+  nfn::cuda::cudnn_release(ctx);
   if (ctx->scratch != nullptr) cudaFreeAsync(ctx->scratch, ctx->stream);
   if (ctx->stream != nullptr) {
     cudaStreamSynchronize(ctx->stream);
@@ -98,7 +100,7 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
   return ctx != nullptr ? ctx->last_error.c_str() : create_error.c_str();
 }
 
-// Options: attention=flash|flash_mma|thunderkittens (the kernels behind attention_forward/backward);
+// Options: attention=flash|flash_mma|cudnn|thunderkittens (the kernels behind attention_forward/backward);
 // lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size).
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
@@ -120,6 +122,12 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
       ctx->attention = nfn_attention_path::flash_mma;
       return NFN_OK;
     }
+    if (std::strcmp(value, "cudnn") == 0) {
+      if (const char* why = nfn::cuda::cudnn_unavailable_reason())
+        return fail(ctx, NFN_ERR_UNSUPPORTED, "configure: attention=cudnn: %s", why);
+      ctx->attention = nfn_attention_path::cudnn;
+      return NFN_OK;
+    }
     if (std::strcmp(value, "thunderkittens") == 0) {
       const char* why = nfn_tk_unavailable_reason();
       if (why != nullptr)
@@ -128,7 +136,7 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
       return NFN_OK;
     }
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
-                "configure: attention=%s is not one of flash, flash_mma, thunderkittens", value);
+                "configure: attention=%s is not one of flash, flash_mma, cudnn, thunderkittens", value);
   }
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
               key ? key : "(null)", value ? value : "(null)");
@@ -141,6 +149,7 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
   switch (ctx->attention) {
     case nfn_attention_path::thunderkittens: return "thunderkittens";
     case nfn_attention_path::flash_mma: return "flash_mma (nfn's tensor-core kernel)";
+    case nfn_attention_path::cudnn: return nfn::cuda::cudnn_path_name();
     default: return "flash_simt (nfn's own kernel)";
   }
 }

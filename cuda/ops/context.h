@@ -9,8 +9,9 @@
 
 // Which attention kernels attention_forward/backward run (ctx option "attention"):
 // flash_simt (CUDA cores, every dtype and head size), flash_mma (tensor cores for bf16 with
-// head size 64 or 128, flash_simt for the rest), thunderkittens (not written).
-enum class nfn_attention_path { flash_simt, flash_mma, thunderkittens };
+// head size 64 or 128, flash_simt for the rest), cudnn (cuDNN's SDPA where flash_mma
+// applies, flash_simt for the rest), thunderkittens (not written).
+enum class nfn_attention_path { flash_simt, flash_mma, cudnn, thunderkittens };
 
 struct nfn_ctx {
   int device = 0;
@@ -18,6 +19,7 @@ struct nfn_ctx {
   std::string last_error;
   void* cublaslt = nullptr;         // cublasLtHandle_t, created on first GEMM
   void* gemm_workspace = nullptr;   // cuBLASLt workspace (kGemmWorkspaceBytes)
+  void* cudnn = nullptr;            // cuDNN handle and graphs (attention_cudnn.cc), on first use
   void* scratch = nullptr;          // stream-ordered scratch, grown on demand
   size_t scratch_bytes = 0;
   nfn_attention_path attention = nfn_attention_path::flash_simt;

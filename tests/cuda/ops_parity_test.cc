@@ -16,6 +16,7 @@ using namespace parity;
 namespace {
 
 std::mt19937 rng(20240520);
+std::vector<std::string> not_run;  // checks the CUDA library refused to run, with its reason
 
 std::vector<int32_t> random_ids(size_t n, int bound, bool some_masked = false) {
   std::vector<int32_t> v(n);
@@ -180,7 +181,7 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 }
 
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
-// attention option for these calls ("flash" or "flash_mma"); the CPU ignores it.
+// attention option for these calls ("flash", "flash_mma" or "cudnn"); the CPU ignores it.
 void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
                            const std::string& path) {
   const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
@@ -224,15 +225,24 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
   for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
     check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
-  // attention=flash_mma: tensor cores for bf16 with head size 64 or 128 (T past one or more
-  // 64-row tiles, and not a multiple of 64); f32 and other head sizes fall back to flash_simt.
-  if (dt == NFN_BF16) {
-    for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
-                    Shape{1, 1024, 64, 1}})
-      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash_mma");
-    check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, "flash_mma");  // hd 16: fallback
-  } else {
-    check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, "flash_mma");  // f32: fallback
+  // attention=flash_mma and cudnn: tensor cores for bf16 with head size 64 or 128 (T past one
+  // or more 64-row tiles, and not a multiple of 64); f32 and other head sizes fall back to
+  // flash_simt. cudnn is checked where the library can load cuDNN (on a GPU machine with
+  // libcudnn.so.9); elsewhere the summary says why it was not.
+  for (const std::string path : {"flash_mma", "cudnn"}) {
+    if (path == "cudnn" && gpu.name() == "cuda" &&
+        gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") != NFN_OK) {
+      if (dt == NFN_F32) not_run.push_back(std::string(gpu.ops().ctx_last_error(gpu.ctx)));
+      continue;
+    }
+    if (dt == NFN_BF16) {
+      for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
+                      Shape{1, 1024, 64, 1}})
+        check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
+      check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback
+    } else {
+      check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
+    }
   }
   if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
@@ -460,6 +470,12 @@ int main(int argc, char** argv) {
   }
   gpu.ops().ctx_destroy(gpu.ctx);
   cpu.ops().ctx_destroy(cpu.ctx);
-  std::printf(failures ? "%d of %d checks failed\n" : "PASS: %d checks\n", failures ? failures : checks, checks);
+  std::string also;  // what was left out, and why (the last line is the summary)
+  for (const std::string& why : not_run) also += (also.empty() ? " (not run: " : "; ") + why;
+  if (!also.empty()) also += ")";
+  if (failures)
+    std::printf("%d of %d checks failed%s\n", failures, checks, also.c_str());
+  else
+    std::printf("PASS: %d checks%s\n", checks, also.c_str());
   return failures ? 1 : 0;
 }

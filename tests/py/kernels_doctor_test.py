@@ -1,9 +1,12 @@
 """`nfn kernels doctor`: what it finds, from fake nvcc/nvidia-smi programs and op libraries."""
+import importlib
 import os
 import stat
+import sys
 import tempfile
 import unittest
 
+from nfn import cuda_runtime
 from nfn.cli import kernels
 
 
@@ -80,6 +83,38 @@ class DoctorTest(unittest.TestCase):
             self.assertEqual(real["reason"], "")
         else:
             self.assertEqual(real["reason"], "configure: matmul=bf16 is not supported by oneDNN on this CPU")
+
+    def test_runtime_libraries_the_cuda_library_would_open(self):
+        # cuBLASLt from the nvidia-cublas wheel (tools/bootstrap.sh installs it where nvcc
+        # exists): the real library, opened as the CUDA op library would, with its version.
+        if cuda_runtime.wheel_copy("cublaslt"):
+            found = cuda_runtime.probe("cublaslt", {})
+            self.assertEqual(found["path"], cuda_runtime.wheel_copy("cublaslt"))
+            self.assertRegex(found["version"], r"^13\.\d+\.\d+$")
+        # A variable naming a file that is no library: the error names what was tried.
+        bogus = os.path.join(self.tmp.name, "libcudnn.so.9")
+        open(bogus, "w").close()
+        r = kernels.doctor_report(dict(self.env(), NFN_CUDNN_PATH=bogus), libcuda="libnfn-no-such-libcuda.so")
+        cudnn = r["runtime_libraries"]["cudnn"]
+        if cudnn["path"] is None:  # no libcudnn.so.9 on this machine's loader path either
+            self.assertIn(f"tried {bogus}, libcudnn.so.9", cudnn["error"])
+            self.assertIn("set NFN_CUDNN_PATH", kernels.format_report(r))
+        else:
+            self.assertEqual(cudnn["path"], "libcudnn.so.9")
+
+    def test_child_env_points_at_the_wheels_copy_unless_set(self):
+        root = os.path.join(self.tmp.name, "site")
+        lib = os.path.join(root, "nvidia", "cudnn", "lib")
+        os.makedirs(lib)
+        open(os.path.join(lib, "libcudnn.so.9"), "w").close()
+        sys.path.insert(0, root)
+        importlib.invalidate_caches()
+        try:
+            self.assertEqual(cuda_runtime.child_env({})["NFN_CUDNN_PATH"], os.path.join(lib, "libcudnn.so.9"))
+            self.assertEqual(cuda_runtime.child_env({"NFN_CUDNN_PATH": "/mine"})["NFN_CUDNN_PATH"], "/mine")
+        finally:
+            sys.path.remove(root)
+            importlib.invalidate_caches()
 
 
 if __name__ == "__main__":

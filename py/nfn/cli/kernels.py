@@ -2,8 +2,9 @@
 
   nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
   nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
-                                library `--backend auto` would load, and the CPU: its GEMM
-                                features and whether `--matmul bf16` runs on it
+                                library `--backend auto` would load, the cuBLASLt and cuDNN
+                                the CUDA one would open, and the CPU: its GEMM features and
+                                whether `--matmul bf16` runs on it
 """
 import json
 import os
@@ -160,6 +161,8 @@ def cpu_bf16_matmul(cpu_lib):
 
 
 def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
+    from nfn import cuda_runtime
+
     env = dict(os.environ if env is None else env)
     gpus = gpus_from_nvidia_smi(env) or gpus_from_libcuda(libcuda)
     cuda_lib, cpu_lib = find_library(CUDA_LIB, env), find_library(CPU_LIB, env)
@@ -176,12 +179,18 @@ def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
         "gpu": gpus,
         "op_libraries": {"cuda": cuda_lib, "cpu": cpu_lib},
         "auto_backend": {"would_load": would, "reason": why},
+        "runtime_libraries": {name: cuda_runtime.probe(name, env) for name in cuda_runtime.LIBRARIES},
         "cpu": dict(cpu_info(cpuinfo), bf16_matmul=cpu_bf16_matmul(cpu_lib)),
     }
 
 
 def format_report(r):
     tc, gpu, libs, auto, cpu = r["toolchain"], r["gpu"], r["op_libraries"], r["auto_backend"], r["cpu"]
+    rt = r["runtime_libraries"]
+
+    def runtime(lib):
+        return f"{lib['version']} ({lib['path']})" if lib["path"] else lib["error"]
+
     devices = ", ".join(d["name"] for d in gpu["devices"]) or gpu.get("error", "none")
     bf16 = cpu["bf16_matmul"]
     bf16_text = {True: "yes", False: "no", None: "unknown"}[bf16["supported"]]
@@ -192,6 +201,8 @@ def format_report(r):
         f"cuda ops     {libs['cuda'] or 'not found'}",
         f"cpu ops      {libs['cpu'] or 'not found'}",
         f"auto loads   {auto['would_load'] or 'nothing'}: {auto['reason']}",
+        f"cuBLASLt     {runtime(rt['cublaslt'])}",
+        f"cuDNN        {runtime(rt['cudnn'])} (attention=cudnn)",
         f"cpu          {cpu['model']} ({' '.join(cpu['features']) or 'none of ' + ' '.join(CPU_FEATURES)})",
         f"bf16 matmul  {bf16_text}" + (f" ({bf16['reason']})" if bf16["reason"] else ""),
     ])

@@ -58,8 +58,10 @@ def register(sub):
     opts.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     opts.add_argument("--matmul", choices=["f32", "bf16"],
                      help="CPU GEMM compute (bf16: f32 accumulation, where the CPU has bf16 units)")
-    opts.add_argument("--attention", choices=["flash", "flash_mma", "thunderkittens"],
-                     help="CUDA attention kernels (default: flash, on CUDA cores)")
+    opts.add_argument("--attention", choices=["flash", "flash_mma", "cudnn", "thunderkittens"],
+                     help="CUDA attention kernels: flash (CUDA cores, the default), flash_mma (tensor "
+                          "cores) or cudnn (cuDNN SDPA) where bf16 and head size 64 or 128, flash "
+                          "elsewhere; thunderkittens")
     opts.add_argument("--output-dir", help="checkpoint directory (default: under the artifacts dir)")
     opts.add_argument("--resume", help="auto, or a checkpoint path")
     opts.add_argument("--dry-run", action="store_true", help="print the plan JSON without training")

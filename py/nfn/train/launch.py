@@ -10,7 +10,7 @@ import shlex
 import subprocess
 import sys
 
-from nfn import fileio, paths
+from nfn import cuda_runtime, fileio, paths
 from nfn.errors import UserError
 
 BINARY_ENV = "NFN_NATIVE_BIN_DIR"
@@ -199,7 +199,7 @@ def run(args):
         note = "" if exists else "  # dataset not prepared yet: `nfn train` would prepare it first"
         print(shlex.join(argv) + note)
         return 0
-    proc = subprocess.run(argv)
+    proc = subprocess.run(argv, env=cuda_runtime.child_env())
     if proc.returncode != 0 or args.dry_run or args.print_plan:
         return proc.returncode
     report_path = os.path.join(output_dir(args), "report.json")
