@@ -86,6 +86,8 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
 
 void nfn_ctx_destroy(nfn_ctx* ctx) {
   if (ctx == nullptr) return;
+  // Work still queued may use the cuDNN plans and the GEMM workspace: finish it first.
+  if (ctx->stream != nullptr) cudaStreamSynchronize(ctx->stream);
   nfn::cuda::gemm_release(ctx);
   nfn::cuda::cudnn_release(ctx);
   if (ctx->scratch != nullptr) cudaFreeAsync(ctx->scratch, ctx->stream);
