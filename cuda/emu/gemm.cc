@@ -40,13 +40,15 @@ float gelu_tanh(float x) {
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return NFN_OK;
+  const bool with_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  if (with_aux && !gelu_aux_ld_ok(g))
+    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt's GELU epilogue needs m=%d divisible by 8", op, g.m);
   const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
   if (g.lda < a_rows || g.ldb < b_rows || g.ldd < g.m)
     return fail(ctx, NFN_ERR_BACKEND, "%s: leading dimension below the rows (lda=%d ldb=%d ldd=%d)", op, g.lda,
                 g.ldb, g.ldd);
   const bool with_bias = g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias;
-  const bool with_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
   const char* outside = nullptr;
   if (!nfn_emu::inside_device(g.a, extent(a_rows, a_cols, g.lda, g.ab))) outside = "A";
   if (!nfn_emu::inside_device(g.b, extent(b_rows, b_cols, g.ldb, g.ab))) outside = "B";

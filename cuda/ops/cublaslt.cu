@@ -133,6 +133,9 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   });
   if (!load_error.empty()) return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %s", op, load_error.c_str());
   if (g.m == 0 || g.n == 0) return NFN_OK;
+  const bool with_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  if (with_aux && !gelu_aux_ld_ok(g))
+    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt's GELU epilogue needs m=%d divisible by 8", op, g.m);
   if (ctx->cublaslt == nullptr) {
     cublasLtHandle_t handle = nullptr;
     cublasStatus_t st = api.create(&handle);
@@ -164,7 +167,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias)
     LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-  if (g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias) {
+  if (with_aux) {
     int64_t ld_aux = g.m;
     LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
     LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux));

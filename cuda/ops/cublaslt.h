@@ -11,6 +11,8 @@ enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias };
 // Column-major D (m,n) = op(A) op(B) + beta * D, A (m,k) after op, B (k,n) after op, with
 // an optional epilogue: + bias (m), then GELU with the pre-activation stored in aux (ld m).
 // A and B are `ab` (f32 or bf16), D is `d` (f32 or bf16). f32 inputs use plain f32 math.
+// cuBLASLt wants the aux leading dimension divisible by 8 (gelu_aux_ld_ok); a GELU epilogue
+// without it, or a shape cuBLASLt has no kernel for, returns NFN_ERR_UNSUPPORTED.
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
@@ -28,6 +30,9 @@ struct GemmArgs {
 };
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);
+
+// cuBLASLt's rule for the GELU input matrix: leading dimension (here m) divisible by 8.
+inline bool gelu_aux_ld_ok(const GemmArgs& g) { return g.m % 8 == 0; }
 
 // Frees the context's cuBLASLt handle and workspace.
 void gemm_release(nfn_ctx* ctx);

@@ -56,11 +56,12 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
     g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
     return nfn::cuda::gemm(ctx, op, g);
   }
-  // bf16: GELU fused into the GEMM (GELU_AUX_BIAS). f32 keeps our own GELU kernel, the
-  // CPU's exact formula, so f32 results hold to 1e-5 whatever approximation cuBLASLt uses.
-  if (dtype == NFN_BF16) {
-    g.epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux;
-    g.aux = aux;
+  // bf16: GELU fused into the GEMM (GELU_AUX_BIAS) where cuBLASLt allows it. f32 keeps our
+  // own GELU kernel, the CPU's exact formula, so f32 results hold to 1e-5 whatever
+  // approximation cuBLASLt uses.
+  g.aux = aux;
+  g.epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux;
+  if (dtype == NFN_BF16 && nfn::cuda::gelu_aux_ld_ok(g)) {
     nfn_status s = nfn::cuda::gemm(ctx, op, g);
     if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
   }
