@@ -91,14 +91,23 @@ PY
     dt=${run%%:*} attn=${run#*:}
     timeout 25 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
+    status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
-    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$out/train_cuda_${dt}_$attn.err" <<'PY'
+    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$status" <<'PY'
 import json, sys
-try:
-    cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
-except Exception as e:
-    err = open(sys.argv[4]).read().strip().splitlines()
-    print("FAIL", f"no report: {err[-1][:160] if err else e}"); sys.exit()
+
+def report(path, status):
+    """The run's JSON report, or a FAIL line saying why there is none."""
+    try:
+        return json.load(open(path))
+    except Exception as e:
+        err = open(path[:-len(".json")] + ".err").read().strip().splitlines()
+        why = "ran past its time limit" if status == "124" else "no report"
+        print("FAIL", f"{path.rsplit('/', 1)[-1][:-5]}: {why}: {err[-1][:160] if err else e}")
+        sys.exit()
+
+cpu = report(sys.argv[1], "")
+gpu = report(sys.argv[2], sys.argv[4])
 a, b = cpu["train_losses"], gpu["train_losses"]
 a = [loss for _, loss in a]  # rows are [step, loss]
 b = [loss for _, loss in b]
