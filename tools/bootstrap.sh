@@ -40,33 +40,35 @@ fi
 # cuDNN and cudnn-frontend headers for the CUDA op library's attention=cudnn path
 # (tools/cuda_libs.bzl), only where nvcc exists and CUDA is on. Only the headers are kept
 # (4 MB, extracted from the wheels; the library opens the GPU machine's libcudnn.so.9 at run
-# time), in a folder stamped with the versions, written whole or not at all. cuDNN 9.19.0.56
+# time), plus libcudnn.so.9 itself, cuDNN's 140 KB dispatcher, for tests/cuda's loading test;
+# in a folder stamped with the versions, written whole or not at all. cuDNN 9.19.0.56
 # is what PyTorch 2.11's CUDA 13 wheels pin (the GPU machines' runtime); frontend 1.16 is the
 # last without NVRTC glue, whose header the toolkit here lacks.
-cudnn_version=9.19.0.56 frontend_version=1.16.0
+cudnn_version=9.19.0.56 frontend_version=1.16.0 layout=2
 cudnn_dir=${XDG_CACHE_HOME:-$HOME/.cache}/nfn/cudnn-headers
 if [ "${NFN_DISABLE_CUDA:-0}" = 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
-   [ "$(cat "$cudnn_dir/VERSION" 2>/dev/null)" != "$cudnn_version $frontend_version" ]; then
+   [ "$(cat "$cudnn_dir/VERSION" 2>/dev/null)" != "$cudnn_version $frontend_version $layout" ]; then
   echo "bootstrap: fetching cuDNN $cudnn_version and cudnn-frontend $frontend_version headers" >&2
   tmp=$(mktemp -d)
   "$python" -m pip download -q --disable-pip-version-check --no-deps -d "$tmp/wheels" \
     "nvidia-cudnn-cu13==$cudnn_version" "nvidia-cudnn-frontend==$frontend_version" >&2
-  "$python" - "$tmp/wheels" "$tmp/new/include" <<'PY'
+  "$python" - "$tmp/wheels" "$tmp/new" <<'PY'
 import glob, os, sys, zipfile
 wheels, out = sys.argv[1], sys.argv[2]
-os.makedirs(out)
+# cudnn: nvidia/cudnn/include/*.h and the dispatcher; frontend: include/** (subfolders kept)
+wanted = {"nvidia/cudnn/include/": "include/", "include/": "include/",
+          "nvidia/cudnn/lib/libcudnn.so.9": "lib/libcudnn.so.9"}
 for wheel in glob.glob(os.path.join(wheels, "*.whl")):
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
-            # cudnn: nvidia/cudnn/include/*.h; frontend: include/** (its own subfolders kept)
-            for prefix in ("nvidia/cudnn/include/", "include/"):
+            for prefix, to in wanted.items():
                 if name.startswith(prefix) and not name.endswith("/"):
-                    dest = os.path.join(out, name[len(prefix):])
+                    dest = os.path.join(out, to + name[len(prefix):])
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
                     with open(dest, "wb") as f:
                         f.write(z.read(name))
 PY
-  echo "$cudnn_version $frontend_version" > "$tmp/new/VERSION"
+  echo "$cudnn_version $frontend_version $layout" > "$tmp/new/VERSION"
   mkdir -p "$(dirname "$cudnn_dir")"
   rm -rf "$cudnn_dir" && mv "$tmp/new" "$cudnn_dir"
   rm -rf "$tmp"

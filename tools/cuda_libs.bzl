@@ -14,6 +14,7 @@ local_cudnn: the cuDNN and cudnn-frontend headers tools/bootstrap.sh extracts in
 against them and opens libcudnn.so.9 at run time. Provides
   @local_cudnn//:defs.bzl  HAS_CUDNN
   @local_cudnn//:headers   the headers, plus NFN_HAVE_CUDNN=1 (empty without them)
+  @local_cudnn//:dispatcher  libcudnn.so.9 alone (cuDNN's dispatcher, for a loading test)
 
 local_thunderkittens: the header-only ThunderKittens tree named by NFN_THUNDERKITTENS_DIR,
   @local_thunderkittens//:defs.bzl  HAS_THUNDERKITTENS, THUNDERKITTENS_REASON (why not)
@@ -81,6 +82,8 @@ def _local_cudnn_impl(rctx):
     rctx.file("defs.bzl", "HAS_CUDNN = %r\n" % found)
     if found:
         rctx.symlink(root + "/include", "include")
+        if rctx.path(root + "/lib/libcudnn.so.9").exists:
+            rctx.symlink(root + "/lib", "lib")
         build = """
 cc_library(
     name = "headers",
@@ -95,7 +98,8 @@ cc_library(
 # reports why at run time.
 cc_library(name = "headers")
 """
-    rctx.file("BUILD", 'package(default_visibility = ["//visibility:public"])\nexports_files(["defs.bzl"])\n' + build)
+    rctx.file("BUILD", 'package(default_visibility = ["//visibility:public"])\nexports_files(["defs.bzl"])\n' +
+              'filegroup(name = "dispatcher", srcs = glob(["lib/libcudnn.so.9"]))\n' + build)
 
 local_cudnn = repository_rule(
     implementation = _local_cudnn_impl,

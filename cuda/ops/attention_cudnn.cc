@@ -82,6 +82,21 @@ void load_cudnn() {
     load_error = "libcudnn.so.9 has no cudnnGetVersion";
     return;
   }
+  // libcudnn.so.9 only dispatches: its first call opens libcudnn_graph.so.9 (beside it, or
+  // on the loader path) and aborts the process when that is missing. Look first.
+  Dl_info info{};
+  std::string graph = "libcudnn_graph.so.9";
+  if (dladdr(reinterpret_cast<void*>(get_version), &info) != 0 && info.dli_fname != nullptr) {
+    const std::string self = info.dli_fname;
+    const size_t slash = self.rfind('/');
+    if (slash != std::string::npos) graph = self.substr(0, slash + 1) + graph;
+  }
+  void* sub = dlopen(graph.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (sub == nullptr) sub = dlopen("libcudnn_graph.so.9", RTLD_LAZY | RTLD_LOCAL);
+  if (sub == nullptr) {
+    load_error = "libcudnn.so.9 was found but its libcudnn_graph.so.9 was not (a partial cuDNN install)";
+    return;
+  }
   const size_t v = get_version();  // major * 10000 + minor * 100 + patch since cuDNN 9
   if (v < 90000) {
     load_error = "cuDNN " + std::to_string(v) + " is older than 9.0";

@@ -7,25 +7,28 @@
 
 #include "cuda/ops/context.h"
 
+// Visible although attention_cudnn.cc is compiled with hidden visibility.
+#define NFN_CUDNN_API __attribute__((visibility("default")))
+
 namespace nfn::cuda {
 
 // nullptr when cuDNN is loaded and usable, else why not (one line). Loads it on first call.
-const char* cudnn_unavailable_reason();
+NFN_CUDNN_API const char* cudnn_unavailable_reason();
 
 // "cuDNN <version> SDPA" once loaded, for the runtime report.
-const char* cudnn_path_name();
+NFN_CUDNN_API const char* cudnn_path_name();
 
 // out (B,T,C) and lse (B*NH*T, natural log of the scaled scores' sum of exponentials) from
 // qkv (B,T,3C); bf16, head size 64 or 128, tensors 16-byte aligned.
-nfn_status cudnn_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C,
+NFN_CUDNN_API nfn_status cudnn_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C,
                          int NH);
 
 // dqkv (B,T,3C, overwritten) from dout, qkv, out and lse; same conditions. Deterministic
 // (cuDNN's deterministic backward: no atomics in dQ).
-nfn_status cudnn_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
+NFN_CUDNN_API nfn_status cudnn_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
                           const void* out, const float* lse, int B, int T, int C, int NH);
 
 // Frees the context's cuDNN handle and cached graphs (ctx_destroy).
-void cudnn_release(nfn_ctx* ctx);
+NFN_CUDNN_API void cudnn_release(nfn_ctx* ctx);
 
 }  // namespace nfn::cuda
