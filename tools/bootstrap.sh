@@ -50,9 +50,11 @@ if [ "${NFN_DISABLE_CUDA:-0}" = 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x
    [ "$(cat "$cudnn_dir/VERSION" 2>/dev/null)" != "$cudnn_version $frontend_version $layout" ]; then
   echo "bootstrap: fetching cuDNN $cudnn_version and cudnn-frontend $frontend_version headers" >&2
   tmp=$(mktemp -d)
-  "$python" -m pip download -q --disable-pip-version-check --no-deps -d "$tmp/wheels" \
-    "nvidia-cudnn-cu13==$cudnn_version" "nvidia-cudnn-frontend==$frontend_version" >&2
-  "$python" - "$tmp/wheels" "$tmp/new" <<'PY'
+  # Optional: without the headers attention=cudnn compiles to a reason, so a failed fetch
+  # warns and the rest goes on (the next run tries again).
+  if "$python" -m pip download -q --disable-pip-version-check --no-deps -d "$tmp/wheels" \
+       "nvidia-cudnn-cu13==$cudnn_version" "nvidia-cudnn-frontend==$frontend_version" >&2 &&
+     "$python" - "$tmp/wheels" "$tmp/new" <<'PY'
 import glob, os, sys, zipfile
 wheels, out = sys.argv[1], sys.argv[2]
 # cudnn: nvidia/cudnn/include/*.h and the dispatcher; frontend: include/** (subfolders kept)
@@ -68,8 +70,12 @@ for wheel in glob.glob(os.path.join(wheels, "*.whl")):
                     with open(dest, "wb") as f:
                         f.write(z.read(name))
 PY
-  echo "$cudnn_version $frontend_version $layout" > "$tmp/new/VERSION"
-  mkdir -p "$(dirname "$cudnn_dir")"
-  rm -rf "$cudnn_dir" && mv "$tmp/new" "$cudnn_dir"
+  then
+    echo "$cudnn_version $frontend_version $layout" > "$tmp/new/VERSION"
+    mkdir -p "$(dirname "$cudnn_dir")"
+    rm -rf "$cudnn_dir" && mv "$tmp/new" "$cudnn_dir"
+  else
+    echo "bootstrap: could not fetch the cuDNN headers; attention=cudnn will say it was not built" >&2
+  fi
   rm -rf "$tmp"
 fi
