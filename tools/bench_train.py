@@ -15,6 +15,7 @@ import array
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,7 +123,10 @@ def run_nfn(args, workdir, attention):
     except ValueError as e:
         return {"error": str(e)}
     tps = args.batch_size * args.seq_len * len(times) / sum(times)
+    # Host time to issue a step against the step: near 1, launches bound the step (graphs pay).
+    enqueue = (report.get("enqueue_seconds") or [])[CUDA_WARMUP_STEPS:]
     return {"impl": "nfn", "tokens_per_s": tps, "step_ms": 1e3 * sum(times) / len(times),
+            "enqueue_ms": 1e3 * statistics.median(enqueue) if enqueue else None,
             "mfu": tps * flops_per_token(seq_len=args.seq_len) / (args.peak_tflops * 1e12),
             "final_loss": report.get("final_train_loss"),
             "op_library": report.get("op_library")}

@@ -168,7 +168,10 @@ try:
 except Exception as e:
     print(f"FAIL no result ({e})"); sys.exit()
 def cell(x):
-    return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%" if "tokens_per_s" in x else x.get("error", "?")[:120]
+    if "tokens_per_s" not in x:
+        return x.get("error", "?")[:120]
+    host = f" host {x['enqueue_ms']:.1f}/{x['step_ms']:.1f} ms" if x.get("enqueue_ms") else ""  # launch-bound if near
+    return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%{host}"
 paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
 print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
 PY

@@ -232,6 +232,10 @@ int run_training(const TrainConfig& c) {
 
   Phases ph;
   Json train_losses = Json::array(), val_losses = Json::array(), step_seconds = Json::array();
+  // Host time to issue each step's work, up to its one synchronization (the scalar read). On
+  // CUDA a step whose enqueue time nears its step time is bound by launch overhead, the case
+  // CUDA graphs would help; on the CPU the ops run as they are issued, so it is the step.
+  Json enqueue_seconds = Json::array();
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   const float grad_scale = 1.0f / static_cast<float>(c.train_batch_tokens);
   double train_time = 0;
@@ -272,6 +276,7 @@ int run_training(const TrainConfig& c) {
                               static_cast<float>(c.eps), static_cast<float>(c.weight_decay),
                               static_cast<float>(c.max_grad_norm), &error))
       return fail(error);
+    enqueue_seconds.push(seconds_since(t_step));
     float loss_sum = 0, sumsq = 0;
     if (!model.read_scalars(&loss_sum, &sumsq, &error)) return fail(error);
     ph.optimizer += seconds_since(t0);
@@ -337,6 +342,7 @@ int run_training(const TrainConfig& c) {
   report.set("phase_seconds", phases);
   report.set("train_losses", train_losses);
   report.set("step_seconds", step_seconds);
+  report.set("enqueue_seconds", enqueue_seconds);
   report.set("final_train_loss", std::isfinite(last_loss) ? Json(static_cast<double>(last_loss)) : Json());
   report.set("validation_losses", val_losses);
   report.set("final_validation_loss", std::isfinite(final_val) ? Json(static_cast<double>(final_val)) : Json());
