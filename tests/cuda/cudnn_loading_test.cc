@@ -3,13 +3,12 @@
 // (libcudnn.so.9 from the wheel, which tools/bootstrap.sh keeps beside the headers) without
 // its engine libraries, a one-line reason where cuDNN itself would abort the process. The
 // answer is computed once per process, so each case runs in a child.
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "cuda/ops/attention_cudnn.h"
+#include "tests/cc/child.h"
 #include "tests/cc/expect.h"
 
 namespace {
@@ -17,27 +16,13 @@ namespace {
 // The reason (or "usable: <path name>") from a child process with NFN_CUDNN_PATH=path;
 // *exit_code is the child's status (non-zero when it died, as cuDNN's abort would).
 std::string reason_with(const std::string& path, int* exit_code) {
-  int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
+  const nfn_test::ChildResult r = nfn_test::run_in_child([&] {
     setenv("NFN_CUDNN_PATH", path.c_str(), 1);
     const char* why = nfn::cuda::cudnn_unavailable_reason();
-    const std::string text = why ? why : std::string("usable: ") + nfn::cuda::cudnn_path_name();
-    if (write(fds[1], text.data(), text.size()) < 0) _exit(3);
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
+    std::fputs(why ? why : (std::string("usable: ") + nfn::cuda::cudnn_path_name()).c_str(), stderr);
+  });
+  *exit_code = r.signal ? 128 + r.signal : r.exit_code;
+  return r.err;
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }

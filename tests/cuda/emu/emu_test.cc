@@ -4,9 +4,6 @@
 // sort, the two block orders; and that it stops with a message naming the kernel on a
 // deadlock, an access past an allocation, and a shuffle after lanes exited. Independent references: closed-form
 // expectations, a naive matrix product, std::stable_sort.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,32 +11,17 @@
 #include <string>
 
 #include "cc/util/bf16.h"
+#include "tests/cc/child.h"
 #include "tests/cc/expect.h"
 #include "tests/cuda/emu/probes.h"
 
 namespace {
 
-// Runs fn in a child process; its stderr, and whether it died of a signal (and which).
+// Runs fn in a child process; its stderr, and the signal that ended it (0 if none).
 std::string run_in_child(void (*fn)(), int* signal_number) {
-  int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    fn();
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string err;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  return err;
+  const nfn_test::ChildResult r = nfn_test::run_in_child(fn);
+  *signal_number = r.signal;
+  return r.err;
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
