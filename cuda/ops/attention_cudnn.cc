@@ -42,6 +42,7 @@ void cudnn_release(nfn_ctx*) {}
 #define CUDNN_FRONTEND_SKIP_JSON_LIB
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -119,8 +120,15 @@ struct State {
   std::map<std::array<int, 5>, Plan> plans;  // (backward, B, T, NH, HS)
 };
 
+// The frontend's message, then cuDNN's own last error, which names what is missing where the
+// frontend only says no engine fits (e.g. "Could not open libnvrtc": cuDNN's SDPA engines are
+// compiled at run time, so NVRTC and the driver must be loadable).
 nfn_status frontend_fail(nfn_ctx* ctx, const char* op, const char* step, fe::error_t err) {
-  return fail(ctx, NFN_ERR_BACKEND, "%s: cuDNN %s: %s", op, step, err.get_message().c_str());
+  std::string backend = fe::detail::get_last_error_string_();
+  std::replace(backend.begin(), backend.end(), '\n', ' ');
+  if (backend.size() > 300) backend.resize(300);
+  return fail(ctx, NFN_ERR_BACKEND, "%s: cuDNN %s: %s%s%s", op, step, err.get_message().c_str(),
+              backend.empty() ? "" : " (cuDNN: ", backend.empty() ? "" : (backend + ")").c_str());
 }
 
 // The context's handle (on its stream), created on first use.
