@@ -32,7 +32,8 @@ rm -rf "$work" && cp -r "$root/.device" "$work" && chmod -R u+w "$work"
 for f in "$work"/lib/*.xz; do [ -e "$f" ] && xz -d "$f"; done
 # cuBLASLt from the PyTorch venv's nvidia wheels (the op library opens it at run time).
 # cuBLASLt and cuDNN from the PyTorch venv's nvidia wheels (the op library opens them at run
-# time; cuDNN's own engine libraries are found on the loader path too).
+# time; cuDNN's own engine libraries are found on the loader path too), and NVRTC, which
+# cuDNN's SDPA engines need to compile their kernels.
 wheel_dir() {
   python3 - "$@" <<'PY'
 import glob, site, sys
@@ -44,11 +45,13 @@ PY
 }
 cublas_dir=$(wheel_dir "/nvidia/cu13/lib/libcublasLt.so.13*" "/nvidia/cublas/lib/libcublasLt.so.13*")
 cudnn_dir=$(wheel_dir "/nvidia/cudnn/lib/libcudnn.so.9*")
-export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${cudnn_dir:+:$cudnn_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvrtc_dir=$(wheel_dir "/nvidia/cu13/lib/libnvrtc.so.13*" "/nvidia/cuda_nvrtc/lib/libnvrtc.so.13*")
+[ "$nvrtc_dir" = "$cublas_dir" ] && nvrtc_dir=
+export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${cudnn_dir:+:$cudnn_dir}${nvrtc_dir:+:$nvrtc_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cpu_lib=$work/lib/libnfn_native_train_cpu_ops.so
 cuda_lib=$work/lib/libnfn_native_train_tile_ops.so
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
-echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}"
+echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}; NVRTC from ${nvrtc_dir:-${cublas_dir:-nowhere}}"
 
 # 1. op parity
 start=$SECONDS
