@@ -45,13 +45,13 @@ PY
 }
 cublas_dir=$(wheel_dir "/nvidia/cu13/lib/libcublasLt.so.13*" "/nvidia/cublas/lib/libcublasLt.so.13*")
 cudnn_dir=$(wheel_dir "/nvidia/cudnn/lib/libcudnn.so.9*")
-nvrtc_dir=$(wheel_dir "/nvidia/cu13/lib/libnvrtc.so.13*" "/nvidia/cuda_nvrtc/lib/libnvrtc.so.13*")
-[ "$nvrtc_dir" = "$cublas_dir" ] && nvrtc_dir=
+nvrtc_found=$(wheel_dir "/nvidia/cu13/lib/libnvrtc.so.13*" "/nvidia/cuda_nvrtc/lib/libnvrtc.so.13*")
+nvrtc_dir=$([ "$nvrtc_found" != "$cublas_dir" ] && echo "$nvrtc_found")
 export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${cudnn_dir:+:$cudnn_dir}${nvrtc_dir:+:$nvrtc_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cpu_lib=$work/lib/libnfn_native_train_cpu_ops.so
 cuda_lib=$work/lib/libnfn_native_train_tile_ops.so
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
-echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}; NVRTC from ${nvrtc_dir:-${cublas_dir:-nowhere}}"
+echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}; NVRTC from ${nvrtc_found:-nowhere}"
 
 # 1. op parity
 start=$SECONDS
