@@ -40,7 +40,7 @@ def parse_args(argv):
     p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per attention path, the reference)")
     p.add_argument("--attention", default="flash_mma,cudnn",
                    help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
-                        "one that finishes is nfn's number (default: flash_mma,cudnn; flash, on CUDA cores, is far slower)")
+                        "one that finishes is nfn's number (default: flash_mma,cudnn; add flash, on CUDA cores, to time it too)")
     p.add_argument("--rounds", type=int, default=7,
                    help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")

@@ -51,12 +51,12 @@ def probe(name, env=None):
 
     var, filename, _, version_fn = LIBRARIES[name]
     env = child_env(env)
-    tried, errors = [p for p in (env.get(var), filename) if p], []
-    for path in tried:
+    tried = []
+    for path in [p for p in (env.get(var), filename) if p]:
         try:
             lib = ctypes.CDLL(path)
-        except OSError as e:
-            errors.append(str(e).split(":")[-1].strip() or path)
+        except OSError as e:  # "<path>: <why>"; keep the why
+            tried.append(f"{path}: {str(e).rsplit(': ', 1)[-1]}")
             continue
         fn = getattr(lib, version_fn, None)
         if fn is None:
@@ -64,4 +64,4 @@ def probe(name, env=None):
         fn.restype = ctypes.c_size_t
         return {"path": path, "version": _version(int(fn()))}
     return {"path": None, "version": None,
-            "error": f"cannot open {filename} (tried {', '.join(tried)}; set {var} or LD_LIBRARY_PATH)"}
+            "error": f"cannot open {filename} (tried {'; '.join(tried)}; set {var} or LD_LIBRARY_PATH)"}

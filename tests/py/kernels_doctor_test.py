@@ -97,7 +97,8 @@ class DoctorTest(unittest.TestCase):
         r = kernels.doctor_report(dict(self.env(), NFN_CUDNN_PATH=bogus), libcuda="libnfn-no-such-libcuda.so")
         cudnn = r["runtime_libraries"]["cudnn"]
         if cudnn["path"] is None:  # no libcudnn.so.9 on this machine's loader path either
-            self.assertIn(f"tried {bogus}, libcudnn.so.9", cudnn["error"])
+            self.assertIn(f"tried {bogus}: ", cudnn["error"])  # with why it did not load
+            self.assertIn("; libcudnn.so.9: ", cudnn["error"])
             self.assertIn("set NFN_CUDNN_PATH", kernels.format_report(r))
         else:
             self.assertEqual(cudnn["path"], "libcudnn.so.9")
