@@ -40,9 +40,8 @@ float gelu_tanh(float x) {
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return NFN_OK;
-  const bool with_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
-  if (with_aux && !gelu_aux_ld_ok(g))
-    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt's GELU epilogue needs m=%d divisible by 8", op, g.m);
+  NFN_TRY(check_gelu_aux(ctx, op, g));
+  const bool with_aux = has_gelu_aux(g);
   const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
   if (g.lda < a_rows || g.ldb < b_rows || g.ldd < g.m)

@@ -133,9 +133,8 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   });
   if (!load_error.empty()) return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %s", op, load_error.c_str());
   if (g.m == 0 || g.n == 0) return NFN_OK;
-  const bool with_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
-  if (with_aux && !gelu_aux_ld_ok(g))
-    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt's GELU epilogue needs m=%d divisible by 8", op, g.m);
+  NFN_TRY(check_gelu_aux(ctx, op, g));
+  const bool with_aux = has_gelu_aux(g);
   if (ctx->cublaslt == nullptr) {
     cublasLtHandle_t handle = nullptr;
     cublasStatus_t st = api.create(&handle);

@@ -31,8 +31,19 @@ struct GemmArgs {
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);
 
+inline bool has_gelu_aux(const GemmArgs& g) {
+  return g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+}
+
 // cuBLASLt's rule for the GELU input matrix: leading dimension (here m) divisible by 8.
 inline bool gelu_aux_ld_ok(const GemmArgs& g) { return g.m % 8 == 0; }
+
+// The rule as gemm() applies it (cublaslt.cu, and the emulator's gemm.cc): NFN_ERR_UNSUPPORTED
+// with the reason for a GELU epilogue that breaks it, else NFN_OK.
+inline nfn_status check_gelu_aux(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+  if (!has_gelu_aux(g) || gelu_aux_ld_ok(g)) return NFN_OK;
+  return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt's GELU epilogue needs m=%d divisible by 8", op, g.m);
+}
 
 // Frees the context's cuBLASLt handle and workspace.
 void gemm_release(nfn_ctx* ctx);
