@@ -1,6 +1,6 @@
 // The CUDA emulator's runtime: kernels run block after block on the calling thread, each
 // thread of a block on its own fiber (fiber.h). A fiber runs until it reaches a rendezvous
-// (__syncthreads, a warp shuffle, mma.sync) and waits there until every live thread of its
+// (__syncthreads, a warp shuffle, mma.sync, ldmatrix) and waits there until every live thread of its
 // block, or of its warp, has arrived, so kernels see the ordering guarantees CUDA gives and
 // no more: a read of shared memory another thread writes without a barrier between sees
 // stale or poisoned data. Threads stuck at different rendezvous are reported as a deadlock.
@@ -60,6 +60,7 @@ struct Warp {
   // before every lane has read this one.
   uint64_t slots[2][32];
   uint32_t a[2][32][4], b[2][32][2];
+  const char* rows[2][32];  // ldmatrix row addresses
 };
 
 struct Block {
@@ -74,7 +75,8 @@ struct Block {
   unsigned gen = 0;
   unsigned releases = 0;  // barriers released so far (the scheduler rescans after one)
   FiberContext scheduler;
-  char* shared = nullptr;
+  char* shared = nullptr;  // dynamic shared memory, shared_bytes of it
+  size_t shared_bytes = 0;
   std::vector<std::pair<const void*, size_t>> statics;  // static __shared__ variable -> offset
   size_t static_used = 0;
 };
@@ -302,6 +304,7 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   b.thunk = thunk;
   b.body = body;
   b.shared = shared;
+  b.shared_bytes = cfg.shared_bytes;
   running = &b;
   const unsigned long long blocks = 1ull * g.x * g.y * g.z;
   for (unsigned long long n = 0; n < blocks; ++n) {
@@ -399,6 +402,37 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
     for (int k = 0; k < 16; ++k) acc += a_at(row, k) * b_at(k, col);
     d[i] = acc;
   }
+}
+
+// The PTX ISA's ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16: lanes 8i..8i+7
+// give the addresses of rows 0..7 of matrix i (16 bytes each, 16-byte aligned, in shared
+// memory); register i of lane l gets from matrix i the 16-bit values at (row l / 4, columns
+// 2 (l % 4), + 1), or with .trans at (rows 2 (l % 4), + 1, column l / 4), the first in the
+// low half.
+void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
+  Warp& w = full_warp("ldmatrix");
+  if (w.size != 32) die("ldmatrix in a warp of %d threads", w.size);
+  if (count != 1 && count != 2 && count != 4) die("ldmatrix .x%d", count);
+  const int buf = w.gen & 1, lane = me().lane;
+  const char* p = static_cast<const char*>(row);
+  if (lane < 8 * count) {  // the lanes whose addresses are used
+    const Block& b = *running;
+    const bool in_static = p >= static_buffer && p + 16 <= static_buffer + kDefaultSharedLimit;
+    const bool in_dynamic = p >= b.shared && p + 16 <= b.shared + b.shared_bytes;
+    if (!in_static && !in_dynamic) die("ldmatrix row address %p is not in this block's shared memory", row);
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) die("ldmatrix row address %p is not 16-byte aligned", row);
+  }
+  w.rows[buf][lane] = p;
+  arrive(&w.arrived, w.live, &w.gen, Wait::warp);
+  auto value = [&](int matrix, int r, int c) {
+    uint16_t v;
+    std::memcpy(&v, w.rows[buf][8 * matrix + r] + 2 * c, 2);
+    return static_cast<uint32_t>(v);
+  };
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < count; ++i)
+    regs[i] = trans ? value(i, 2 * t, g) | value(i, 2 * t + 1, g) << 16
+                    : value(i, g, 2 * t) | value(i, g, 2 * t + 1) << 16;
 }
 
 cudaError_t set_max_dynamic_shared(const char* kernel, int bytes) {

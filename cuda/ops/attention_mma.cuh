@@ -1,6 +1,7 @@
 // Shared by attention_mma_forward.cu and attention_mma_backward.cu ("flash_mma"): block shape,
-// the m16n8k16 tensor-core instruction, and the global -> shared tile copy. Fragment layouts
-// and fragment loads are in mma_layout.h (host-testable).
+// the m16n8k16 tensor-core instruction, fragment loads through ldmatrix, and the global ->
+// shared tile copy. Fragment layouts and ldmatrix addressing are in mma_layout.h
+// (host-testable).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,50 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8x8 matrices of 16-bit values from
+// shared memory, one register each; `row` is this lane's row address (mma_layout.h says which
+// row each lane gives and what lands where). cuda/emu runs it as a warp-wide rendezvous.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+#ifdef NFN_CUDA_EMULATION
+  ::nfn_emu::ldmatrix(r, 4, kTrans, row);
+#else
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+#endif
+}
+
+// The A fragment of the 16x16 block at (row0, col0) of a row-major shared matrix.
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* m, int stride, int row0, int col0,
+                                       int lane) {
+  ldmatrix_x4<false>(a, m + a_ldsm_offset(lane, stride, row0, col0));
+}
+
+// B fragments of B = M^T (B[k][n] = M[n0 + n][k0 + k]) for the n-tiles n0 and n0 + 8: K in
+// S = Q K^T, dO in dP^T = V dO^T, and their kin.
+__device__ __forceinline__ void load_b_transposed(uint32_t (&b)[2][2], const uint16_t* m, int stride, int n0,
+                                                  int k0, int lane) {
+  uint32_t r[4];
+  ldmatrix_x4<false>(r, m + bt_ldsm_offset(lane, stride, n0, k0));
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// B fragments of B = M (B[k][n] = M[k0 + k][n0 + n]) for the n-tiles n0 and n0 + 8: V in
+// O = P V, and dO, Q, K in dV, dK, dQ.
+__device__ __forceinline__ void load_b(uint32_t (&b)[2][2], const uint16_t* m, int stride, int k0, int n0,
+                                       int lane) {
+  uint32_t r[4];
+  ldmatrix_x4<true>(r, m + b_ldsm_offset(lane, stride, k0, n0));
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 // Copies ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld) into shared memory

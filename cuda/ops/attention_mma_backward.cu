@@ -100,12 +100,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       load_a(ka, ks, S, 16 * warp, 16 * kk, lane);
       load_a(va, vs, S, 16 * warp, 16 * kk, lane);
 #pragma unroll
-      for (int j = 0; j < kQueryTiles; ++j) {
-        uint32_t qb[2], dob[2];
+      for (int j = 0; j < kQueryTiles; j += 2) {
+        uint32_t qb[2][2], dob[2][2];
         load_b_transposed(qb, qs, S, 8 * j, 16 * kk, lane);
-        mma_bf16(st[j], ka, qb);
+        mma_bf16(st[j], ka, qb[0]);
+        mma_bf16(st[j + 1], ka, qb[1]);
         load_b_transposed(dob, dos, S, 8 * j, 16 * kk, lane);
-        mma_bf16(dpt[j], va, dob);
+        mma_bf16(dpt[j], va, dob[0]);
+        mma_bf16(dpt[j + 1], va, dob[1]);
       }
     }
 
@@ -129,12 +131,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       accumulators_to_a(pa, st[2 * kk], st[2 * kk + 1]);
       accumulators_to_a(dsa, dpt[2 * kk], dpt[2 * kk + 1]);
 #pragma unroll
-      for (int j = 0; j < kDimTiles; ++j) {
-        uint32_t dob[2], qb[2];
+      for (int j = 0; j < kDimTiles; j += 2) {
+        uint32_t dob[2][2], qb[2][2];
         load_b(dob, dos, S, 16 * kk, 8 * j, lane);
-        mma_bf16(dv[j], pa, dob);
+        mma_bf16(dv[j], pa, dob[0]);
+        mma_bf16(dv[j + 1], pa, dob[1]);
         load_b(qb, qs, S, 16 * kk, 8 * j, lane);
-        mma_bf16(dk[j], dsa, qb);
+        mma_bf16(dk[j], dsa, qb[0]);
+        mma_bf16(dk[j + 1], dsa, qb[1]);
       }
     }
   }
@@ -204,12 +208,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       load_a(qa, qs, S, 16 * warp, 16 * kk, lane);
       load_a(doa, dos, S, 16 * warp, 16 * kk, lane);
 #pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-        uint32_t kb[2], vb[2];
+      for (int j = 0; j < kKeyTiles; j += 2) {
+        uint32_t kb[2][2], vb[2][2];
         load_b_transposed(kb, ks, S, 8 * j, 16 * kk, lane);
-        mma_bf16(s[j], qa, kb);
+        mma_bf16(s[j], qa, kb[0]);
+        mma_bf16(s[j + 1], qa, kb[1]);
         load_b_transposed(vb, vs, S, 8 * j, 16 * kk, lane);
-        mma_bf16(dp[j], doa, vb);
+        mma_bf16(dp[j], doa, vb[0]);
+        mma_bf16(dp[j + 1], doa, vb[1]);
       }
     }
 
@@ -230,10 +236,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t dsa[4];
       accumulators_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
-      for (int j = 0; j < kDimTiles; ++j) {
-        uint32_t kb[2];
+      for (int j = 0; j < kDimTiles; j += 2) {
+        uint32_t kb[2][2];
         load_b(kb, ks, S, 16 * kk, 8 * j, lane);
-        mma_bf16(dq[j], dsa, kb);
+        mma_bf16(dq[j], dsa, kb[0]);
+        mma_bf16(dq[j + 1], dsa, kb[1]);
       }
     }
   }

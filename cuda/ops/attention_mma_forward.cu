@@ -49,15 +49,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     float s[kKeyTiles][4];
 #pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int j = 0; j < kKeyTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        uint32_t kb[2];
+    for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; j += 2) {
+        uint32_t kb[2][2];
         load_b_transposed(kb, ks, S, 8 * j, 16 * kk, lane);
-        mma_bf16(s[j], qa[kk], kb);
+        mma_bf16(s[j], qa[kk], kb[0]);
+        mma_bf16(s[j + 1], qa[kk], kb[1]);
       }
-    }
 
     // Scale into base 2; mask keys after the row (diagonal tile) or at/after T (last tile).
     const bool edge = k0 + kBlockRows > row0 || k0 + kBlockRows > ix.T;
@@ -95,10 +96,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t pa[4];
       accumulators_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int j = 0; j < kDimTiles; ++j) {
-        uint32_t vb[2];
+      for (int j = 0; j < kDimTiles; j += 2) {
+        uint32_t vb[2][2];
         load_b(vb, vs, S, 16 * kk, 8 * j, lane);
-        mma_bf16(o[j], pa, vb);
+        mma_bf16(o[j], pa, vb[0]);
+        mma_bf16(o[j + 1], pa, vb[1]);
       }
     }
   }

@@ -1,8 +1,9 @@
-// The m16n8k16 fragment layouts and fragment loads of cuda/ops/mma_layout.h (the flash_mma
-// attention kernels use exactly these functions) against the PTX ISA's fragment tables, with
-// the warp's mma.sync emulated on the host: runs without a GPU. Values are multiples of 1/8
+// The m16n8k16 fragment layouts and the ldmatrix addressing of cuda/ops/mma_layout.h (the
+// flash_mma attention kernels load every fragment through ldmatrix at exactly these offsets,
+// attention_mma.cuh) against the PTX ISA's fragment and ldmatrix tables, with the warp's
+// ldmatrix and mma.sync emulated on the host: runs without a GPU. Values are multiples of 1/8
 // in [-2, 2], exact in bf16, and every sum is exact in f32, so products compare exactly.
-// Also: the loads are free of shared-memory bank conflicts with rows padded to HD + 8.
+// Also: every ldmatrix is free of shared-memory bank conflicts with rows padded to HD + 8.
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -47,6 +48,48 @@ float bf16_value(uint32_t bits) {
 
 // Element i of a fragment whose registers hold two bf16 each, lower index in the low half.
 float element(const uint32_t* regs, int i) { return bf16_value(regs[i / 2] >> (16 * (i % 2))); }
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 as the PTX ISA describes it: threads
+// 8i..8i+7 give the addresses of rows 0..7 of matrix i; each thread receives one register per
+// matrix, "a fragment" of it: the elements (row lane / 4, columns 2 (lane % 4) and + 1), or for
+// .trans the matrix read column-major: (rows 2 (lane % 4) and + 1, column lane / 4).
+void ldmatrix_x4(uint32_t (&regs)[32][4], const uint16_t* m, const int (&offset)[32], bool trans) {
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int g = lane / 4, t = lane % 4;
+      const uint16_t* row0 = m + offset[8 * i + (trans ? 2 * t : g)];
+      const uint16_t* row1 = m + offset[8 * i + (trans ? 2 * t + 1 : g)];
+      const uint16_t lo = trans ? row0[g] : row0[2 * t], hi = trans ? row1[g] : row0[2 * t + 1];
+      regs[lane][i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+    }
+}
+
+// The kernels' three fragment loads (attention_mma.cuh), warp-wide: the offsets mma_layout.h
+// gives each lane, through ldmatrix, registers split as the kernels split them.
+void load_a(uint32_t (&a)[32][4], const uint16_t* m, int stride, int row0, int col0) {
+  int offset[32];
+  for (int lane = 0; lane < 32; ++lane) offset[lane] = a_ldsm_offset(lane, stride, row0, col0);
+  ldmatrix_x4(a, m, offset, false);
+}
+// B fragments for the n-tiles n0 (b[0]) and n0 + 8 (b[1]).
+void split(uint32_t (&b)[2][32][2], const uint32_t (&r)[32][4]) {
+  for (int lane = 0; lane < 32; ++lane)
+    for (int n = 0; n < 2; ++n) b[n][lane][0] = r[lane][2 * n], b[n][lane][1] = r[lane][2 * n + 1];
+}
+void load_b_transposed(uint32_t (&b)[2][32][2], const uint16_t* m, int stride, int n0, int k0) {
+  int offset[32];
+  uint32_t r[32][4];
+  for (int lane = 0; lane < 32; ++lane) offset[lane] = bt_ldsm_offset(lane, stride, n0, k0);
+  ldmatrix_x4(r, m, offset, false);
+  split(b, r);
+}
+void load_b(uint32_t (&b)[2][32][2], const uint16_t* m, int stride, int k0, int n0) {
+  int offset[32];
+  uint32_t r[32][4];
+  for (int lane = 0; lane < 32; ++lane) offset[lane] = b_ldsm_offset(lane, stride, k0, n0);
+  ldmatrix_x4(r, m, offset, true);
+  split(b, r);
+}
 
 // One warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d += a b, per the tables.
 void warp_mma(float (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b)[32][2]) {
@@ -95,22 +138,42 @@ struct Matrix {
 };
 
 void check_layout_functions() {
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int r = 0; r < 4; ++r) {
-      const RowCol lo = ptx_a(lane, 2 * r), hi = ptx_a(lane, 2 * r + 1);
-      EXPECT(a_row(lane, r) == lo.row && a_col(lane, r) == lo.col, "A lane %d reg %d low half", lane, r);
-      EXPECT(hi.row == lo.row && hi.col == lo.col + 1, "A lane %d reg %d: high half is the next column", lane, r);
-    }
-    for (int r = 0; r < 2; ++r) {
-      const RowCol lo = ptx_b(lane, 2 * r), hi = ptx_b(lane, 2 * r + 1);
-      EXPECT(b_k(lane, r) == lo.row && b_n(lane) == lo.col, "B lane %d reg %d low half", lane, r);
-      EXPECT(hi.row == lo.row + 1 && hi.col == lo.col, "B lane %d reg %d: high half is the next k", lane, r);
-    }
+  for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
       const RowCol rc = ptx_c(lane, i);
       EXPECT(c_row(lane, i) == rc.row && c_col(lane, i) == rc.col, "C lane %d element %d", lane, i);
     }
+}
+
+// The loads deliver exactly the elements the fragment tables name: in a matrix whose every
+// element is its own offset, each half-register says which element it came from.
+void check_fragments() {
+  const int stride = 72, rows = 48;
+  std::vector<uint16_t> offsets(rows * stride);
+  for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = static_cast<uint16_t>(i);
+  const uint16_t* m = offsets.data();
+  const int r0 = 16, c0 = 24;  // any origin on the 8-element grid
+  int bad = 0;
+  uint32_t a[32][4], bt[2][32][2], b[2][32][2];
+  load_a(a, m, stride, r0, c0);
+  load_b_transposed(bt, m, stride, r0, c0);
+  load_b(b, m, stride, r0, c0);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {  // A(row, col) = M[r0 + row][c0 + col]
+      const RowCol rc = ptx_a(lane, i);
+      bad += static_cast<int>(a[lane][i / 2] >> (16 * (i % 2)) & 0xffff) != (r0 + rc.row) * stride + c0 + rc.col;
+    }
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 4; ++i) {  // B(k, col) of n-tile n
+        const RowCol kc = ptx_b(lane, i);
+        const int col = 8 * n + kc.col;
+        const int got_t = bt[n][lane][i / 2] >> (16 * (i % 2)) & 0xffff;  // M[r0 + col][c0 + k]
+        const int got = b[n][lane][i / 2] >> (16 * (i % 2)) & 0xffff;     // M[r0 + k][c0 + col]
+        bad += got_t != (r0 + col) * stride + c0 + kc.row;
+        bad += got != (r0 + kc.row) * stride + c0 + col;
+      }
   }
+  EXPECT(bad == 0, "ldmatrix fragments: %d elements not where the PTX tables put them", bad);
 }
 
 // S = Q K^T for one warp's 16 query rows (rows 16 * warp.. of a 64-row Q tile) against a
@@ -119,15 +182,15 @@ void check_scores(int HD, int warp) {
   const int S = HD + 8;
   const Matrix q(64, HD, S), k(64, HD, S);
   float s[8][32][4] = {};
-  for (int j = 0; j < 8; ++j)
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t a[32][4], b[32][2];
-      for (int lane = 0; lane < 32; ++lane) {
-        load_a(a[lane], q.bits.data(), S, 16 * warp, 16 * kk, lane);
-        load_b_transposed(b[lane], k.bits.data(), S, 8 * j, 16 * kk, lane);
-      }
-      warp_mma(s[j], a, b);
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    uint32_t a[32][4], b[2][32][2];
+    load_a(a, q.bits.data(), S, 16 * warp, 16 * kk);
+    for (int j = 0; j < 8; j += 2) {
+      load_b_transposed(b, k.bits.data(), S, 8 * j, 16 * kk);
+      warp_mma(s[j], a, b[0]);
+      warp_mma(s[j + 1], a, b[1]);
     }
+  }
   int bad = 0;
   for (int j = 0; j < 8; ++j)
     for (int lane = 0; lane < 32; ++lane)
@@ -154,13 +217,15 @@ void check_values(int HD) {
   for (int kk = 0; kk < 4; ++kk) {
     uint32_t a[32][4];
     for (int lane = 0; lane < 32; ++lane) accumulators_to_a(a[lane], acc[2 * kk][lane], acc[2 * kk + 1][lane]);
-    for (int j = 0; j < HD / 8; ++j) {
-      uint32_t b[32][2];
-      for (int lane = 0; lane < 32; ++lane) load_b(b[lane], v.bits.data(), S, 16 * kk, 8 * j, lane);
-      float d[32][4];
-      std::memcpy(d, &o[j * 128], sizeof d);
-      warp_mma(d, a, b);
-      std::memcpy(&o[j * 128], d, sizeof d);
+    for (int j = 0; j < HD / 8; j += 2) {
+      uint32_t b[2][32][2];
+      load_b(b, v.bits.data(), S, 16 * kk, 8 * j);
+      for (int n = 0; n < 2; ++n) {
+        float d[32][4];
+        std::memcpy(d, &o[(j + n) * 128], sizeof d);
+        warp_mma(d, a, b[n]);
+        std::memcpy(&o[(j + n) * 128], d, sizeof d);
+      }
     }
   }
   int bad = 0;
@@ -175,54 +240,27 @@ void check_values(int HD) {
   EXPECT(bad == 0, "O = P V, head size %d: %d wrong elements", HD, bad);
 }
 
-// Shared-memory bank conflicts of the fragment loads, from the addresses the load functions
-// really use: the matrix holds each element's own offset, so a loaded register says which
-// elements (hence which 32-bit words) the lane read. 32 banks of 4 bytes; a warp's access is
-// conflict-free when no bank serves two different words. Returns the worst number of words
-// one bank serves over every load instruction of the tile origins the kernels use.
+// Shared-memory bank conflicts of the ldmatrix loads, from the offsets the kernels use. An
+// ldmatrix reads each of its 8x8 matrices in one pass: 8 rows of 16 bytes, the 8 addresses of
+// lanes 8i..8i+7. 32 banks of 4 bytes; the pass is conflict-free when its 32 words fall in 32
+// different banks. Returns the worst number of words one bank serves in a pass, over the tile
+// origins the kernels use (a superset: every origin on the 8-element grid).
 int worst_bank_load(int HD, int stride) {
   const int rows = 64;
-  std::vector<uint16_t> offsets(static_cast<size_t>(rows) * stride);
-  for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = static_cast<uint16_t>(i);
   int worst = 0;
-  // One warp-wide access: per lane the element offset it reads (a 32-bit load reads the
-  // pair starting there; a 16-bit load one element).
-  auto account = [&](const int (&element)[32]) {
-    int words_in_bank[32][32], count[32] = {};
-    for (int lane = 0; lane < 32; ++lane) {
-      const int word = element[lane] / 2, bank = word % 32;
-      bool seen = false;
-      for (int k = 0; k < count[bank]; ++k) seen = seen || words_in_bank[bank][k] == word;
-      if (!seen) words_in_bank[bank][count[bank]++] = word;
+  auto account = [&](int (*offset)(int, int, int, int), int r0, int c0) {
+    for (int i = 0; i < 4; ++i) {
+      int count[32] = {};
+      for (int lane = 8 * i; lane < 8 * i + 8; ++lane)
+        for (int w = 0; w < 4; ++w) ++count[(offset(lane, stride, r0, c0) / 2 + w) % 32];
+      for (int bank = 0; bank < 32; ++bank) worst = count[bank] > worst ? count[bank] : worst;
     }
-    for (int bank = 0; bank < 32; ++bank) worst = count[bank] > worst ? count[bank] : worst;
   };
-  const uint16_t* m = offsets.data();
-  // Origins on the 8-element grid: a superset of the kernels' (16-row, 16- or 8-column).
   for (int r0 = 0; r0 + 16 <= rows; r0 += 8)
     for (int c0 = 0; c0 + 16 <= HD; c0 += 8) {
-      uint32_t a[32][4], bt[32][2], b[32][2];
-      for (int lane = 0; lane < 32; ++lane) {
-        load_a(a[lane], m, stride, r0, c0, lane);             // Q, K, V tiles (pairs in a row)
-        load_b_transposed(bt[lane], m, stride, r0, c0, lane);  // K, dO for S = Q K^T, dP = dO V^T
-        load_b(b[lane], m, stride, r0, c0, lane);             // V, dO, Q, K for P V and its kin
-      }
-      for (int r = 0; r < 4; ++r) {
-        int e[32];
-        for (int lane = 0; lane < 32; ++lane) e[lane] = a[lane][r] & 0xffff;
-        account(e);
-      }
-      for (int r = 0; r < 2; ++r) {
-        int lo[32], hi[32], t[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          t[lane] = bt[lane][r] & 0xffff;
-          lo[lane] = b[lane][r] & 0xffff;  // load_b: two 16-bit loads, rows k and k + 1
-          hi[lane] = b[lane][r] >> 16;
-        }
-        account(t);
-        account(lo);
-        account(hi);
-      }
+      account(a_ldsm_offset, r0, c0);   // Q, K, V, dO as A
+      account(bt_ldsm_offset, r0, c0);  // K, dO, Q, V as B = M^T
+      account(b_ldsm_offset, r0, c0);   // V, dO, Q, K as B = M
     }
   return worst;
 }
@@ -247,6 +285,7 @@ void check_pack() {
 
 int main() {
   check_layout_functions();
+  check_fragments();
   check_pack();
   check_bank_conflicts();
   for (int HD : {64, 128}) {

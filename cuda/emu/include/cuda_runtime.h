@@ -113,6 +113,10 @@ uint64_t warp_exchange(uint64_t value, int (*source)(int lane, int arg), int arg
 // gives its fragments and gets its own four accumulators back.
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
+// ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16, a warp-wide rendezvous: every lane
+// gives its row address and gets `count` registers (runtime.cc says which values).
+void ldmatrix(uint32_t* regs, int count, bool trans, const void* row);
+
 // Stops the run, naming the kernel, block and thread, when `ok` is false.
 void require(bool ok, const char* what);
 

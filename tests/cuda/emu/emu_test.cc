@@ -1,8 +1,9 @@
-// The CUDA emulator (cuda/emu) against what CUDA specifies: warp shuffles, barriers, the
-// mma.sync m16n8k16 product (through mma_layout.h's fragment loads, which
-// tests/cuda:mma_layout_test checks against the PTX ISA), launch limits, copy bounds, CUB's
-// sort, the two block orders; and that it stops with a message naming the kernel on a
-// deadlock, an access past an allocation, and a shuffle after lanes exited. Independent references: closed-form
+// The CUDA emulator (cuda/emu) against what CUDA specifies: warp shuffles, barriers,
+// ldmatrix (per the PTX ISA), the mma.sync m16n8k16 product (through the attention kernels'
+// fragment loads, whose addressing tests/cuda:mma_layout_test checks against the PTX ISA),
+// launch limits, copy bounds, CUB's sort, the two block orders; and that it stops with a
+// message naming the kernel on a deadlock, an access past an allocation, a shuffle after lanes
+// exited, and an ldmatrix row address that is misaligned or not in shared memory. Independent references: closed-form
 // expectations, a naive matrix product, std::stable_sort.
 #include <algorithm>
 #include <cmath>
@@ -56,18 +57,35 @@ void check_barriers() {
 void check_mma() {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> dist(-2.f, 2.f);
-  std::vector<uint16_t> a(16 * 16), b(16 * 8);
-  std::vector<float> c(16 * 8);
+  std::vector<uint16_t> a(16 * 16), b(16 * 16);
+  std::vector<float> c(16 * 16);
   for (auto& v : a) v = nfn::f32_to_bf16(dist(rng));
   for (auto& v : b) v = nfn::f32_to_bf16(dist(rng));
   for (auto& v : c) v = dist(rng);
   const std::vector<float> d = emu_probe::mma(a, b, c);
   for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 8; ++j) {
-      double want = c[i * 8 + j];
-      for (int k = 0; k < 16; ++k) want += double(nfn::bf16_to_f32(a[i * 16 + k])) * nfn::bf16_to_f32(b[k * 8 + j]);
-      EXPECT(std::fabs(d[i * 8 + j] - want) < 1e-4, "mma D[%d][%d] = %g, want %g", i, j, d[i * 8 + j], want);
+    for (int j = 0; j < 16; ++j) {
+      double want = c[i * 16 + j];
+      for (int k = 0; k < 16; ++k) want += double(nfn::bf16_to_f32(a[i * 16 + k])) * nfn::bf16_to_f32(b[k * 16 + j]);
+      EXPECT(std::fabs(d[i * 16 + j] - want) < 1e-4, "mma D[%d][%d] = %g, want %g", i, j, d[i * 16 + j], want);
     }
+}
+
+// ldmatrix per the PTX ISA: register i of lane l holds, from matrix i (rows 8i..8i+7 here),
+// the pair (row l / 4, columns 2 (l % 4), + 1), or with .trans (rows 2 (l % 4), + 1, column l / 4).
+void check_ldmatrix() {
+  for (bool trans : {false, true}) {
+    const std::vector<uint32_t> got = emu_probe::ldmatrix(trans);
+    int bad = 0;
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < 4; ++i) {
+        const int g = lane / 4, t = lane % 4;
+        const uint32_t lo = trans ? 8 * (8 * i + 2 * t) + g : 8 * (8 * i + g) + 2 * t;
+        const uint32_t hi = trans ? lo + 8 : lo + 1;
+        bad += got[lane * 4 + i] != (lo | hi << 16);
+      }
+    EXPECT(bad == 0, "ldmatrix.x4%s: %d registers wrong", trans ? ".trans" : "", bad);
+  }
 }
 
 void check_launch_limits() {
@@ -130,6 +148,14 @@ void check_failures_are_reported() {
   EXPECT(sig == SIGILL && contains(err, "illegal instruction in kernel misaligned_kernel, block (0,0,0)") &&
              contains(err, "a misaligned vector access"),
          "misaligned uint4 load: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::ldmatrix_misaligned, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "ldmatrix_kernel, block (0,0,0), thread (5,0,0)") &&
+             contains(err, "is not 16-byte aligned"),
+         "misaligned ldmatrix: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::ldmatrix_global, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "thread (5,0,0)") &&
+             contains(err, "is not in this block's shared memory"),
+         "ldmatrix from global memory: signal %d, '%s'", sig, err.c_str());
   err = run_in_child(emu_probe::too_much_static_shared, &sig);
   EXPECT(sig == SIGABRT && contains(err, "big_static_shared_kernel") &&
              contains(err, "static shared memory of 49156 bytes, over the 48 KiB a block may declare"),
@@ -142,6 +168,7 @@ int main() {
   check_shuffles();
   check_barriers();
   check_mma();
+  check_ldmatrix();
   check_launch_limits();
   check_sort();
   check_block_order();

@@ -48,16 +48,42 @@ __global__ void rotation_kernel(int* out, bool barrier) {
   out[blockIdx.x * 256 + t] = s[(t + 32) % 256];
 }
 
+// A and B staged in shared memory (rows of 16 values: 32 bytes, so every ldmatrix row
+// address is 16-byte aligned), then D = A B + C through the kernels' fragment loads.
 __global__ void mma_kernel(const uint16_t* a, const uint16_t* b, float* d) {
-  using namespace nfn::cuda::mma;
+  using namespace nfn::cuda::attention::mma_path;
+  __shared__ __align__(16) uint16_t as[16 * 16], bs[16 * 16];
   const int lane = threadIdx.x;
-  uint32_t af[4], bf[2];
-  load_a(af, a, 16, 0, 0, lane);
-  load_b(bf, b, 8, 0, 0, lane);
-  float acc[4];
-  for (int i = 0; i < 4; ++i) acc[i] = d[c_row(lane, i) * 8 + c_col(lane, i)];
-  nfn::cuda::attention::mma_path::mma_bf16(acc, af, bf);
-  for (int i = 0; i < 4; ++i) d[c_row(lane, i) * 8 + c_col(lane, i)] = acc[i];
+  for (int i = lane; i < 16 * 16; i += 32) as[i] = a[i], bs[i] = b[i];
+  __syncthreads();
+  uint32_t af[4], bf[2][2];
+  load_a(af, as, 16, 0, 0, lane);
+  load_b(bf, bs, 16, 0, 0, lane);
+  for (int n = 0; n < 2; ++n) {
+    float acc[4];
+    for (int i = 0; i < 4; ++i) acc[i] = d[c_row(lane, i) * 16 + 8 * n + c_col(lane, i)];
+    mma_bf16(acc, af, bf[n]);
+    for (int i = 0; i < 4; ++i) d[c_row(lane, i) * 16 + 8 * n + c_col(lane, i)] = acc[i];
+  }
+}
+
+// One warp's ldmatrix .x4 from a 32 x 8 shared matrix whose element (r, c) is 8 r + c: lane l
+// gives row l (row l % 8 of matrix l / 8), or row_bytes bytes into the matrix for lane 5
+// (global: lane 5 gives a global address instead).
+__global__ void ldmatrix_kernel(uint32_t* out, bool trans, int lane5_bytes, const uint16_t* global) {
+  __shared__ __align__(16) uint16_t m[32 * 8];
+  const int lane = threadIdx.x;
+  for (int c = 0; c < 8; ++c) m[lane * 8 + c] = static_cast<uint16_t>(lane * 8 + c);
+  __syncthreads();
+  const uint16_t* row = m + lane * 8;
+  if (lane == 5) row = global != nullptr ? global : reinterpret_cast<const uint16_t*>(
+                                                        reinterpret_cast<const char*>(m) + lane5_bytes);
+  uint32_t r[4];
+  if (trans)
+    ::nfn::cuda::attention::mma_path::ldmatrix_x4<true>(r, row);
+  else
+    ::nfn::cuda::attention::mma_path::ldmatrix_x4<false>(r, row);
+  for (int i = 0; i < 4; ++i) out[lane * 4 + i] = r[i];
 }
 
 __global__ void shared_write_kernel(int* out) {
@@ -136,7 +162,24 @@ std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_
   mma_kernel<<<1, 32>>>(da, db, dd);
   cudaFree(da);
   cudaFree(db);
-  return take(dd, 16 * 8);
+  return take(dd, 16 * 16);
+}
+
+std::vector<uint32_t> ldmatrix(bool trans) {
+  uint32_t* out = device_copy(std::vector<uint32_t>(32 * 4, 0));
+  ldmatrix_kernel<<<1, 32>>>(out, trans, 5 * 16, nullptr);
+  return take(out, 32 * 4);
+}
+
+void ldmatrix_misaligned() {
+  uint32_t* out = device_copy(std::vector<uint32_t>(32 * 4, 0));
+  ldmatrix_kernel<<<1, 32>>>(out, false, 5 * 16 + 8, nullptr);
+}
+
+void ldmatrix_global() {
+  uint32_t* out = device_copy(std::vector<uint32_t>(32 * 4, 0));
+  const uint16_t* global = device_copy(std::vector<uint16_t>(8, 0));
+  ldmatrix_kernel<<<1, 32>>>(out, false, 0, global);
 }
 
 int unwritten_shared() {

@@ -15,9 +15,15 @@ void shuffles(std::vector<int>* xor_out, std::vector<int>* down_out);
 // write; without, the emulator's ordering makes reads see stale data.
 std::vector<int> shared_rotation(bool barrier);
 
-// One warp: D = A B + C through mma_bf16 with mma_layout.h's fragment loads. a is 16x16 and
-// b 16x8 (bf16 bits, row-major; b as k x n), c and the result 16x8 f32, row-major.
+// One warp: D = A B + C through mma_bf16 with the attention kernels' fragment loads
+// (ldmatrix from shared memory). a and b are 16x16 (bf16 bits, row-major; b as k x n), c and
+// the result 16x16 f32, row-major.
 std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c);
+
+// One warp's ldmatrix .x4 (.trans or not) from a 32 x 8 shared matrix of 16-bit values whose
+// element (r, c) is 8 r + c, lane l giving the address of row l: register i of lane l at
+// [4 l + i].
+std::vector<uint32_t> ldmatrix(bool trans);
 
 // A grid of 3 x 2 blocks of 64 threads, run with nfn_emu_reverse_order(reverse): the
 // position at which each block ran (by linear block index), and the first of its threads
@@ -48,6 +54,8 @@ void out_of_bounds();
 void shuffle_after_exit();
 void too_much_static_shared();
 void misaligned_vector_load();  // a uint4 read 4 bytes past a 16-byte boundary
+void ldmatrix_misaligned();     // lane 5's ldmatrix row address 8 bytes past a 16-byte boundary
+void ldmatrix_global();         // lane 5's ldmatrix row address in global memory
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);
