@@ -4,6 +4,7 @@
 //
 //   bazel run -c opt //tools:bench_ops -- [--lib PATH] [--geometry tiny|small|gpt2] [--batch N]
 //       [--dtype f32|bf16] [--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT]
+//       [--lm-head-rows R,R,...]
 //
 // `bazel run` passes the CPU library as --lib (a later --lib wins). --geometry small (the CPU
 // trainer benchmark's: 4 layers, 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192) is
@@ -14,7 +15,8 @@
 // back-to-back calls to fill a millisecond, then synchronizes, so launch-bound GPU ops are
 // timed as a trainer runs them. --cpu-time measures the process's CPU time (CPU library
 // with threads=1: the op's own work, unaffected by other processes). --only times just the
-// ops whose names contain TEXT.
+// ops whose names contain TEXT. --lm-head-rows also times the LM head with each of these rows
+// per chunk (the CUDA library's lm_head_rows option), as extra rows outside the step total.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -145,7 +147,7 @@ std::pair<double, double> time_ms(const nfn_op_table& ops, nfn_ctx* ctx, const s
 int usage() {
   std::fprintf(stderr,
                "usage: bench_ops [--lib PATH] [--geometry tiny|small|gpt2] [--batch N] [--dtype f32|bf16] "
-               "[--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT]\n");
+               "[--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT] [--lm-head-rows R,R,...]\n");
   return 2;
 }
 
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
   nfn_dtype dtype = NFN_F32;
   std::vector<std::pair<std::string, std::string>> options;
   const char* only = nullptr;
+  std::vector<std::string> lm_head_rows;
   for (int i = 1; i < argc; ++i) {
     const bool more = i + 1 < argc;
     if (!std::strcmp(argv[i], "--lib") && more) lib_path = argv[++i];
@@ -174,7 +177,14 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--reps") && more) reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--cpu-time")) use_cpu_time = true;
     else if (!std::strcmp(argv[i], "--only") && more) only = argv[++i];
-    else return usage();
+    else if (!std::strcmp(argv[i], "--lm-head-rows") && more) {
+      const std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        lm_head_rows.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
+    } else return usage();
   }
   Geometry g;
   if (geometry == "tiny") g = {1, 2, 128, 64, 2, 512, 256};
@@ -251,7 +261,12 @@ int main(int argc, char** argv) {
   add("residual_forward", 2 * L, [&] { return o.residual_forward(ctx, y, x, dy, b, N, C, dtype); }, 0);
   add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);
   add("attention_backward", L, [&] { return o.attention_backward(ctx, dqkv, dy, qkv, y, lse, B, T, C, NH, dtype); }, 2 * attn_gf);
-  add("lm_head_cross_entropy (+backward)", 1, [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, V, 1.f / N, dtype); }, 3 * gf(N, V, C));
+  auto lm_head = [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, V, 1.f / N, dtype); };
+  add("lm_head_cross_entropy (+backward)", 1, lm_head, 3 * gf(N, V, C));
+  for (const std::string& r : lm_head_rows) {  // other chunk sizes, outside the step total
+    if (o.ctx_configure(ctx, "lm_head_rows", r.c_str()) != NFN_OK) die(o.ctx_last_error(ctx));
+    add("lm_head_cross_entropy rows=" + r, 0, lm_head, 3 * gf(N, V, C));
+  }
   const void* bufs[1] = {grad};
   size_t counts[1] = {params};
   add("sum_squares_many", 1, [&] { return o.sum_squares_many(ctx, bufs, counts, 1, dtype, sumsq); }, 0);

@@ -6,7 +6,8 @@
 #      tensor-core attention: flash_mma and cudnn) against the same run on cpu
 #      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
-#      attention on all three paths, so the next session knows where a step's time goes
+#      attention on all three paths and the LM head at four chunk sizes, so the next session
+#      knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (the tensor-core attention paths) and with the
 #      PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
@@ -127,7 +128,7 @@ fi
 ops_log=$out/bench_ops.txt
 echo "== attention=flash_mma" > "$ops_log"
 timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
-  --configure attention=flash_mma >> "$ops_log" 2>&1
+  --configure attention=flash_mma --lm-head-rows 1024,2048,4096,8192 >> "$ops_log" 2>&1
 ops_status=$?
 # Attention alone on the other two paths (a path that cannot run says why in the log).
 for attn in flash cudnn; do
@@ -155,7 +156,9 @@ total = sum(step for _, step in first.values())
 top = ", ".join(f"{n} {s:.1f}" for n, (_, s) in sorted(first.items(), key=lambda kv: -kv[1][1])[:3])
 attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attention_backward"))
 cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs))
-print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}")
+lm = "; lm_head a call by rows a chunk: " + ", ".join(
+    f"{n.split('rows=')[1] if 'rows=' in n else 'auto'} {ms:.2f}" for n, (ms, _) in first.items() if n.startswith("lm_head"))
+print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{lm}")
 PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
