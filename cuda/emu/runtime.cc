@@ -41,9 +41,19 @@ namespace {
 
 constexpr size_t kStackBytes = 128u << 10;
 constexpr size_t kMaxSharedOptIn = 227u << 10;  // sm_90's per-block opt-in limit
+// The per-block opt-in limit of the emulated device: sm_90's unless nfn_emu_shared_optin set
+// another (sm_120's 99 KiB, say).
+size_t max_shared_optin = kMaxSharedOptIn;
 constexpr size_t kDefaultSharedLimit = 48u << 10;
 
 enum class Wait { none, block, warp, done };
+
+// A cp.async copy in flight: its 16 bytes (read from global memory when issued) land in
+// shared memory only when a cp.async.wait_group covers their group.
+struct AsyncCopy {
+  char* dst;
+  unsigned char bytes[16];
+};
 
 struct Fiber {
   FiberContext ctx;
@@ -51,6 +61,8 @@ struct Fiber {
   int warp = 0, lane = 0;
   Wait wait = Wait::none;
   unsigned gen = 0;  // the generation of the barrier it waits at
+  std::vector<AsyncCopy> copies;  // issued, not yet landed, oldest first
+  std::vector<size_t> groups;     // committed groups: where each ends in `copies`
 };
 
 struct Warp {
@@ -209,6 +221,7 @@ void fiber_main() {
   Block& b = *running;
   b.thunk(b.body);
   Fiber& f = me();
+  if (!f.copies.empty()) die("the thread exited with %zu cp.async copies never waited for", f.copies.size());
   f.wait = Wait::done;
   --b.live;
   Warp& w = b.warps[f.warp];
@@ -361,6 +374,13 @@ Warp& full_warp(const char* what) {
   return w;
 }
 
+// Whether [p, p + bytes) lies in the running block's static or dynamic shared memory.
+bool in_shared(const char* p, size_t bytes) {
+  const Block& b = *running;
+  return (p >= static_buffer && p + bytes <= static_buffer + kDefaultSharedLimit) ||
+         (p >= b.shared && p + bytes <= b.shared + b.shared_bytes);
+}
+
 }  // namespace
 
 uint64_t warp_exchange(uint64_t value, int (*source)(int, int), int arg) {
@@ -416,10 +436,7 @@ void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
   const int buf = w.gen & 1, lane = me().lane;
   const char* p = static_cast<const char*>(row);
   if (lane < 8 * count) {  // the lanes whose addresses are used
-    const Block& b = *running;
-    const bool in_static = p >= static_buffer && p + 16 <= static_buffer + kDefaultSharedLimit;
-    const bool in_dynamic = p >= b.shared && p + 16 <= b.shared + b.shared_bytes;
-    if (!in_static && !in_dynamic) die("ldmatrix row address %p is not in this block's shared memory", row);
+    if (!in_shared(p, 16)) die("ldmatrix row address %p is not in this block's shared memory", row);
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) die("ldmatrix row address %p is not 16-byte aligned", row);
   }
   w.rows[buf][lane] = p;
@@ -435,8 +452,47 @@ void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
                     : value(i, g, 2 * t) | value(i, g, 2 * t + 1) << 16;
 }
 
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes: src_bytes (16 or 0) are read now,
+// the rest of the 16 are zeros. A GPU lands the copy at any time between the issue and the
+// wait that covers it; the emulator takes the two ends: in forward order at that wait (a
+// read before the wait sees old data), in reverse order at once (a copy issued before every
+// thread is done reading the old contents overwrites them).
+void cp_async(void* dst, const void* src, int src_bytes) {
+  if (running == nullptr) die("cp.async outside a kernel");
+  char* d = static_cast<char*>(dst);
+  if (!in_shared(d, 16)) die("cp.async destination %p is not in this block's shared memory", dst);
+  if (reinterpret_cast<uintptr_t>(d) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    die("cp.async of 16 bytes from %p to %p: both must be 16-byte aligned", src, dst);
+  if (src_bytes != 0 && src_bytes != 16) die("cp.async with src-size %d (not emulated)", src_bytes);
+  if (src_bytes != 0 && !inside_device(src, 16)) die("cp.async source %p is not inside a device allocation", src);
+  AsyncCopy c{d, {}};
+  if (src_bytes != 0) std::memcpy(c.bytes, src, 16);
+  if (reversed)
+    std::memcpy(d, c.bytes, 16);
+  else
+    me().copies.push_back(c);
+}
+
+void cp_async_commit() {
+  if (running == nullptr) die("cp.async.commit_group outside a kernel");
+  Fiber& f = me();
+  f.groups.push_back(f.copies.size());
+}
+
+// cp.async.wait_group n: every committed group but the newest n has landed.
+void cp_async_wait(int n) {
+  if (running == nullptr) die("cp.async.wait_group outside a kernel");
+  Fiber& f = me();
+  if (static_cast<int>(f.groups.size()) <= n) return;
+  const size_t done = f.groups[f.groups.size() - 1 - n];
+  for (size_t i = 0; i < done; ++i) std::memcpy(f.copies[i].dst, f.copies[i].bytes, 16);
+  f.copies.erase(f.copies.begin(), f.copies.begin() + static_cast<std::ptrdiff_t>(done));
+  f.groups.erase(f.groups.begin(), f.groups.end() - n);
+  for (size_t& end : f.groups) end -= done;
+}
+
 cudaError_t set_max_dynamic_shared(const char* kernel, int bytes) {
-  if (bytes < 0 || static_cast<size_t>(bytes) > kMaxSharedOptIn) return last_error = cudaErrorInvalidValue;
+  if (bytes < 0 || static_cast<size_t>(bytes) > max_shared_optin) return last_error = cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(shared_limits_mutex);
   shared_limits[kernel] = std::max(kDefaultSharedLimit, static_cast<size_t>(bytes));
   return cudaSuccess;
@@ -476,6 +532,12 @@ bool nfn_emu::inside_device(const void* p, size_t bytes) { return device_range(p
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0 || attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return nfn_emu::last_error = cudaErrorInvalidValue;
+  *value = static_cast<int>(nfn_emu::max_shared_optin);
   return cudaSuccess;
 }
 
@@ -590,4 +652,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 // runs each case in both orders and requires bitwise-equal results (determinism).
 extern "C" __attribute__((visibility("default"))) void nfn_emu_reverse_order(int on) {
   nfn_emu::reversed = on != 0;
+}
+
+// Exported like nfn_emu_reverse_order: emulate a device whose blocks may opt in to at most
+// `bytes` of shared memory (0: sm_90's 227 KiB). The parity suite runs flash_mma under
+// sm_120's 99 KiB too, where dq at head size 128 takes its single-buffered form.
+extern "C" __attribute__((visibility("default"))) void nfn_emu_shared_optin(int bytes) {
+  nfn_emu::max_shared_optin = bytes > 0 ? static_cast<size_t>(bytes) : nfn_emu::kMaxSharedOptIn;
 }

@@ -1,6 +1,6 @@
 // Shared by attention_mma_forward.cu and attention_mma_backward.cu ("flash_mma"): block shape,
 // the m16n8k16 tensor-core instruction, fragment loads through ldmatrix, and the global ->
-// shared tile copy. Fragment layouts and ldmatrix addressing are in mma_layout.h
+// shared tile copy through cp.async. Fragment layouts and ldmatrix addressing are in mma_layout.h
 // (host-testable).
 #pragma once
 
@@ -84,17 +84,51 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2][2], const uint16_t* m, i
   b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
-// Copies ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld) into shared memory
-// (stride<HD>() per row) in 16-byte pieces; rows at or past T become zeros (a zero V row
-// times a zero probability must stay zero, never NaN). src and ld must keep 16-byte alignment.
+// cp.async.cg.shared.global: 16 bytes from global to shared memory without passing through
+// registers, zeros when !valid (src is then not read). Nothing lands until a cp_async_wait
+// covers the copy's group, and other threads see it only after a barrier after that.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+#ifdef NFN_CUDA_EMULATION
+  ::nfn_emu::cp_async(dst, src, valid ? 16 : 0);
+#else
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+#endif
+}
+
+// Closes the group of this thread's copies issued since the last commit (possibly empty).
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef NFN_CUDA_EMULATION
+  ::nfn_emu::cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until every group this thread committed, except the newest N, has landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef NFN_CUDA_EMULATION
+  ::nfn_emu::cp_async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Starts copying ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld; t0 < T) into
+// shared memory (stride<HD>() per row) in 16-byte pieces with cp.async; rows at or past T
+// become zeros (a zero V row times a zero probability must stay zero, never NaN). src and
+// ld must keep 16-byte alignment. The caller commits and waits.
 template <int HD, int ROWS>
 __device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, size_t ld, int t0, int T) {
   constexpr int kChunks = HD / 8;
+  const bf16* tile = src + static_cast<size_t>(t0) * ld;  // offsets within the tile fit an int
+#pragma unroll 1
   for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (t0 + r < T) v = *reinterpret_cast<const uint4*>(src + static_cast<size_t>(t0 + r) * ld + c * 8);
-    *reinterpret_cast<uint4*>(dst + r * stride<HD>() + c * 8) = v;
+    const bool in = t0 + r < T;
+    cp_async_16(dst + r * stride<HD>() + c * 8, tile + (in ? r * static_cast<int>(ld) : 0) + c * 8, in);
   }
 }
 

@@ -6,8 +6,9 @@
 //         dV += P^T dO, dK += dS^T Q; then dK *= scale.
 //   dq:   a block owns 64 queries (16 per warp) and walks the key tiles up to the diagonal:
 //         S = Q K^T, P, dP = dO V^T, dS, dQ += dS K; then dQ *= scale.
-// Every product is mma.sync m16n8k16 with bf16 operands (P and dS rounded to bf16) and f32
-// accumulators; the accumulator tiles of P^T / dS^T / dS feed the next product as A fragments
+// The tiles a block walks are double-buffered in shared memory (cp.async: tile n + 1 lands
+// while tile n is used) and ldmatrix loads the fragments. Every product is mma.sync m16n8k16
+// with bf16 operands (P and dS rounded to bf16) and f32 accumulators; the accumulator tiles of P^T / dS^T / dS feed the next product as A fragments
 // in place (mma_layout.h).
 #include "cuda/ops/attention_mma.cuh"
 
@@ -18,14 +19,23 @@ namespace {
 template <int HD>
 constexpr int dkdv_query_tile() { return HD <= 64 ? 64 : 32; }
 
+// dkdv: the block's K and V tiles, then two buffers of a query tile (Q, dO, lse, delta): tile
+// n is read from buffer n % 2 while tile n + 1 lands in the other.
 template <int HD>
 constexpr size_t dkdv_smem_bytes() {
   constexpr int BQ = dkdv_query_tile<HD>();
-  return sizeof(uint16_t) * (2 * kBlockRows + 2 * BQ) * stride<HD>() + 2 * sizeof(float) * BQ;
+  return sizeof(uint16_t) * (2 * kBlockRows + 4 * BQ) * stride<HD>() + 4 * sizeof(float) * BQ;
 }
 
-template <int HD>
-constexpr size_t dq_smem_bytes() { return sizeof(uint16_t) * 4 * kBlockRows * stride<HD>(); }
+// The smallest dynamic shared memory a block may opt in to on the architectures built for
+// (sm_120's 99 KiB; sm_90's is 227 KiB).
+constexpr size_t kSmallestSharedOptIn = 99 * 1024;
+
+// dq: the block's Q and dO tiles, then kBuffers buffers of a key tile (K, V): with two, tile
+// n + 1 lands while tile n is used; with one (where two do not fit the device: head size
+// 128 on sm_120's 99 KiB) tile n is copied when it is needed.
+template <int HD, int kBuffers>
+constexpr size_t dq_smem_bytes() { return sizeof(uint16_t) * (2 + 2 * kBuffers) * kBlockRows * stride<HD>(); }
 
 struct Tensors {
   bf16* dqkv;
@@ -50,12 +60,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int S = stride<HD>(), BQ = dkdv_query_tile<HD>();
   constexpr int kSteps = HD / 16, kDimTiles = HD / 8, kQueryTiles = BQ / 8;
   extern __shared__ uint4 smem_raw[];
-  uint16_t* ks = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* vs = ks + kBlockRows * S;
-  uint16_t* qs = vs + kBlockRows * S;
-  uint16_t* dos = qs + BQ * S;
-  float* lse_s = reinterpret_cast<float*>(dos + BQ * S);  // base-2 units: lse * log2(e)
-  float* delta_s = lse_s + BQ;
+  uint16_t* const ks = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* const vs = ks + kBlockRows * S;
+  uint16_t* const query_tiles = vs + kBlockRows * S;  // buffer b: Q at 2b, dO at 2b + 1 (BQ * S each)
+  float* const stats = reinterpret_cast<float*>(query_tiles + 4 * BQ * S);  // buffer b: lse at 2b, delta at 2b + 1
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
@@ -66,8 +74,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   const size_t ld = 3 * static_cast<size_t>(ix.C);
   const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
 
+  // Query tile i0 into buffer `buf`: Q and dO by cp.async, lse (in base-2 units) and delta by
+  // plain stores; all of it visible after the next cp_async_wait and barrier.
+  auto load_query_tile = [&](int buf, int i0) {
+    load_tile<HD, BQ>(query_tiles + 2 * buf * BQ * S, g.qkv + at.qkv, ld, i0, ix.T);
+    load_tile<HD, BQ>(query_tiles + (2 * buf + 1) * BQ * S, g.dout + at.dout, ix.C, i0, ix.T);
+    for (int r = threadIdx.x; r < BQ; r += kThreads) {
+      const bool in = i0 + r < ix.T;
+      stats[2 * buf * BQ + r] = in ? g.lse[stat + i0 + r] * kLog2e : 0.f;
+      stats[(2 * buf + 1) * BQ + r] = in ? g.delta[stat + i0 + r] : 0.f;
+    }
+  };
   load_tile<HD, kBlockRows>(ks, g.qkv + at.qkv + ix.C, ld, k0, ix.T);
   load_tile<HD, kBlockRows>(vs, g.qkv + at.qkv + 2 * ix.C, ld, k0, ix.T);
+  load_query_tile(0, k0);
+  cp_async_commit();
 
   float dk[kDimTiles][4], dv[kDimTiles][4];
 #pragma unroll
@@ -76,16 +97,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < 4; ++i) dk[j][i] = dv[j][i] = 0.f;
 
   // Query tiles from the block's first key on (queries before it see none of its keys).
-  for (int i0 = k0; i0 < ix.T; i0 += BQ) {
-    __syncthreads();  // the previous tile's qs, dos, lse_s, delta_s are no longer read
-    load_tile<HD, BQ>(qs, g.qkv + at.qkv, ld, i0, ix.T);
-    load_tile<HD, BQ>(dos, g.dout + at.dout, ix.C, i0, ix.T);
-    for (int r = threadIdx.x; r < BQ; r += kThreads) {
-      const bool in = i0 + r < ix.T;
-      lse_s[r] = in ? g.lse[stat + i0 + r] * kLog2e : 0.f;
-      delta_s[r] = in ? g.delta[stat + i0 + r] : 0.f;
-    }
-    __syncthreads();
+  for (int i0 = k0, buf = 0; i0 < ix.T; i0 += BQ, buf ^= 1) {
+    const uint16_t* qs = query_tiles + 2 * buf * BQ * S;
+    const uint16_t* dos = qs + BQ * S;
+    const float* lse_s = stats + 2 * buf * BQ;
+    const float* delta_s = lse_s + BQ;
+    __syncthreads();  // the other buffer (the previous tile) is no longer read
+    if (i0 + BQ < ix.T) load_query_tile(buf ^ 1, i0 + BQ);  // lands while this one is used
+    cp_async_commit();
+    cp_async_wait<1>();  // this thread's copies of this tile have landed
+    __syncthreads();     // and everyone's
     // Nothing to do when the warp's keys are all past T, or all after the tile's last query.
     if (key0 >= ix.T || i0 + BQ - 1 < key0) continue;
 
@@ -156,16 +177,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// grid (ceil(T / 64), B * NH), kThreads threads, dq_smem_bytes<HD>() dynamic shared memory.
-template <int HD>
+// grid (ceil(T / 64), B * NH), kThreads threads, dq_smem_bytes<HD, kBuffers>() dynamic shared
+// memory.
+template <int HD, int kBuffers>
 __global__ void __launch_bounds__(kThreads, 2)
     dq_kernel(Tensors g, QkvIndex ix, float scale, float scale_log2) {
   constexpr int S = stride<HD>(), kSteps = HD / 16, kDimTiles = HD / 8, kKeyTiles = kBlockRows / 8;
+  constexpr int kTile = kBlockRows * S;
   extern __shared__ uint4 smem_raw[];
-  uint16_t* qs = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* dos = qs + kBlockRows * S;
-  uint16_t* ks = dos + kBlockRows * S;
-  uint16_t* vs = ks + kBlockRows * S;
+  uint16_t* const qs = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* const dos = qs + kTile;
+  uint16_t* const key_tiles = dos + kTile;  // buffer b: K at 2b, V at 2b + 1
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
@@ -178,6 +200,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   load_tile<HD, kBlockRows>(qs, g.qkv + at.qkv, ld, q0, ix.T);
   load_tile<HD, kBlockRows>(dos, g.dout + at.dout, ix.C, q0, ix.T);
+  // Tile n lives in buffer n % kBuffers and is copied at iteration n - (kBuffers - 1).
+  auto load_key_tile = [&](int n) {
+    uint16_t* dst = key_tiles + 2 * (n % kBuffers) * kTile;
+    load_tile<HD, kBlockRows>(dst, g.qkv + at.qkv + ix.C, ld, n * kBlockRows, ix.T);
+    load_tile<HD, kBlockRows>(dst + kTile, g.qkv + at.qkv + 2 * ix.C, ld, n * kBlockRows, ix.T);
+  };
+  if (kBuffers == 2) load_key_tile(0);
+  cp_async_commit();
   float row_lse[2], row_delta[2];  // lse in base-2 units
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -190,11 +220,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
 
-  for (int k0 = 0; k0 <= q0; k0 += kBlockRows) {
-    __syncthreads();  // the previous tile's ks, vs are no longer read
-    load_tile<HD, kBlockRows>(ks, g.qkv + at.qkv + ix.C, ld, k0, ix.T);
-    load_tile<HD, kBlockRows>(vs, g.qkv + at.qkv + 2 * ix.C, ld, k0, ix.T);
-    __syncthreads();  // (the first one also publishes qs, dos)
+  for (int n = 0, k0 = 0; k0 <= q0; ++n, k0 += kBlockRows) {
+    const uint16_t* ks = key_tiles + 2 * (n % kBuffers) * kTile;
+    const uint16_t* vs = ks + kTile;
+    __syncthreads();  // the buffer about to be refilled (an earlier tile) is no longer read
+    if (k0 + (kBuffers - 1) * kBlockRows <= q0) load_key_tile(n + kBuffers - 1);
+    cp_async_commit();
+    cp_async_wait<kBuffers - 1>();  // this thread's copies of this tile (the first: and Q, dO) have landed
+    __syncthreads();                // and everyone's
     if (row0 >= ix.T) continue;
 
     float s[kKeyTiles][4], dp[kKeyTiles][4];  // S then P; dP then dS
@@ -256,6 +289,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+template <int HD, int kBuffers>
+nfn_status launch_dq(nfn_ctx* ctx, const Tensors& g, const QkvIndex& ix, dim3 grid, float scale, const char* op) {
+  constexpr size_t smem = dq_smem_bytes<HD, kBuffers>();
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(dq_kernel<HD, kBuffers>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)), op);
+  dq_kernel<HD, kBuffers><<<grid, kThreads, smem, ctx->stream>>>(g, ix, scale, scale * kLog2e);
+  return NFN_OK;
+}
+
 template <int HD>
 nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, int NH) {
   const char* op = "attention_backward (flash_mma)";
@@ -263,13 +305,21 @@ nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, 
   // setting belongs to the current device (see attention_backward.cu).
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(dkdv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(dkdv_smem_bytes<HD>())), op);
-  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(dq_smem_bytes<HD>())), op);
   const QkvIndex ix{T, C, NH};
   const float scale = 1.f / sqrtf(static_cast<float>(HD));
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
   dkdv_kernel<HD><<<grid, kThreads, dkdv_smem_bytes<HD>(), ctx->stream>>>(g, ix, scale, scale * kLog2e);
-  dq_kernel<HD><<<grid, kThreads, dq_smem_bytes<HD>(), ctx->stream>>>(g, ix, scale, scale * kLog2e);
+  if constexpr (dq_smem_bytes<HD, 2>() <= kSmallestSharedOptIn) {
+    const nfn_status s = launch_dq<HD, 2>(ctx, g, ix, grid, scale, op);
+    if (s != NFN_OK) return s;
+  } else {  // head size 128: double-buffered where the device allows it (sm_90: 227 KiB)
+    int optin = 0;  // the most dynamic shared memory a block of this device may opt in to
+    NFN_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device), op);
+    const bool double_buffered = dq_smem_bytes<HD, 2>() <= static_cast<size_t>(optin);
+    const nfn_status s = double_buffered ? launch_dq<HD, 2>(ctx, g, ix, grid, scale, op)
+                                         : launch_dq<HD, 1>(ctx, g, ix, grid, scale, op);
+    if (s != NFN_OK) return s;
+  }
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

@@ -1,20 +1,29 @@
 // Causal flash attention forward on tensor cores ("flash_mma"), FlashAttention-2 style: a
 // block of 4 warps owns 64 query rows of one (batch, head), 16 per warp, with Q held as mma
-// fragments in registers; 64-key tiles of K and V pass through shared memory; S = Q K^T and
-// O += P V run as mma.sync m16n8k16 (bf16 in, f32 accumulators); the online softmax stays in
-// registers in f32. Same outputs and lse convention as flash_simt (attention_forward.cu).
+// fragments in registers; 64-key tiles of K and V pass through shared memory, double-buffered
+// with cp.async (tile n + 1 lands while tile n is used), and ldmatrix loads the fragments;
+// S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, f32 accumulators); the online
+// softmax stays in registers in f32. Same outputs and lse convention as flash_simt (attention_forward.cu).
 #include "cuda/ops/attention_mma.cuh"
 
 namespace nfn::cuda::attention::mma_path {
 namespace {
 
-// grid (ceil(T / 64), B * NH), kThreads threads. scale_log2 = log2(e) / sqrt(HD): scores are
-// kept in base 2 (exp2f) and turned back into natural-log units for lse.
+// Two buffers, each a K tile and a V tile: tile n is read from buffer n % 2 while tile n + 1
+// lands in the other.
+template <int HD>
+constexpr size_t forward_smem_bytes() { return sizeof(uint16_t) * 4 * kBlockRows * stride<HD>(); }
+
+// grid (ceil(T / 64), B * NH), kThreads threads, forward_smem_bytes<HD>() dynamic shared
+// memory. scale_log2 = log2(e) / sqrt(HD): scores are kept in base 2 (exp2f) and turned back
+// into natural-log units for lse.
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 2)
     forward_kernel(bf16* out, float* lse, const bf16* qkv, QkvIndex ix, float scale_log2) {
   constexpr int S = stride<HD>(), kSteps = HD / 16, kDimTiles = HD / 8, kKeyTiles = kBlockRows / 8;
-  __shared__ __align__(16) uint16_t ks[kBlockRows * S], vs[kBlockRows * S];
+  constexpr int kTile = kBlockRows * S;
+  extern __shared__ uint4 smem_raw[];
+  uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem_raw);  // buffer b: K at 2b, V at 2b + 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the longest rows start first
@@ -25,12 +34,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bf16* k_base = q_base + ix.C;
   const bf16* v_base = q_base + 2 * ix.C;
 
-  // Q's fragments, staged through ks.
-  load_tile<HD, kBlockRows>(ks, q_base, ld, q0, ix.T);
+  // Key tile 0 on its way into buffer 0; Q's fragments staged through buffer 1.
+  load_tile<HD, kBlockRows>(tiles, k_base, ld, 0, ix.T);
+  load_tile<HD, kBlockRows>(tiles + kTile, v_base, ld, 0, ix.T);
+  load_tile<HD, kBlockRows>(tiles + 2 * kTile, q_base, ld, q0, ix.T);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   uint32_t qa[kSteps][4];
 #pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) load_a(qa[kk], ks, S, 16 * warp, 16 * kk, lane);
+  for (int kk = 0; kk < kSteps; ++kk) load_a(qa[kk], tiles + 2 * kTile, S, 16 * warp, 16 * kk, lane);
 
   float o[kDimTiles][4];
 #pragma unroll
@@ -40,11 +53,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Key tiles up to the diagonal one (k0 == q0); q0 < T, so every tile holds key k0 < T, which
   // every row of the block sees: each row's tile max is finite.
-  for (int k0 = 0; k0 <= q0; k0 += kBlockRows) {
-    __syncthreads();  // ks (Q, or the previous tile) and vs are no longer read
-    load_tile<HD, kBlockRows>(ks, k_base, ld, k0, ix.T);
-    load_tile<HD, kBlockRows>(vs, v_base, ld, k0, ix.T);
-    __syncthreads();
+  for (int k0 = 0, buf = 0; k0 <= q0; k0 += kBlockRows, buf ^= 1) {
+    const uint16_t* ks = tiles + 2 * buf * kTile;
+    const uint16_t* vs = ks + kTile;
+    __syncthreads();  // the other buffer (Q, or the previous tile) is no longer read
+    if (k0 + kBlockRows <= q0) {  // the next tile starts landing there while this one is used
+      uint16_t* next = tiles + 2 * (buf ^ 1) * kTile;
+      load_tile<HD, kBlockRows>(next, k_base, ld, k0 + kBlockRows, ix.T);
+      load_tile<HD, kBlockRows>(next + kTile, v_base, ld, k0 + kBlockRows, ix.T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // this thread's copies of this tile have landed
+    __syncthreads();     // and everyone's
     if (row0 >= ix.T) continue;  // the warp's rows are all past T (it still joins the barriers)
 
     float s[kKeyTiles][4];
@@ -123,11 +143,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 template <int HD>
 nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+  const char* op = "attention_forward (flash_mma)";
+  // Above 48 KiB (head size 128) a kernel must opt in, on every call: the setting belongs to
+  // the current device (see attention_backward.cu).
+  constexpr size_t smem = forward_smem_bytes<HD>();
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)), op);
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
-  forward_kernel<HD><<<grid, kThreads, 0, ctx->stream>>>(static_cast<bf16*>(out), lse,
-                                                         static_cast<const bf16*>(qkv), QkvIndex{T, C, NH},
-                                                         kLog2e / sqrtf(static_cast<float>(HD)));
-  NFN_CUDA_TRY(ctx, cudaGetLastError(), "attention_forward (flash_mma)");
+  forward_kernel<HD><<<grid, kThreads, smem, ctx->stream>>>(static_cast<bf16*>(out), lse,
+                                                            static_cast<const bf16*>(qkv), QkvIndex{T, C, NH},
+                                                            kLog2e / sqrtf(static_cast<float>(HD)));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
 

@@ -183,9 +183,9 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
 // attention option for these calls ("flash", "flash_mma" or "cudnn"); the CPU ignores it.
 void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
-                           const std::string& path) {
+                           const std::string& path, const std::string& note = "") {
   const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
-                           (path == "flash" ? "" : " attention=" + path);
+                           (path == "flash" ? "" : " attention=" + path) + note;
   auto setup = [path](const Backend& b) {
     if (b.name() != "cuda") return NFN_OK;
     return b.ops().ctx_configure(b.ctx, "attention", path.c_str());
@@ -243,6 +243,17 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
     } else {
       check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
     }
+  }
+  // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
+  // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form.
+  using SharedOptIn = void (*)(int);
+  auto optin = gpu.name() == "cuda" ? reinterpret_cast<SharedOptIn>(dlsym(gpu.lib.handle, "nfn_emu_shared_optin"))
+                                    : nullptr;
+  if (optin != nullptr && dt == NFN_BF16) {
+    optin(99 * 1024);
+    for (Shape s : {Shape{1, 200, 256, 2}, Shape{1, 64, 128, 1}, Shape{2, 77, 256, 4}})
+      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash_mma", " (99 KiB shared memory)");
+    optin(0);
   }
   if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }

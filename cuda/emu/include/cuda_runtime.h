@@ -68,6 +68,7 @@ enum cudaMemcpyKind {
 };
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 
 namespace nfn_emu {
 
@@ -116,6 +117,12 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
 // ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16, a warp-wide rendezvous: every lane
 // gives its row address and gets `count` registers (runtime.cc says which values).
 void ldmatrix(uint32_t* regs, int count, bool trans, const void* row);
+
+// cp.async.cg.shared.global of 16 bytes (src_bytes 16, or 0 for zeros), commit_group and
+// wait_group: a copy lands in shared memory only when a wait covers its group (runtime.cc).
+void cp_async(void* dst, const void* src, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int newest_pending);
 
 // Stops the run, naming the kernel, block and thread, when `ok` is false.
 void require(bool ok, const char* what);
@@ -171,6 +178,8 @@ inline float atomicAdd(float* p, float v) {
 }
 
 cudaError_t cudaGetDeviceCount(int* count);
+// cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t err);

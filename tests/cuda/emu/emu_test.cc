@@ -1,9 +1,10 @@
 // The CUDA emulator (cuda/emu) against what CUDA specifies: warp shuffles, barriers,
-// ldmatrix (per the PTX ISA), the mma.sync m16n8k16 product (through the attention kernels'
+// ldmatrix (per the PTX ISA), cp.async groups, the mma.sync m16n8k16 product (through the attention kernels'
 // fragment loads, whose addressing tests/cuda:mma_layout_test checks against the PTX ISA),
 // launch limits, copy bounds, CUB's sort, the two block orders; and that it stops with a
 // message naming the kernel on a deadlock, an access past an allocation, a shuffle after lanes
-// exited, and an ldmatrix row address that is misaligned or not in shared memory. Independent references: closed-form
+// exited, an ldmatrix row address that is misaligned or not in shared memory, and cp.async
+// copies never waited for or aimed outside shared memory. Independent references: closed-form
 // expectations, a naive matrix product, std::stable_sort.
 #include <algorithm>
 #include <cmath>
@@ -88,6 +89,25 @@ void check_ldmatrix() {
   }
 }
 
+// In forward order cp.async lands nothing until a wait covers its group: before, the shared
+// words hold the emulator's poison; wait_group 1 lands the older group only. In reverse order
+// every copy lands as it is issued. src-size 0 writes zeros.
+void check_cp_async() {
+  const uint32_t P = 0xffffffffu, src[4] = {11, 22, 33, 44};
+  for (bool reverse : {false, true}) {
+    const std::vector<uint32_t> got = emu_probe::cp_async(reverse);
+    int bad = 0;
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t landed = i < 4 ? src[i] : 0u;
+      bad += got[i] != (reverse ? landed : P);
+      bad += got[8 + i] != (reverse || i < 4 ? landed : P);
+      bad += got[16 + i] != landed;
+    }
+    EXPECT(bad == 0, "cp.async, %s order: %d shared words wrong before or after the waits",
+           reverse ? "reverse" : "forward", bad);
+  }
+}
+
 void check_launch_limits() {
   bool cleared = false;
   constexpr int kInvalidConfiguration = 9, kInvalidValue = 1;
@@ -156,6 +176,14 @@ void check_failures_are_reported() {
   EXPECT(sig == SIGABRT && contains(err, "thread (5,0,0)") &&
              contains(err, "is not in this block's shared memory"),
          "ldmatrix from global memory: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::cp_async_never_waited, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "cp_async_kernel") &&
+             contains(err, "the thread exited with 2 cp.async copies never waited for"),
+         "cp.async never waited for: signal %d, '%s'", sig, err.c_str());
+  err = run_in_child(emu_probe::cp_async_to_global, &sig);
+  EXPECT(sig == SIGABRT && contains(err, "cp.async destination") &&
+             contains(err, "is not in this block's shared memory"),
+         "cp.async to global memory: signal %d, '%s'", sig, err.c_str());
   err = run_in_child(emu_probe::too_much_static_shared, &sig);
   EXPECT(sig == SIGABRT && contains(err, "big_static_shared_kernel") &&
              contains(err, "static shared memory of 49156 bytes, over the 48 KiB a block may declare"),
@@ -169,6 +197,7 @@ int main() {
   check_barriers();
   check_mma();
   check_ldmatrix();
+  check_cp_async();
   check_launch_limits();
   check_sort();
   check_block_order();

@@ -125,7 +125,50 @@ __global__ void exit_then_shuffle_kernel(int* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
 }
 
+// cp.async in two groups (4 words of src; then 4 zeros, src-size 0), the shared words read
+// before any wait, after waiting for all but the newest group, and after waiting for all.
+__global__ void cp_async_kernel(const uint32_t* src, uint32_t* out, int mode) {
+  using namespace nfn::cuda::attention::mma_path;
+  __shared__ __align__(16) uint32_t s[8];
+  if (mode == 2) {  // a global destination
+    cp_async_16(out, src, true);
+    return;
+  }
+  cp_async_16(s, src, true);
+  cp_async_commit();
+  cp_async_16(s + 4, src, false);
+  cp_async_commit();
+  if (mode == 1) return;  // exits with both groups in flight
+  for (int i = 0; i < 8; ++i) out[i] = s[i];
+  cp_async_wait<1>();
+  for (int i = 0; i < 8; ++i) out[8 + i] = s[i];
+  cp_async_wait<0>();
+  for (int i = 0; i < 8; ++i) out[16 + i] = s[i];
+}
+
 }  // namespace
+
+std::vector<uint32_t> cp_async(bool reverse) {
+  uint32_t* src = device_copy(std::vector<uint32_t>{11, 22, 33, 44});
+  uint32_t* out = device_copy(std::vector<uint32_t>(24, 7));
+  nfn_emu_reverse_order(reverse);
+  cp_async_kernel<<<1, 1>>>(src, out, 0);
+  nfn_emu_reverse_order(0);
+  cudaFree(src);
+  return take(out, 24);
+}
+
+void cp_async_never_waited() {
+  uint32_t* src = device_copy(std::vector<uint32_t>{11, 22, 33, 44});
+  uint32_t* out = device_copy(std::vector<uint32_t>(24, 7));
+  cp_async_kernel<<<1, 1>>>(src, out, 1);
+}
+
+void cp_async_to_global() {
+  uint32_t* src = device_copy(std::vector<uint32_t>{11, 22, 33, 44});
+  uint32_t* out = device_copy(std::vector<uint32_t>(24, 7));
+  cp_async_kernel<<<1, 1>>>(src, out, 2);
+}
 
 void shuffles(std::vector<int>* xor_out, std::vector<int>* down_out) {
   int* x = device_copy(std::vector<int>(64, -1));

@@ -20,6 +20,11 @@ std::vector<int> shared_rotation(bool barrier);
 // the result 16x16 f32, row-major.
 std::vector<float> mma(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& c);
 
+// cp.async by one thread, in two groups (src's 4 words {11, 22, 33, 44} into shared words
+// 0..3; zeros into 4..7), those 8 shared words read before any wait [0, 8), after
+// cp.async.wait_group 1 [8, 16) and after wait_group 0 [16, 24); run in reverse order or not.
+std::vector<uint32_t> cp_async(bool reverse);
+
 // One warp's ldmatrix .x4 (.trans or not) from a 32 x 8 shared matrix of 16-bit values whose
 // element (r, c) is 8 r + c, lane l giving the address of row l: register i of lane l at
 // [4 l + i].
@@ -56,6 +61,8 @@ void too_much_static_shared();
 void misaligned_vector_load();  // a uint4 read 4 bytes past a 16-byte boundary
 void ldmatrix_misaligned();     // lane 5's ldmatrix row address 8 bytes past a 16-byte boundary
 void ldmatrix_global();         // lane 5's ldmatrix row address in global memory
+void cp_async_never_waited();   // a thread exits with two cp.async groups in flight
+void cp_async_to_global();      // a cp.async whose destination is global memory
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);
