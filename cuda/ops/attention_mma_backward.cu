@@ -8,8 +8,8 @@
 //         S = Q K^T, P, dP = dO V^T, dS, dQ += dS K; then dQ *= scale.
 // The tiles a block walks are double-buffered in shared memory (cp.async: tile n + 1 lands
 // while tile n is used) and ldmatrix loads the fragments. Every product is mma.sync m16n8k16
-// with bf16 operands (P and dS rounded to bf16) and f32 accumulators; the accumulator tiles of P^T / dS^T / dS feed the next product as A fragments
-// in place (mma_layout.h).
+// with bf16 operands (P and dS rounded to bf16) and f32 accumulators; the accumulator tiles
+// of P^T / dS^T / dS feed the next product as A fragments in place (mma_layout.h).
 #include "cuda/ops/attention_mma.cuh"
 
 namespace nfn::cuda::attention::mma_path {
