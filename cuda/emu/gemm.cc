@@ -1,7 +1,8 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
 // place of cublaslt.cu. Column-major D (m,n) = op(A) op(B) + beta D, then the epilogue
 // (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with cuBLASLt's
-// tanh GELU), f32 accumulation, one rounding to the output dtype. Each matrix's extent is
+// tanh GELU; BGRADB: bgrad = op(B)'s column sums over k, in D's dtype), f32 accumulation,
+// one rounding to the output dtype. Each matrix's extent is
 // checked against its device allocation, which catches a wrong leading dimension.
 #include <cmath>
 #include <vector>
@@ -54,6 +55,8 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (!nfn_emu::inside_device(g.d, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "D";
   if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
   if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
+  const bool with_bgrad = g.epilogue == GemmEpilogue::bgradb;
+  if (with_bgrad && !nfn_emu::inside_device(g.bgrad, g.n * dtype_size(g.d_dtype))) outside = "bgrad";
   if (outside != nullptr)
     return fail(ctx, NFN_ERR_BACKEND, "%s: cuBLASLt would read or write %s outside its allocation (m=%d n=%d k=%d)",
                 op, outside, g.m, g.n, g.k);
@@ -68,6 +71,11 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
       b[j * K + p] = load(g.b, g.ab, g.trans_b ? p * static_cast<size_t>(g.ldb) + j : j * static_cast<size_t>(g.ldb) + p);
   for (int j = 0; j < g.n; ++j) {
     const float* bj = &b[j * K];
+    if (with_bgrad) {  // BGRADB: column j of op(B) summed over k
+      float sum = 0.f;
+      for (size_t p = 0; p < K; ++p) sum += bj[p];
+      store(g.bgrad, g.d_dtype, j, sum);
+    }
     for (int i = 0; i < g.m; ++i) {
       const float* ai = &a[i * K];
       float acc = 0.f;

@@ -162,10 +162,13 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
     case GemmEpilogue::bias: epi = CUBLASLT_EPILOGUE_BIAS; break;
     case GemmEpilogue::gelu_aux: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
     case GemmEpilogue::gelu_aux_bias: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+    case GemmEpilogue::bgradb: epi = CUBLASLT_EPILOGUE_BGRADB; break;
   }
   LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias)
     LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+  if (g.epilogue == GemmEpilogue::bgradb)  // the bias-gradient output, in D's dtype
+    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bgrad, sizeof g.bgrad));
   if (with_aux) {
     int64_t ld_aux = g.m;
     LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));

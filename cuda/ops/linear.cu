@@ -103,7 +103,24 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.d = dweight, g.ldd = IC;
     g.ab = g.d_dtype = dtype;
     g.beta = 1.f;
-    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+    // bf16: dbias comes out of this GEMM (cuBLASLt's BGRADB sums dout^T over k = N as it reads
+    // it, so dout is not read again) into scratch, then is added to dbias. f32 keeps our
+    // column sums below (the CPU's order, to 1e-5), as does a shape with no fused kernel.
+    bool done = false;
+    if (dbias != nullptr && dtype == NFN_BF16) {
+      NFN_TRY(nfn::cuda::scratch(ctx, nfn::cuda::dtype_size(dtype) * OC, &g.bgrad, op));
+      g.epilogue = GemmEpilogue::bgradb;
+      const nfn_status s = nfn::cuda::gemm(ctx, op, g);
+      if (s == NFN_OK) {
+        NFN_TRY(nfn_residual_forward(ctx, dbias, dbias, g.bgrad, nullptr, 1, OC, dtype));  // dbias += bgrad
+        dbias = nullptr;
+        done = true;
+      } else if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) {
+        return s;
+      }
+      g.epilogue = GemmEpilogue::none;  // no fused kernel for this shape: the plain GEMM
+    }
+    if (!done) NFN_TRY(nfn::cuda::gemm(ctx, op, g));
   }
   if (dbias != nullptr) {
     NFN_DISPATCH(dtype, E, {
