@@ -232,8 +232,10 @@ int main(int argc, char** argv) {
                               gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, dtype);
     };
   };
-  auto linear_back = [&](int IC, int OC) {
-    return [&, IC, OC] { return o.linear_backward(ctx, y, dw, db, dy, x, w, N, IC, OC, 0, dtype); };
+  auto linear_back = [&](int IC, int OC, bool through_gelu) {  // through_gelu: fcproj's, as the model calls it
+    return [&, IC, OC, through_gelu] {
+      return o.linear_backward(ctx, y, dw, db, dy, x, w, through_gelu ? pre : nullptr, N, IC, OC, 0, dtype);
+    };
   };
   auto gf = [](double mm, double nn, double kk) { return 2.0 * mm * nn * kk * 1e-9; };
   // Causal attention: about half of the T*T score matrix is computed.
@@ -253,11 +255,10 @@ int main(int argc, char** argv) {
   add("linear_forward proj " + c1 + "->" + c1, L, linear(C, C, false), gf(N, C, C));
   add("linear_forward fc+gelu " + c1 + "->" + c4, L, linear(C, 4 * C, true), gf(N, 4 * C, C));
   add("linear_forward fcproj " + c4 + "->" + c1, L, linear(4 * C, C, false), gf(N, C, 4 * C));
-  add("linear_backward qkv", L, linear_back(C, 3 * C), 2 * gf(N, 3 * C, C));
-  add("linear_backward proj", L, linear_back(C, C), 2 * gf(N, C, C));
-  add("linear_backward fc", L, linear_back(C, 4 * C), 2 * gf(N, 4 * C, C));
-  add("linear_backward fcproj", L, linear_back(4 * C, C), 2 * gf(N, C, 4 * C));
-  add("gelu_backward", L, [&] { return o.gelu_backward(ctx, y, pre, dy, NC4, dtype); }, 0);
+  add("linear_backward qkv", L, linear_back(C, 3 * C, false), 2 * gf(N, 3 * C, C));
+  add("linear_backward proj", L, linear_back(C, C, false), 2 * gf(N, C, C));
+  add("linear_backward fc", L, linear_back(C, 4 * C, false), 2 * gf(N, 4 * C, C));
+  add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, true), 2 * gf(N, C, 4 * C));
   add("residual_forward", 2 * L, [&] { return o.residual_forward(ctx, y, x, dy, b, N, C, dtype); }, 0);
   add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);
   add("attention_backward", L, [&] { return o.attention_backward(ctx, dqkv, dy, qkv, y, lse, B, T, C, NH, dtype); }, 2 * attn_gf);

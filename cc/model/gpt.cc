@@ -322,23 +322,22 @@ bool GPT::backward(std::string* error) {
     void* fch_gelu = at(a.fch_gelu, l, 4 * NC);
     float* lse = a.lse + static_cast<size_t>(l) * N * NH;
     bool ok =
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); fcproj's dinp comes
+        // back through the GELU (with respect to fch, the pre-activation)
         check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW, l), gl(FCPROJB, l), a.dresidual, fch_gelu,
-                                pl(FCPROJW, l), N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
-        check(o.gelu_backward(ctx_, a.dbig, fch, a.dbig, static_cast<size_t>(N) * 4 * C, dtype_),
-              "gelu_backward", error) &&
-        check(o.linear_backward(ctx_, a.dln, gl(FCW, l), gl(FCB, l), a.dbig, ln2, pl(FCW, l), N, C, 4 * C, 0,
-                                dtype_), "linear_backward (fc)", error) &&
+                                pl(FCPROJW, l), fch, N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
+        check(o.linear_backward(ctx_, a.dln, gl(FCW, l), gl(FCB, l), a.dbig, ln2, pl(FCW, l), nullptr, N, C, 4 * C,
+                                0, dtype_), "linear_backward (fc)", error) &&
         check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W, l), gl(LN2B, l), a.dln, res2, pl(LN2W, l),
                                    a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C, dtype_),
               "layernorm_backward (ln2)", error) &&
         // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW, l), gl(ATTPROJB, l), a.dresidual, atty,
-                                pl(ATTPROJW, l), N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
+                                pl(ATTPROJW, l), nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
         check(o.attention_backward(ctx_, a.dbig, a.dln, qkv, atty, lse, B, T, C, NH, dtype_),
               "attention_backward", error) &&
-        check(o.linear_backward(ctx_, a.dln, gl(QKVW, l), gl(QKVB, l), a.dbig, ln1, pl(QKVW, l), N, C, 3 * C, 0,
-                                dtype_), "linear_backward (qkv)", error) &&
+        check(o.linear_backward(ctx_, a.dln, gl(QKVW, l), gl(QKVB, l), a.dbig, ln1, pl(QKVW, l), nullptr, N, C,
+                                3 * C, 0, dtype_), "linear_backward (qkv)", error) &&
         check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W, l), gl(LN1B, l), a.dln, residual, pl(LN1W, l),
                                    a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C, dtype_),
               "layernorm_backward (ln1)", error);

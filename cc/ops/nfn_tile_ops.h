@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define NFN_ABI_VERSION 1
+#define NFN_ABI_VERSION 2  /* 2: linear_backward takes gelu_pre */
 
 typedef enum nfn_status {
   NFN_OK = 0,

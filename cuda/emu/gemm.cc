@@ -1,7 +1,8 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
 // place of cublaslt.cu. Column-major D (m,n) = op(A) op(B) + beta D, then the epilogue
 // (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with cuBLASLt's
-// tanh GELU; BGRADB: bgrad = op(B)'s column sums over k, in D's dtype), f32 accumulation,
+// tanh GELU; DGELU: D *= GELU'(aux); BGRADB: bgrad = op(B)'s column sums over k, in D's
+// dtype), f32 accumulation,
 // one rounding to the output dtype. Each matrix's extent is
 // checked against its device allocation, which catches a wrong leading dimension.
 #include <cmath>
@@ -35,6 +36,12 @@ size_t extent(int rows, int cols, int ld, nfn_dtype dtype) {
 float gelu_tanh(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+float gelu_tanh_grad(float x) {
+  const float k = 0.7978845608028654f;
+  const float t = std::tanh(k * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x);
 }
 
 }  // namespace
@@ -83,7 +90,9 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
       const size_t at = static_cast<size_t>(j) * g.ldd + i;
       if (g.beta != 0.f) acc += g.beta * load(g.d, g.d_dtype, at);
       if (with_bias) acc += load(g.bias, g.d_dtype, i);
-      if (with_aux) {
+      if (g.epilogue == GemmEpilogue::dgelu) {
+        acc *= gelu_tanh_grad(load(g.aux, g.d_dtype, static_cast<size_t>(j) * g.m + i));
+      } else if (with_aux) {
         store(g.aux, g.d_dtype, static_cast<size_t>(j) * g.m + i, acc);
         acc = gelu_tanh(acc);
       }

@@ -162,6 +162,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
     case GemmEpilogue::bias: epi = CUBLASLT_EPILOGUE_BIAS; break;
     case GemmEpilogue::gelu_aux: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
     case GemmEpilogue::gelu_aux_bias: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+    case GemmEpilogue::dgelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
     case GemmEpilogue::bgradb: epi = CUBLASLT_EPILOGUE_BGRADB; break;
   }
   LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));

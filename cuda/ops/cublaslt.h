@@ -6,11 +6,12 @@
 
 namespace nfn::cuda {
 
-enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, bgradb };
+enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgradb };
 
 // Column-major D (m,n) = op(A) op(B) + beta * D, A (m,k) after op, B (k,n) after op, with
 // an optional epilogue: + bias (m), then GELU with the pre-activation stored in aux (ld m);
-// or (bgradb) bgrad (n, D's dtype) = op(B)'s column sums, the sum over k, written as B is read.
+// or (dgelu) D *= GELU'(aux), aux (ld m) the pre-activation a gelu_aux GEMM stored; or
+// (bgradb) bgrad (n, D's dtype) = op(B)'s column sums, the sum over k, written as B is read.
 // A and B are `ab` (f32 or bf16), D is `d` (f32 or bf16). f32 inputs use plain f32 math.
 // cuBLASLt wants the aux leading dimension divisible by 8 (gelu_aux_ld_ok); a GELU epilogue
 // without it, or a shape cuBLASLt has no kernel for, returns NFN_ERR_UNSUPPORTED.
@@ -34,7 +35,8 @@ struct GemmArgs {
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);
 
 inline bool has_gelu_aux(const GemmArgs& g) {
-  return g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  return g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias ||
+         g.epilogue == GemmEpilogue::dgelu;
 }
 
 // cuBLASLt's rule for the GELU input matrix: leading dimension (here m) divisible by 8.

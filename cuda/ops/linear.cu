@@ -74,8 +74,8 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
 }
 
 nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias, const void* dout,
-                               const void* inp, const void* weight, int N, int IC, int OC,
-                               int accumulate_dinp, nfn_dtype dtype) {
+                               const void* inp, const void* weight, const void* gelu_pre, int N, int IC,
+                               int OC, int accumulate_dinp, nfn_dtype dtype) {
   const char* op = "linear_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, IC, OC));
@@ -84,6 +84,8 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp needs weight", op);
   if (dweight != nullptr && inp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight needs inp", op);
+  if (gelu_pre != nullptr && (dinp == nullptr || accumulate_dinp != 0))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: gelu_pre needs dinp and no accumulate_dinp", op);
   if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
     GemmArgs g;
     g.m = IC, g.n = N, g.k = OC;
@@ -92,7 +94,26 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.d = dinp, g.ldd = IC;
     g.ab = g.d_dtype = dtype;
     g.beta = accumulate_dinp ? 1.f : 0.f;
-    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+    bool done = false;
+    // bf16 through a GELU: its derivative applied in the GEMM's epilogue (DGELU, the
+    // pre-activation read as aux) where cuBLASLt allows it, so the GELU's output gradient is
+    // never written and read back. f32 keeps gelu_backward's exact formula, as does a shape
+    // with no fused kernel.
+    if (gelu_pre != nullptr && dtype == NFN_BF16) {
+      g.epilogue = GemmEpilogue::dgelu;
+      g.aux = const_cast<void*>(gelu_pre);  // read, not written, under DGELU
+      if (nfn::cuda::gelu_aux_ld_ok(g)) {
+        const nfn_status s = nfn::cuda::gemm(ctx, op, g);
+        if (s == NFN_OK) done = true;
+        else if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
+      }
+      g.epilogue = GemmEpilogue::none;
+      g.aux = nullptr;
+    }
+    if (!done) {
+      NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+      if (gelu_pre != nullptr) NFN_TRY(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
+    }
   }
   if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
     GemmArgs g;

@@ -116,7 +116,9 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 
 void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int N, IC, OC; };
-  for (Shape s : {Shape{154, 96, 200}, Shape{33, 40, 75}}) {
+  // IC 20: cuBLASLt's DGELU needs IC divisible by 8, so gelu_pre takes the unfused path there
+  // (as OC 75 does for linear_forward's GELU).
+  for (Shape s : {Shape{154, 96, 200}, Shape{33, 40, 75}, Shape{9, 20, 16}}) {
     const int N = s.N, IC = s.IC, OC = s.OC;
     const std::string dims = " " + std::to_string(N) + "x" + std::to_string(IC) + "x" + std::to_string(OC);
     const auto inp = random_floats(N * IC, rng, 0.5f), w = random_floats(OC * IC, rng, 0.2f);
@@ -146,11 +148,22 @@ void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                               accumulated("dbias", random_floats(OC, rng)),
                               input("dout", random_floats(N * OC, rng, 0.5f)), input("inp", inp), input("weight", w)},
                              [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                               return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), N, IC, OC,
-                                                              acc, d);
+                               return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), nullptr, N,
+                                                              IC, OC, acc, d);
                              }},
               dt);
     }
+    // Through a GELU on the input (fcproj's): dinp with respect to the pre-activation.
+    compare(cpu, gpu, Case{"linear_backward gelu_pre" + dims,
+                           {output("dinp", N * IC), accumulated("dweight", random_floats(OC * IC, rng)),
+                            accumulated("dbias", random_floats(OC, rng)),
+                            input("dout", random_floats(N * OC, rng, 0.5f)), input("inp", inp), input("weight", w),
+                            input("gelu_pre", random_floats(N * IC, rng, 2.f))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), P(6), N, IC,
+                                                            OC, 0, d);
+                           }},
+            dt);
   }
 }
 

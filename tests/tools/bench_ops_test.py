@@ -13,7 +13,7 @@ EMULATED_LIB = os.path.abspath(os.environ["NFN_EMULATED_CUDA_OPS_LIB"])
 OPS = ["embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
        "linear_forward qkv 128->384", "linear_forward proj 128->128", "linear_forward fc+gelu 128->512",
        "linear_forward fcproj 512->128", "linear_backward qkv", "linear_backward proj", "linear_backward fc",
-       "linear_backward fcproj", "gelu_backward", "residual_forward", "attention_forward", "attention_backward",
+       "linear_backward fcproj+gelu", "residual_forward", "attention_forward", "attention_backward",
        "lm_head_cross_entropy (+backward)", "sum_squares_many", "adamw_step_many", "calibration: linear 256^3"]
 ROW = re.compile(r"(.+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+\S*\s+([\d.]+)$")
 
@@ -45,6 +45,19 @@ class BenchOpsTest(unittest.TestCase):
         proc = bench("--lib", EMULATED_LIB, "--dtype", "bf16", "--configure", "attention=flash_mma")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.check_table(proc.stdout, f"cuda ({EMULATED_LIB}), bf16 storage, geometry tiny: L1 NH2 C128 T64 B2 V512")
+
+    def test_lm_head_chunk_sizes(self):
+        # --lm-head-rows times the LM head again at each chunk size, outside the step total.
+        proc = bench("--lib", EMULATED_LIB, "--dtype", "bf16", "--only", "lm_head", "--lm-head-rows", "8,16")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rows = {m.group(1).strip(): m for m in map(ROW.match, proc.stdout.splitlines()[2:-1]) if m}
+        self.assertEqual(sorted(rows), ["lm_head_cross_entropy (+backward)", "lm_head_cross_entropy rows=16",
+                                        "lm_head_cross_entropy rows=8"])
+        self.assertEqual([int(rows[f"lm_head_cross_entropy rows={r}"].group(2)) for r in (8, 16)], [0, 0])
+        self.assertEqual(float(rows["lm_head_cross_entropy rows=8"].group(5)), 0.0)  # not in the step's ms
+        proc = bench("--lib", EMULATED_LIB, "--dtype", "bf16", "--only", "lm_head", "--lm-head-rows", "12")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("lm_head_rows=12 is not a multiple of 8", proc.stderr)
 
     def test_bad_input(self):
         proc = bench("--lib", "/nonexistent/lib.so")

@@ -38,14 +38,17 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
 }
 
 nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
-                               const void* dout, const void* inp, const void* weight, int N,
-                               int IC, int OC, int accumulate_dinp, nfn_dtype dtype) {
+                               const void* dout, const void* inp, const void* weight,
+                               const void* gelu_pre, int N, int IC, int OC, int accumulate_dinp,
+                               nfn_dtype dtype) {
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_backward", dtype));
   NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_backward: N=%d IC=%d OC=%d must be positive", N,
               IC, OC);
   NFN_REQUIRE(dout != nullptr, "linear_backward: null dout");
   NFN_REQUIRE(dinp == nullptr || weight != nullptr, "linear_backward: dinp needs weight");
   NFN_REQUIRE(dweight == nullptr || inp != nullptr, "linear_backward: dweight needs inp");
+  NFN_REQUIRE(gelu_pre == nullptr || (dinp != nullptr && accumulate_dinp == 0),
+              "linear_backward: gelu_pre needs dinp and no accumulate_dinp");
   const float* g_out = static_cast<const float*>(dout);
   if (dinp != nullptr) {  // dinp (N,IC) = dout (N,OC) @ W (OC,IC)
     Gemm g;
@@ -55,6 +58,8 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.C = static_cast<float*>(dinp), g.ldc = IC;
     g.accumulate = accumulate_dinp != 0;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward", g));
+    if (gelu_pre != nullptr)  // through the GELU: exactly what gelu_backward computes
+      NFN_RETURN_IF_ERROR(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
   }
   if (dweight != nullptr) {  // dW (OC,IC) += dout^T (OC,N) @ inp (N,IC)
     Gemm g;

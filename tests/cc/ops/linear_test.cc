@@ -1,5 +1,6 @@
 // linear_forward/backward (oneDNN GEMMs): forward against a naive double product, backward
-// against finite differences, the accumulate flags, and the bf16 GEMM mode.
+// against finite differences (also through a GELU on the input, gelu_pre), the accumulate
+// flags, and the bf16 GEMM mode.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -81,8 +82,8 @@ static void test_backward(nfn_ctx* ctx, bool gelu) {
   std::vector<float> dpre = gy;  // through the GELU epilogue first, as the model does
   if (gelu) EXPECT(nfn_gelu_backward(ctx, dpre.data(), pre.data(), gy.data(), N * OC, NFN_F32) == NFN_OK, "gelu");
   std::vector<float> dx(N * IC, 0.f), dw(OC * IC, 0.5f), db(OC, -0.5f);
-  EXPECT(nfn_linear_backward(ctx, dx.data(), dw.data(), db.data(), dpre.data(), x.data(), w.data(), N, IC,
-                             OC, 0, NFN_F32) == NFN_OK, "linear_backward");
+  EXPECT(nfn_linear_backward(ctx, dx.data(), dw.data(), db.data(), dpre.data(), x.data(), w.data(), nullptr, N,
+                             IC, OC, 0, NFN_F32) == NFN_OK, "linear_backward");
   auto loss = [&] { forward(); return weighted_sum(y, gy); };
   std::vector<double> nx = numeric_grad(x, loss), nw = numeric_grad(w, loss), nb = numeric_grad(b, loss);
   for (auto& g : nw) g += 0.5;
@@ -95,10 +96,37 @@ static void test_backward(nfn_ctx* ctx, bool gelu) {
 
   // accumulate_dinp adds; 0 overwrites. Only dinp requested: the others stay untouched.
   std::vector<float> dx2(N * IC, 1.f);
-  EXPECT(nfn_linear_backward(ctx, dx2.data(), nullptr, nullptr, dpre.data(), nullptr, w.data(), N, IC, OC, 1,
-                             NFN_F32) == NFN_OK, "accumulate dinp");
+  EXPECT(nfn_linear_backward(ctx, dx2.data(), nullptr, nullptr, dpre.data(), nullptr, w.data(), nullptr, N, IC, OC,
+                             1, NFN_F32) == NFN_OK, "accumulate dinp");
   for (auto& g : nx) g += 1.0;
   expect_close("dinp accumulated", dx2, nx, 2e-3, 1e-2);
+}
+
+// A layer whose input is gelu(h) (GPT-2's fcproj): with gelu_pre = h, dinp is the gradient
+// with respect to h. Against finite differences through the GELU, and exactly what
+// linear_backward followed by gelu_backward gives.
+static void test_backward_through_gelu(nfn_ctx* ctx) {
+  std::vector<float> h = random_vec(N * IC, 8), w = random_vec(OC * IC, 9), b = random_vec(OC, 10);
+  const std::vector<float> gy = random_vec(N * OC, 11);
+  std::vector<float> x(N * IC), y(N * OC);
+  auto loss = [&] {
+    EXPECT(nfn_gelu_forward(ctx, x.data(), h.data(), N * IC, NFN_F32) == NFN_OK, "gelu_forward");
+    EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), N, IC, OC, NFN_EPILOGUE_NONE,
+                              NFN_F32) == NFN_OK, "linear_forward");
+    return weighted_sum(y, gy);
+  };
+  loss();
+  std::vector<float> dh(N * IC, 7.f), dx(N * IC);
+  EXPECT(nfn_linear_backward(ctx, dh.data(), nullptr, nullptr, gy.data(), x.data(), w.data(), h.data(), N, IC, OC,
+                             0, NFN_F32) == NFN_OK, "linear_backward through gelu");
+  std::printf("linear_backward (gelu_pre) checked\n");
+  expect_close("dinp with respect to gelu_pre", dh, numeric_grad(h, loss), 2e-3, 1e-2);
+  EXPECT(nfn_linear_backward(ctx, dx.data(), nullptr, nullptr, gy.data(), x.data(), w.data(), nullptr, N, IC, OC, 0,
+                             NFN_F32) == NFN_OK &&
+             nfn_gelu_backward(ctx, dx.data(), h.data(), dx.data(), N * IC, NFN_F32) == NFN_OK,
+         "linear_backward, then gelu_backward");
+  EXPECT(std::memcmp(dx.data(), dh.data(), dx.size() * sizeof(float)) == 0,
+         "gelu_pre gives exactly linear_backward then gelu_backward");
 }
 
 static void test_bad_arguments(nfn_ctx* ctx) {
@@ -109,8 +137,13 @@ static void test_bad_arguments(nfn_ctx* ctx) {
                                          NFN_EPILOGUE_GELU, NFN_F32), "linear_forward", "GELU without aux");
   expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
                                          static_cast<nfn_epilogue>(9), NFN_F32), "linear_forward", "bad epilogue");
-  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), nullptr, N,
-                                          IC, OC, 0, NFN_F32), "linear_backward", "dinp without weight");
+  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), nullptr,
+                                          nullptr, N, IC, OC, 0, NFN_F32), "linear_backward", "dinp without weight");
+  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), buf.data(),
+                                          buf.data(), N, IC, OC, 1, NFN_F32), "linear_backward",
+                 "gelu_pre with accumulate_dinp");
+  expect_invalid(ctx, nfn_linear_backward(ctx, nullptr, buf.data(), nullptr, buf.data(), buf.data(), buf.data(),
+                                          buf.data(), N, IC, OC, 0, NFN_F32), "linear_backward", "gelu_pre without dinp");
   EXPECT(nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
                             NFN_EPILOGUE_NONE, NFN_BF16) == NFN_ERR_UNSUPPORTED, "bf16 storage unsupported");
   expect_invalid(ctx, nfn_ctx_configure(ctx, "matmul", "fp8"), "configure", "matmul=fp8");
@@ -122,6 +155,7 @@ int main() {
   test_forward(ctx);
   test_backward(ctx, false);
   test_backward(ctx, true);
+  test_backward_through_gelu(ctx);
   test_bad_arguments(ctx);
   nfn_ctx_destroy(ctx);
   return finish("linear_test");
