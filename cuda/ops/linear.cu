@@ -21,6 +21,15 @@ struct ColumnOf {
   }
 };
 
+// A GEMM with a fused epilogue; *fused says whether it ran. cuBLASLt having no kernel for the
+// epilogue at this shape or alignment (NFN_ERR_UNSUPPORTED once it is loaded) is not an
+// error: the caller then runs the unfused form.
+nfn_status try_fused(nfn_ctx* ctx, const char* op, const GemmArgs& g, bool* fused) {
+  const nfn_status s = nfn::cuda::gemm(ctx, op, g);
+  *fused = s == NFN_OK;
+  return s == NFN_ERR_UNSUPPORTED && ctx->cublaslt != nullptr ? NFN_OK : s;
+}
+
 nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int IC, int OC) {
   if (N <= 0 || IC <= 0 || OC <= 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: N=%d IC=%d OC=%d must be positive", op, N, IC, OC);
@@ -62,8 +71,9 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   g.aux = aux;
   g.epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux;
   if (dtype == NFN_BF16 && nfn::cuda::gelu_aux_ld_ok(g)) {
-    nfn_status s = nfn::cuda::gemm(ctx, op, g);
-    if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
+    bool fused = false;
+    NFN_TRY(try_fused(ctx, op, g, &fused));
+    if (fused) return NFN_OK;
   }
   // f32, or no fused kernel for this shape or alignment: GEMM (+ bias) into aux, then GELU.
   g.d = aux;
@@ -94,25 +104,21 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.d = dinp, g.ldd = IC;
     g.ab = g.d_dtype = dtype;
     g.beta = accumulate_dinp ? 1.f : 0.f;
-    bool done = false;
     // bf16 through a GELU: its derivative applied in the GEMM's epilogue (DGELU, the
     // pre-activation read as aux) where cuBLASLt allows it, so the GELU's output gradient is
     // never written and read back. f32 keeps gelu_backward's exact formula, as does a shape
     // with no fused kernel.
+    bool fused = false;
     if (gelu_pre != nullptr && dtype == NFN_BF16) {
-      g.epilogue = GemmEpilogue::dgelu;
-      g.aux = const_cast<void*>(gelu_pre);  // read, not written, under DGELU
-      if (nfn::cuda::gelu_aux_ld_ok(g)) {
-        const nfn_status s = nfn::cuda::gemm(ctx, op, g);
-        if (s == NFN_OK) done = true;
-        else if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) return s;
-      }
-      g.epilogue = GemmEpilogue::none;
-      g.aux = nullptr;
+      GemmArgs f = g;
+      f.epilogue = GemmEpilogue::dgelu;
+      f.aux = const_cast<void*>(gelu_pre);  // read, not written, under DGELU
+      if (nfn::cuda::gelu_aux_ld_ok(f)) NFN_TRY(try_fused(ctx, op, f, &fused));
     }
-    if (!done) {
+    if (!fused) {
       NFN_TRY(nfn::cuda::gemm(ctx, op, g));
-      if (gelu_pre != nullptr) NFN_TRY(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
+      if (gelu_pre != nullptr)
+        NFN_TRY(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
     }
   }
   if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
@@ -126,22 +132,19 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.beta = 1.f;
     // bf16: dbias comes out of this GEMM (cuBLASLt's BGRADB sums dout^T over k = N as it reads
     // it, so dout is not read again) into scratch, then is added to dbias. f32 keeps our
-    // column sums below (the CPU's order, to 1e-5), as does a shape with no fused kernel.
-    bool done = false;
+    // column sums below (f32 partials in a fixed order), as does a shape with no fused kernel.
+    bool fused = false;
     if (dbias != nullptr && dtype == NFN_BF16) {
-      NFN_TRY(nfn::cuda::scratch(ctx, nfn::cuda::dtype_size(dtype) * OC, &g.bgrad, op));
-      g.epilogue = GemmEpilogue::bgradb;
-      const nfn_status s = nfn::cuda::gemm(ctx, op, g);
-      if (s == NFN_OK) {
-        NFN_TRY(nfn_residual_forward(ctx, dbias, dbias, g.bgrad, nullptr, 1, OC, dtype));  // dbias += bgrad
+      GemmArgs f = g;
+      f.epilogue = GemmEpilogue::bgradb;
+      NFN_TRY(nfn::cuda::scratch(ctx, nfn::cuda::dtype_size(dtype) * OC, &f.bgrad, op));
+      NFN_TRY(try_fused(ctx, op, f, &fused));
+      if (fused) {
+        NFN_TRY(nfn_residual_forward(ctx, dbias, dbias, f.bgrad, nullptr, 1, OC, dtype));  // dbias += bgrad
         dbias = nullptr;
-        done = true;
-      } else if (s != NFN_ERR_UNSUPPORTED || ctx->cublaslt == nullptr) {
-        return s;
       }
-      g.epilogue = GemmEpilogue::none;  // no fused kernel for this shape: the plain GEMM
     }
-    if (!done) NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+    if (!fused) NFN_TRY(nfn::cuda::gemm(ctx, op, g));
   }
   if (dbias != nullptr) {
     NFN_DISPATCH(dtype, E, {
