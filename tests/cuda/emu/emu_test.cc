@@ -151,43 +151,42 @@ void check_block_order() {
   }
 }
 
+// Each probe stops its child process with this signal and a message holding both texts.
+struct Failure {
+  const char* what;
+  void (*probe)();
+  int signal;
+  const char* where;
+  const char* why;
+};
+
 void check_failures_are_reported() {
-  int sig = 0;
-  std::string err = run_in_child(emu_probe::deadlock, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "deadlock_kernel") &&
-             contains(err, "deadlock: 16 threads wait at __syncthreads and 16 at a warp-wide operation"),
-         "deadlock: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::out_of_bounds, &sig);
-  EXPECT(sig == SIGSEGV && contains(err, "segmentation fault in kernel oob_kernel, block (0,0,0), thread (0,0,0)"),
-         "out of bounds: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::shuffle_after_exit, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "exit_then_shuffle_kernel") &&
-             contains(err, "a lane exited while 16 lanes of its warp wait at a warp shuffle or mma.sync with a full mask"),
-         "shuffle after exit: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::misaligned_vector_load, &sig);
-  EXPECT(sig == SIGILL && contains(err, "illegal instruction in kernel misaligned_kernel, block (0,0,0)") &&
-             contains(err, "a misaligned vector access"),
-         "misaligned uint4 load: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::ldmatrix_misaligned, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "ldmatrix_kernel, block (0,0,0), thread (5,0,0)") &&
-             contains(err, "is not 16-byte aligned"),
-         "misaligned ldmatrix: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::ldmatrix_global, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "thread (5,0,0)") &&
-             contains(err, "is not in this block's shared memory"),
-         "ldmatrix from global memory: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::cp_async_never_waited, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "cp_async_kernel") &&
-             contains(err, "the thread exited with 2 cp.async copies never waited for"),
-         "cp.async never waited for: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::cp_async_to_global, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "cp.async destination") &&
-             contains(err, "is not in this block's shared memory"),
-         "cp.async to global memory: signal %d, '%s'", sig, err.c_str());
-  err = run_in_child(emu_probe::too_much_static_shared, &sig);
-  EXPECT(sig == SIGABRT && contains(err, "big_static_shared_kernel") &&
-             contains(err, "static shared memory of 49156 bytes, over the 48 KiB a block may declare"),
-         "static shared over 48 KiB: signal %d, '%s'", sig, err.c_str());
+  const Failure failures[] = {
+      {"deadlock", emu_probe::deadlock, SIGABRT, "deadlock_kernel",
+       "deadlock: 16 threads wait at __syncthreads and 16 at a warp-wide operation"},
+      {"out of bounds", emu_probe::out_of_bounds, SIGSEGV,
+       "segmentation fault in kernel oob_kernel, block (0,0,0), thread (0,0,0)", ""},
+      {"shuffle after exit", emu_probe::shuffle_after_exit, SIGABRT, "exit_then_shuffle_kernel",
+       "a lane exited while 16 lanes of its warp wait at a warp shuffle or mma.sync with a full mask"},
+      {"misaligned uint4 load", emu_probe::misaligned_vector_load, SIGILL,
+       "illegal instruction in kernel misaligned_kernel, block (0,0,0)", "a misaligned vector access"},
+      {"misaligned ldmatrix", emu_probe::ldmatrix_misaligned, SIGABRT,
+       "ldmatrix_kernel, block (0,0,0), thread (5,0,0)", "is not 16-byte aligned"},
+      {"ldmatrix from global memory", emu_probe::ldmatrix_global, SIGABRT, "thread (5,0,0)",
+       "is not in this block's shared memory"},
+      {"cp.async never waited for", emu_probe::cp_async_never_waited, SIGABRT, "cp_async_kernel",
+       "the thread exited with 2 cp.async copies never waited for"},
+      {"cp.async to global memory", emu_probe::cp_async_to_global, SIGABRT, "cp.async destination",
+       "is not in this block's shared memory"},
+      {"static shared over 48 KiB", emu_probe::too_much_static_shared, SIGABRT, "big_static_shared_kernel",
+       "static shared memory of 49156 bytes, over the 48 KiB a block may declare"},
+  };
+  for (const Failure& f : failures) {
+    int sig = 0;
+    const std::string err = run_in_child(f.probe, &sig);
+    EXPECT(sig == f.signal && contains(err, f.where) && contains(err, f.why), "%s: signal %d, '%s'", f.what, sig,
+           err.c_str());
+  }
 }
 
 }  // namespace
