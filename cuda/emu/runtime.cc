@@ -1,9 +1,9 @@
 // The CUDA emulator's runtime: kernels run block after block on the calling thread, each
 // thread of a block on its own fiber (fiber.h). A fiber runs until it reaches a rendezvous
-// (__syncthreads, a warp shuffle, mma.sync, ldmatrix) and waits there until every live thread of its
-// block, or of its warp, has arrived, so kernels see the ordering guarantees CUDA gives and
-// no more: a read of shared memory another thread writes without a barrier between sees
-// stale or poisoned data. Threads stuck at different rendezvous are reported as a deadlock.
+// (__syncthreads, a warp shuffle, mma.sync, ldmatrix) and waits there until every live
+// thread of its block, or of its warp, has arrived, so kernels see the ordering guarantees
+// CUDA gives and no more: a read of shared memory another thread writes without a barrier
+// between sees stale or poisoned data (cp.async copies land late or early, see cp_async). Threads stuck at different rendezvous are reported as a deadlock.
 //
 // Device memory is host memory with a PROT_NONE page right after each allocation (rounded
 // to 16 bytes), poisoned with 0xff bytes (NaN in f32 and bf16), so reading past the end or
