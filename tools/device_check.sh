@@ -13,7 +13,10 @@
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
 # own time limit, 530 s in all at worst, so give the device tool timeout_s 600.
+# --quick runs steps 1 and 2 only (200 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
+quick=$([ "${1:-}" = --quick ] && echo 1)
+if [ -n "${1:-}" ] && [ -z "$quick" ]; then echo "usage: device_check.sh [--quick]"; exit 2; fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/nfn-device-out}
 mkdir -p "$out" && : > "$out/table.txt"
@@ -122,6 +125,13 @@ PY
 )
     row "train cuda $dt $attn vs cpu" "${verdict%% *}" "${verdict#* }"
   done
+fi
+
+if [ -n "$quick" ]; then
+  echo
+  echo "== device_check --quick $(date -u +%FT%TZ) on ${gpu%%,*}"
+  printf '%s\n' "${rows[@]}"
+  exit 0
 fi
 
 # 3. per-op times at GPT-2 124M's geometry
