@@ -52,12 +52,21 @@ cudnn_dir=$(wheel_dir "/nvidia/cudnn/lib/libcudnn.so.9*")
 nvrtc_found=$(wheel_dir "/nvidia/cu13/lib/libnvrtc.so.13*" "/nvidia/cuda_nvrtc/lib/libnvrtc.so.13*")
 nvrtc_dir=$([ "$nvrtc_found" != "$cublas_dir" ] && echo "$nvrtc_found")
 export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${cudnn_dir:+:$cudnn_dir}${nvrtc_dir:+:$nvrtc_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The libraries' own logs, for a failure the one-line message does not explain: cuBLASLt's
+# errors (a file per process), cuDNN's errors (on each step's stderr, before nfn's own line),
+# and cudnn-frontend's account of each graph it builds (a file per step, cudnn_frontend_*.log;
+# each process rewrites its file, so a step of several processes keeps its last).
+export CUBLASLT_LOG_LEVEL=1 CUBLASLT_LOG_FILE=$out/cublaslt.%i.log
+export CUDNN_LOGLEVEL_DBG=1 CUDNN_LOGDEST_DBG=stderr
+export CUDNN_FRONTEND_LOG_INFO=1
+frontend_log() { export CUDNN_FRONTEND_LOG_FILE=$out/cudnn_frontend_$1.log; }
 cpu_lib=$work/lib/libnfn_native_train_cpu_ops.so
 cuda_lib=$work/lib/libnfn_native_train_tile_ops.so
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
 echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}; NVRTC from ${nvrtc_found:-nowhere}"
 
 # 1. op parity
+frontend_log parity
 start=$SECONDS
 timeout 60 "$work/bin/ops_parity_test" "$cpu_lib" "$cuda_lib" 2>&1 | tee "$out/parity.log"
 status=${PIPESTATUS[0]}
@@ -96,6 +105,7 @@ PY
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn; do
     dt=${run%%:*} attn=${run#*:}
+    frontend_log "train_${dt}_$attn"
     timeout 25 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
     status=$?
@@ -136,6 +146,7 @@ fi
 
 # 3. per-op times at GPT-2 124M's geometry
 ops_log=$out/bench_ops.txt
+frontend_log bench_ops
 echo "== attention=flash_mma" > "$ops_log"
 timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
   --configure attention=flash_mma --lm-head-rows 1024,2048,4096,8192 >> "$ops_log" 2>&1
@@ -174,6 +185,7 @@ PY
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
 
 # 4. throughput against the PyTorch reference
+frontend_log bench_train
 timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   --attention flash_mma,cudnn \
   > "$out/bench.json" 2> "$out/bench.err"
