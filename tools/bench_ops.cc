@@ -226,9 +226,10 @@ int main(int argc, char** argv) {
   auto* m = static_cast<float*>(buf.zeros(params, true));
   auto* v = static_cast<float*>(buf.zeros(params, true));
 
-  auto linear = [&](int IC, int OC, bool gelu) {
-    return [&, IC, OC, gelu] {
-      return o.linear_forward(ctx, y, gelu ? pre : nullptr, x, w, b, N, IC, OC,
+  // gelu: fc's GELU epilogue; residual: the projections', which add onto the residual stream.
+  auto linear = [&](int IC, int OC, bool gelu, bool residual) {
+    return [&, IC, OC, gelu, residual] {
+      return o.linear_forward(ctx, y, gelu ? pre : nullptr, x, w, b, residual ? dy : nullptr, N, IC, OC,
                               gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, dtype);
     };
   };
@@ -251,15 +252,14 @@ int main(int argc, char** argv) {
   add("embedding_backward", 1, [&] { return o.embedding_backward(ctx, dwte, dw, dy, tokens, B, T, C, dtype); }, 0);
   add("layernorm_forward", 2 * L + 1, [&] { return o.layernorm_forward(ctx, y, stats, stats + N, x, w, b, N, C, dtype); }, 0);
   add("layernorm_backward", 2 * L + 1, [&] { return o.layernorm_backward(ctx, y, dw, db, dy, x, w, stats, stats + N, N, C, dtype); }, 0);
-  add("linear_forward qkv " + c1 + "->" + c3, L, linear(C, 3 * C, false), gf(N, 3 * C, C));
-  add("linear_forward proj " + c1 + "->" + c1, L, linear(C, C, false), gf(N, C, C));
-  add("linear_forward fc+gelu " + c1 + "->" + c4, L, linear(C, 4 * C, true), gf(N, 4 * C, C));
-  add("linear_forward fcproj " + c4 + "->" + c1, L, linear(4 * C, C, false), gf(N, C, 4 * C));
+  add("linear_forward qkv " + c1 + "->" + c3, L, linear(C, 3 * C, false, false), gf(N, 3 * C, C));
+  add("linear_forward proj+residual " + c1 + "->" + c1, L, linear(C, C, false, true), gf(N, C, C));
+  add("linear_forward fc+gelu " + c1 + "->" + c4, L, linear(C, 4 * C, true, false), gf(N, 4 * C, C));
+  add("linear_forward fcproj+residual " + c4 + "->" + c1, L, linear(4 * C, C, false, true), gf(N, C, 4 * C));
   add("linear_backward qkv", L, linear_back(C, 3 * C, false), 2 * gf(N, 3 * C, C));
   add("linear_backward proj", L, linear_back(C, C, false), 2 * gf(N, C, C));
   add("linear_backward fc", L, linear_back(C, 4 * C, false), 2 * gf(N, 4 * C, C));
   add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, true), 2 * gf(N, C, 4 * C));
-  add("residual_forward", 2 * L, [&] { return o.residual_forward(ctx, y, x, dy, b, N, C, dtype); }, 0);
   add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);
   add("attention_backward", L, [&] { return o.attention_backward(ctx, dqkv, dy, qkv, y, lse, B, T, C, NH, dtype); }, 2 * attn_gf);
   auto lm_head = [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, V, 1.f / N, dtype); };
@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
     void* c = buf.zeros(size_t(S) * S);
     const std::string side = std::to_string(S);
     add("calibration: linear " + side + "^3", 0,
-        [&] { return o.linear_forward(ctx, c, nullptr, a, w2, nullptr, S, S, S, NFN_EPILOGUE_NONE, dtype); },
+        [&] { return o.linear_forward(ctx, c, nullptr, a, w2, nullptr, nullptr, S, S, S, NFN_EPILOGUE_NONE, dtype); },
         gf(S, S, S));
   }
   if (rows.empty()) die(std::string("no op name contains '") + (only ? only : "") + "'");

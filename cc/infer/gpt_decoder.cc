@@ -106,7 +106,7 @@ bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
       {reinterpret_cast<void**>(&x_), N * C * 4},   {reinterpret_cast<void**>(&ln_), N * C * 4},
       {reinterpret_cast<void**>(&mean_), N * 4},    {reinterpret_cast<void**>(&rstd_), N * 4},
       {reinterpret_cast<void**>(&qkv_), N * 3 * C * 4}, {reinterpret_cast<void**>(&atty_), N * C * 4},
-      {reinterpret_cast<void**>(&proj_), N * C * 4}, {reinterpret_cast<void**>(&fch_), N * 4 * C * 4},
+      {reinterpret_cast<void**>(&fch_), N * 4 * C * 4},
       {reinterpret_cast<void**>(&fch_gelu_), N * 4 * C * 4}, {reinterpret_cast<void**>(&losses_), N * 4},
   };
   if (!alloc_arena(*ops_, ctx_, plan, "allocating activations", &act_block_, error)) return false;
@@ -143,22 +143,18 @@ bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
     bool ok =
         check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN1W, l), param(LN1B, l), n, C, NFN_F32),
               "layernorm_forward (ln1)", error) &&
-        check(o.linear_forward(ctx_, qkv_, nullptr, ln_, param(QKVW, l), param(QKVB, l), n, C, 3 * C,
+        check(o.linear_forward(ctx_, qkv_, nullptr, ln_, param(QKVW, l), param(QKVB, l), nullptr, n, C, 3 * C,
                                NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (qkv)", error) &&
         check(o.attention_kv_cached(ctx_, atty_, k_cache_ + l * cache_layer, v_cache_ + l * cache_layer, qkv_, 1,
                                     n, pos_, maxT, C, NH, NFN_F32), "attention_kv_cached", error) &&
-        check(o.linear_forward(ctx_, proj_, nullptr, atty_, param(ATTPROJW, l), nullptr, n, C, C,
+        check(o.linear_forward(ctx_, x_, nullptr, atty_, param(ATTPROJW, l), param(ATTPROJB, l), x_, n, C, C,
                                NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (attproj)", error) &&
-        check(o.residual_forward(ctx_, x_, x_, proj_, param(ATTPROJB, l), n, C, NFN_F32),
-              "residual_forward (attention)", error) &&
         check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN2W, l), param(LN2B, l), n, C, NFN_F32),
               "layernorm_forward (ln2)", error) &&
-        check(o.linear_forward(ctx_, fch_gelu_, fch_, ln_, param(FCW, l), param(FCB, l), n, C, 4 * C,
+        check(o.linear_forward(ctx_, fch_gelu_, fch_, ln_, param(FCW, l), param(FCB, l), nullptr, n, C, 4 * C,
                                NFN_EPILOGUE_GELU, NFN_F32), "linear_forward (fc)", error) &&
-        check(o.linear_forward(ctx_, proj_, nullptr, fch_gelu_, param(FCPROJW, l), nullptr, n, 4 * C, C,
-                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (fcproj)", error) &&
-        check(o.residual_forward(ctx_, x_, x_, proj_, param(FCPROJB, l), n, C, NFN_F32), "residual_forward (mlp)",
-              error);
+        check(o.linear_forward(ctx_, x_, nullptr, fch_gelu_, param(FCPROJW, l), param(FCPROJB, l), x_, n, 4 * C, C,
+                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (fcproj)", error);
     if (!ok) return false;
   }
   if (!check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LNFW), param(LNFB), n, C, NFN_F32),
@@ -178,8 +174,8 @@ bool GPTDecoder::logits(bool all_rows, std::vector<float>* out, std::string* err
   const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const int rows = all_rows ? rows_ : 1;
   const float* x = ln_ + static_cast<size_t>(rows_ - rows) * C;
-  if (!check(ops_->linear_forward(ctx_, logits_, nullptr, x, param(WTE), nullptr, rows, C, Vp, NFN_EPILOGUE_NONE,
-                                  NFN_F32), "linear_forward (logits)", error))
+  if (!check(ops_->linear_forward(ctx_, logits_, nullptr, x, param(WTE), nullptr, nullptr, rows, C, Vp,
+                                  NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (logits)", error))
     return false;
   std::vector<float> padded(static_cast<size_t>(rows) * Vp);
   if (!check(ops_->copy(ctx_, padded.data(), logits_, padded.size() * 4, NFN_DEVICE_TO_HOST), "copy", error) ||

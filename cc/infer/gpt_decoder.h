@@ -56,7 +56,7 @@ class GPTDecoder {
   int cap_rows_ = 0, cap_logit_rows_ = 0;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   float *x_ = nullptr, *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *qkv_ = nullptr, *atty_ = nullptr,
-        *proj_ = nullptr, *fch_ = nullptr, *fch_gelu_ = nullptr, *losses_ = nullptr;
+        *fch_ = nullptr, *fch_gelu_ = nullptr, *losses_ = nullptr;
   float* logits_ = nullptr;  // (cap_logit_rows_, Vp), a separate allocation
 };
 

@@ -31,7 +31,6 @@ struct GPT::Acts {
   float* losses;               // (N)
   int32_t *inputs, *targets;   // (N)
   uint16_t* window;            // (N+1)
-  void* proj;                  // (N,C) attention/MLP projection before the residual add
   void *dresidual, *dln;       // (N,C) gradient of the residual stream; of a norm output
   void* dbig;                  // (N,4C) gradient of the MLP hidden, or of qkv
   void* logits;                // (Vp) for sampling
@@ -207,7 +206,6 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
       {reinterpret_cast<void**>(&acts_->inputs), N * 4},
       {reinterpret_cast<void**>(&acts_->targets), N * 4},
       {reinterpret_cast<void**>(&acts_->window), (N + 1) * 2},
-      {&acts_->proj, N * C * e},
       {&acts_->dresidual, N * C * e},
       {&acts_->dln, N * C * e},
       {&acts_->dbig, N * 4 * C * e},
@@ -265,21 +263,18 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
     bool ok =
         check(o.layernorm_forward(ctx_, ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, pl(LN1W, l),
                                   pl(LN1B, l), N, C, dtype_), "layernorm_forward (ln1)", error) &&
-        check(o.linear_forward(ctx_, qkv, nullptr, ln1, pl(QKVW, l), pl(QKVB, l), N, C, 3 * C,
+        check(o.linear_forward(ctx_, qkv, nullptr, ln1, pl(QKVW, l), pl(QKVB, l), nullptr, N, C, 3 * C,
                                NFN_EPILOGUE_NONE, dtype_), "linear_forward (qkv)", error) &&
         check(o.attention_forward(ctx_, atty, lse, qkv, B, T, C, NH, dtype_), "attention_forward", error) &&
-        check(o.linear_forward(ctx_, a.proj, nullptr, atty, pl(ATTPROJW, l), nullptr, N, C, C,
+        // residual2 = residual + attproj(atty): the projection adds onto the residual stream
+        check(o.linear_forward(ctx_, res2, nullptr, atty, pl(ATTPROJW, l), pl(ATTPROJB, l), residual, N, C, C,
                                NFN_EPILOGUE_NONE, dtype_), "linear_forward (attproj)", error) &&
-        check(o.residual_forward(ctx_, res2, residual, a.proj, pl(ATTPROJB, l), N, C, dtype_),
-              "residual_forward (attention)", error) &&
         check(o.layernorm_forward(ctx_, ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, res2, pl(LN2W, l),
                                   pl(LN2B, l), N, C, dtype_), "layernorm_forward (ln2)", error) &&
-        check(o.linear_forward(ctx_, fch_gelu, fch, ln2, pl(FCW, l), pl(FCB, l), N, C, 4 * C,
+        check(o.linear_forward(ctx_, fch_gelu, fch, ln2, pl(FCW, l), pl(FCB, l), nullptr, N, C, 4 * C,
                                NFN_EPILOGUE_GELU, dtype_), "linear_forward (fc)", error) &&
-        check(o.linear_forward(ctx_, a.proj, nullptr, fch_gelu, pl(FCPROJW, l), nullptr, N, 4 * C, C,
-                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (fcproj)", error) &&
-        check(o.residual_forward(ctx_, res3, res2, a.proj, pl(FCPROJB, l), N, C, dtype_),
-              "residual_forward (mlp)", error);
+        check(o.linear_forward(ctx_, res3, nullptr, fch_gelu, pl(FCPROJW, l), pl(FCPROJB, l), res2, N, 4 * C, C,
+                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (fcproj)", error);
     if (!ok) return false;
     residual = res3;
   }
@@ -363,7 +358,7 @@ bool GPT::logits_for_row(int row, std::vector<float>* logits, std::string* error
   if (!forward(false, false, 0.f, error)) return false;
   const int C = config_.channels, Vp = config_.padded_vocab_size;
   const void* x = static_cast<const char*>(acts_->lnf) + static_cast<size_t>(row) * C * esize();
-  if (!check(ops_->linear_forward(ctx_, acts_->logits, nullptr, x, param(WTE), nullptr, 1, C, Vp,
+  if (!check(ops_->linear_forward(ctx_, acts_->logits, nullptr, x, param(WTE), nullptr, nullptr, 1, C, Vp,
                                   NFN_EPILOGUE_NONE, dtype_), "linear_forward (logits)", error))
     return false;
   const void* src = acts_->logits;

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define NFN_ABI_VERSION 2  /* 2: linear_backward takes gelu_pre */
+#define NFN_ABI_VERSION 3  /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual */
 
 typedef enum nfn_status {
   NFN_OK = 0,

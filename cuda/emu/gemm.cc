@@ -1,5 +1,5 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
-// place of cublaslt.cu. Column-major D (m,n) = op(A) op(B) + beta D, then the epilogue
+// place of cublaslt.cu. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then the epilogue
 // (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with cuBLASLt's
 // tanh GELU; DGELU: D *= GELU'(aux); BGRADB: bgrad = op(B)'s column sums over k, in D's
 // dtype), f32 accumulation,
@@ -60,6 +60,8 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (!nfn_emu::inside_device(g.a, extent(a_rows, a_cols, g.lda, g.ab))) outside = "A";
   if (!nfn_emu::inside_device(g.b, extent(b_rows, b_cols, g.ldb, g.ab))) outside = "B";
   if (!nfn_emu::inside_device(g.d, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "D";
+  const void* c = g.c != nullptr ? g.c : g.d;
+  if (g.beta != 0.f && !nfn_emu::inside_device(c, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "C";
   if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
   if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
   const bool with_bgrad = g.epilogue == GemmEpilogue::bgradb;
@@ -88,7 +90,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
       float acc = 0.f;
       for (size_t p = 0; p < K; ++p) acc += ai[p] * bj[p];
       const size_t at = static_cast<size_t>(j) * g.ldd + i;
-      if (g.beta != 0.f) acc += g.beta * load(g.d, g.d_dtype, at);
+      if (g.beta != 0.f) acc += g.beta * load(c, g.d_dtype, at);
       if (with_bias) acc += load(g.bias, g.d_dtype, i);
       if (g.epilogue == GemmEpilogue::dgelu) {
         acc *= gelu_tanh_grad(load(g.aux, g.d_dtype, static_cast<size_t>(j) * g.m + i));

@@ -183,10 +183,11 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   LT_TRY(api.pref_create(&s.pref));
   size_t ws = kGemmWorkspaceBytes;
   LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d);
+  const void* c = g.c != nullptr ? g.c : g.d;
+  uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(c), align_d = alignment(g.d);
   LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
   LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
-  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
   LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
@@ -200,7 +201,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
                 op, g.m, g.n, g.k);
   const float alpha = 1.f, beta = g.beta;
   LT_TRY(api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
-                    s.b, &beta, g.d, s.d, g.d, s.d, &result.algo, ctx->gemm_workspace, ws,
+                    s.b, &beta, c, s.d, g.d, s.d, &result.algo, ctx->gemm_workspace, ws,
                     ctx->stream));
 #undef LT_TRY
   return NFN_OK;

@@ -8,7 +8,8 @@ namespace nfn::cuda {
 
 enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgradb };
 
-// Column-major D (m,n) = op(A) op(B) + beta * D, A (m,k) after op, B (k,n) after op, with
+// Column-major D (m,n) = op(A) op(B) + beta * C, C = D unless c is set (then c, laid out as D),
+// A (m,k) after op, B (k,n) after op, with
 // an optional epilogue: + bias (m), then GELU with the pre-activation stored in aux (ld m);
 // or (dgelu) D *= GELU'(aux), aux (ld m) the pre-activation a gelu_aux GEMM stored; or
 // (bgradb) bgrad (n, D's dtype) = op(B)'s column sums, the sum over k, written as B is read.
@@ -24,6 +25,7 @@ struct GemmArgs {
   int ldb = 0;
   void* d = nullptr;
   int ldd = 0;
+  const void* c = nullptr;  // C when it is not D (D's dtype and leading dimension)
   nfn_dtype ab = NFN_F32, d_dtype = NFN_F32;
   float beta = 0.f;
   GemmEpilogue epilogue = GemmEpilogue::none;

@@ -41,8 +41,8 @@ nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int IC, int OC) {
 extern "C" {
 
 nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* inp, const void* weight,
-                              const void* bias, int N, int IC, int OC, nfn_epilogue epilogue,
-                              nfn_dtype dtype) {
+                              const void* bias, const void* residual, int N, int IC, int OC,
+                              nfn_epilogue epilogue, nfn_dtype dtype) {
   const char* op = "linear_forward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, IC, OC));
@@ -53,6 +53,8 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   const bool gelu = epilogue == NFN_EPILOGUE_GELU;
   if (gelu != (aux != nullptr))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: aux must be given exactly when the epilogue is GELU", op);
+  if (gelu && residual != nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: a residual cannot follow the GELU epilogue", op);
   GemmArgs g;
   g.trans_a = true;
   g.m = OC, g.n = N, g.k = IC;
@@ -61,8 +63,10 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   g.d = out, g.ldd = OC;
   g.ab = g.d_dtype = dtype;
   g.bias = bias;
-  if (!gelu) {
+  if (!gelu) {  // the residual comes in as cuBLASLt's C: out = inp W^T + residual + bias
     g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
+    g.c = residual;
+    g.beta = residual != nullptr ? 1.f : 0.f;
     return nfn::cuda::gemm(ctx, op, g);
   }
   // bf16: GELU fused into the GEMM (GELU_AUX_BIAS) where cuBLASLt allows it. f32 keeps our

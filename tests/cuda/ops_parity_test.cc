@@ -128,16 +128,33 @@ void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                              {output("out", N * OC), input("inp", inp), input("weight", w),
                               input("bias", with_bias ? bias : std::vector<float>{})},
                              [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                               return b.ops().linear_forward(b.ctx, P(0), nullptr, P(1), P(2), P(3), N, IC, OC,
-                                                             NFN_EPILOGUE_NONE, d);
+                               return b.ops().linear_forward(b.ctx, P(0), nullptr, P(1), P(2), P(3), nullptr, N, IC,
+                                                             OC, NFN_EPILOGUE_NONE, d);
                              }},
               dt);
     }
+    // Onto a residual stream: into another buffer, and in place (out is the residual).
+    compare(cpu, gpu, Case{"linear_forward residual" + dims,
+                           {output("out", N * OC), input("inp", inp), input("weight", w), input("bias", bias),
+                            input("residual", random_floats(N * OC, rng))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().linear_forward(b.ctx, P(0), nullptr, P(1), P(2), P(3), P(4), N, IC, OC,
+                                                           NFN_EPILOGUE_NONE, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"linear_forward residual in place" + dims,
+                           {accumulated("out", random_floats(N * OC, rng)), input("inp", inp), input("weight", w),
+                            input("bias", bias)},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().linear_forward(b.ctx, P(0), nullptr, P(1), P(2), P(3), P(0), N, IC, OC,
+                                                           NFN_EPILOGUE_NONE, d);
+                           }},
+            dt);
     compare(cpu, gpu, Case{"linear_forward gelu" + dims,
                            {output("out", N * OC), output("aux", N * OC), input("inp", inp), input("weight", w),
                             input("bias", bias)},
                            [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                             return b.ops().linear_forward(b.ctx, P(0), P(1), P(2), P(3), P(4), N, IC, OC,
+                             return b.ops().linear_forward(b.ctx, P(0), P(1), P(2), P(3), P(4), nullptr, N, IC, OC,
                                                            NFN_EPILOGUE_GELU, d);
                            }},
             dt);

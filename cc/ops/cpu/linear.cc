@@ -1,4 +1,6 @@
 // Linear layers on the CPU: the GEMMs go to oneDNN (gemm.h), the epilogues run here.
+#include <cstring>
+
 #include "cc/ops/cpu/check.h"
 #include "cc/ops/cpu/gelu.h"
 #include "cc/ops/cpu/gemm.h"
@@ -9,8 +11,8 @@ using nfn::cpu::Gemm;
 extern "C" {
 
 nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* inp,
-                              const void* weight, const void* bias, int N, int IC, int OC,
-                              nfn_epilogue epilogue, nfn_dtype dtype) {
+                              const void* weight, const void* bias, const void* residual, int N,
+                              int IC, int OC, nfn_epilogue epilogue, nfn_dtype dtype) {
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_forward", dtype));
   NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_forward: N=%d IC=%d OC=%d must be positive", N,
               IC, OC);
@@ -20,17 +22,21 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   const bool gelu = epilogue == NFN_EPILOGUE_GELU;
   NFN_REQUIRE(gelu == (aux != nullptr), "linear_forward: aux must be given exactly when the epilogue is GELU");
   NFN_REQUIRE(aux != out, "linear_forward: aux must not alias out");
+  NFN_REQUIRE(!(gelu && residual), "linear_forward: a residual cannot follow the GELU epilogue");
+  const size_t n = static_cast<size_t>(N) * OC;
+  if (residual != nullptr && residual != out)  // out starts as the residual; the GEMM adds to it
+    std::memcpy(out, residual, n * sizeof(float));
   Gemm g;
   g.M = N, g.N = OC, g.K = IC;
   g.A = static_cast<const float*>(inp), g.lda = IC;
   g.B = static_cast<const float*>(weight), g.ldb = IC, g.trans_b = true;
   g.C = static_cast<float*>(gelu ? aux : out), g.ldc = OC;
   g.bias = static_cast<const float*>(bias);
+  g.accumulate = residual != nullptr;
   NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_forward", g));
   if (gelu) {
     const float* pre = static_cast<const float*>(aux);
     float* y = static_cast<float*>(out);
-    const size_t n = static_cast<size_t>(N) * OC;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) y[i] = nfn::cpu::gelu(pre[i]);
   }

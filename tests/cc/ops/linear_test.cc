@@ -42,21 +42,32 @@ static std::vector<double> ref_linear(const std::vector<float>& x, const std::ve
 static void test_forward(nfn_ctx* ctx) {
   std::vector<float> x = random_vec(N * IC, 1), w = random_vec(OC * IC, 2), b = random_vec(OC, 3);
   std::vector<float> y(N * OC), pre(N * OC);
-  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), N, IC, OC,
+  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), nullptr, N, IC, OC,
                             NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward");
   std::vector<double> want = ref_linear(x, w, b, false);
   expect_close("linear_forward", y, want, 1e-5, 1e-5);
-  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), nullptr, N, IC, OC,
+  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), nullptr, nullptr, N, IC, OC,
                             NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward no bias");
   expect_close("linear_forward without bias", y, ref_linear(x, w, {}, false), 1e-5, 1e-5);
-  EXPECT(nfn_linear_forward(ctx, y.data(), pre.data(), x.data(), w.data(), b.data(), N, IC, OC,
+  // Onto a residual: into another buffer, then in place (out is the residual).
+  const std::vector<float> r = random_vec(N * OC, 12);
+  std::vector<double> want_r = want;
+  for (int i = 0; i < N * OC; ++i) want_r[i] += r[i];
+  EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), r.data(), N, IC, OC,
+                            NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward residual");
+  expect_close("linear_forward residual", y, want_r, 1e-5, 1e-5);
+  std::vector<float> stream = r;
+  EXPECT(nfn_linear_forward(ctx, stream.data(), nullptr, x.data(), w.data(), b.data(), stream.data(), N, IC, OC,
+                            NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward residual in place");
+  expect_close("linear_forward residual in place", stream, want_r, 1e-5, 1e-5);
+  EXPECT(nfn_linear_forward(ctx, y.data(), pre.data(), x.data(), w.data(), b.data(), nullptr, N, IC, OC,
                             NFN_EPILOGUE_GELU, NFN_F32) == NFN_OK, "linear_forward gelu");
   expect_close("linear_forward gelu pre", pre, want, 1e-5, 1e-5);
   for (auto& v : want) v = ref_gelu(v);
   expect_close("linear_forward gelu out", y, want, 1e-5, 1e-5);
 
   if (nfn_ctx_configure(ctx, "matmul", "bf16") == NFN_OK) {
-    EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), N, IC, OC,
+    EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), nullptr, N, IC, OC,
                               NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward bf16 mode");
     // Products of bf16-rounded inputs, accumulated in f32: close to the rounded reference.
     expect_close("linear_forward matmul=bf16", y, ref_linear(x, w, b, true), 1e-4, 1e-4);
@@ -74,7 +85,7 @@ static void test_backward(nfn_ctx* ctx, bool gelu) {
   std::vector<float> x = random_vec(N * IC, 4), w = random_vec(OC * IC, 5), b = random_vec(OC, 6);
   std::vector<float> y(N * OC), pre(N * OC), gy = random_vec(N * OC, 7);
   auto forward = [&] {
-    EXPECT(nfn_linear_forward(ctx, y.data(), gelu ? pre.data() : nullptr, x.data(), w.data(), b.data(), N,
+    EXPECT(nfn_linear_forward(ctx, y.data(), gelu ? pre.data() : nullptr, x.data(), w.data(), b.data(), nullptr, N,
                               IC, OC, gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK,
            "linear_forward");
   };
@@ -111,8 +122,8 @@ static void test_backward_through_gelu(nfn_ctx* ctx) {
   std::vector<float> x(N * IC), y(N * OC);
   auto loss = [&] {
     EXPECT(nfn_gelu_forward(ctx, x.data(), h.data(), N * IC, NFN_F32) == NFN_OK, "gelu_forward");
-    EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), N, IC, OC, NFN_EPILOGUE_NONE,
-                              NFN_F32) == NFN_OK, "linear_forward");
+    EXPECT(nfn_linear_forward(ctx, y.data(), nullptr, x.data(), w.data(), b.data(), nullptr, N, IC, OC,
+                              NFN_EPILOGUE_NONE, NFN_F32) == NFN_OK, "linear_forward");
     return weighted_sum(y, gy);
   };
   loss();
@@ -131,12 +142,16 @@ static void test_backward_through_gelu(nfn_ctx* ctx) {
 
 static void test_bad_arguments(nfn_ctx* ctx) {
   std::vector<float> buf(N * IC * OC);
-  expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, 0, OC,
-                                         NFN_EPILOGUE_NONE, NFN_F32), "linear_forward", "IC=0");
-  expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
-                                         NFN_EPILOGUE_GELU, NFN_F32), "linear_forward", "GELU without aux");
-  expect_invalid(ctx, nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
+  float* p = buf.data();
+  expect_invalid(ctx, nfn_linear_forward(ctx, p, nullptr, p, p, nullptr, nullptr, N, 0, OC, NFN_EPILOGUE_NONE,
+                                         NFN_F32), "linear_forward", "IC=0");
+  expect_invalid(ctx, nfn_linear_forward(ctx, p, nullptr, p, p, nullptr, nullptr, N, IC, OC, NFN_EPILOGUE_GELU,
+                                         NFN_F32), "linear_forward", "GELU without aux");
+  expect_invalid(ctx, nfn_linear_forward(ctx, p, nullptr, p, p, nullptr, nullptr, N, IC, OC,
                                          static_cast<nfn_epilogue>(9), NFN_F32), "linear_forward", "bad epilogue");
+  std::vector<float> aux(N * OC);
+  expect_invalid(ctx, nfn_linear_forward(ctx, p, aux.data(), p, p, nullptr, p, N, IC, OC, NFN_EPILOGUE_GELU,
+                                         NFN_F32), "linear_forward", "GELU with a residual");
   expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), nullptr,
                                           nullptr, N, IC, OC, 0, NFN_F32), "linear_backward", "dinp without weight");
   expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), buf.data(),
@@ -144,7 +159,7 @@ static void test_bad_arguments(nfn_ctx* ctx) {
                  "gelu_pre with accumulate_dinp");
   expect_invalid(ctx, nfn_linear_backward(ctx, nullptr, buf.data(), nullptr, buf.data(), buf.data(), buf.data(),
                                           buf.data(), N, IC, OC, 0, NFN_F32), "linear_backward", "gelu_pre without dinp");
-  EXPECT(nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, N, IC, OC,
+  EXPECT(nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, nullptr, N, IC, OC,
                             NFN_EPILOGUE_NONE, NFN_BF16) == NFN_ERR_UNSUPPORTED, "bf16 storage unsupported");
   expect_invalid(ctx, nfn_ctx_configure(ctx, "matmul", "fp8"), "configure", "matmul=fp8");
 }
