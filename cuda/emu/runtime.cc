@@ -3,7 +3,8 @@
 // (__syncthreads, a warp shuffle, mma.sync, ldmatrix) and waits there until every live
 // thread of its block, or of its warp, has arrived, so kernels see the ordering guarantees
 // CUDA gives and no more: a read of shared memory another thread writes without a barrier
-// between sees stale or poisoned data (cp.async copies land late or early, see cp_async). Threads stuck at different rendezvous are reported as a deadlock.
+// between sees stale or poisoned data (cp.async copies land late or early, see cp_async).
+// Threads stuck at different rendezvous are reported as a deadlock.
 //
 // Device memory is host memory with a PROT_NONE page right after each allocation (rounded
 // to 16 bytes), poisoned with 0xff bytes (NaN in f32 and bf16), so reading past the end or
@@ -536,7 +537,8 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0 || attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (device != 0 || attr != cudaDevAttrMaxSharedMemoryPerBlockOptin)
+    return nfn_emu::last_error = cudaErrorInvalidValue;
   *value = static_cast<int>(nfn_emu::max_shared_optin);
   return cudaSuccess;
 }

@@ -66,22 +66,26 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* m, int 
   ldmatrix_x4<false>(a, m + a_ldsm_offset(lane, stride, row0, col0));
 }
 
+// The B fragments of two adjacent n-tiles from one ldmatrix.x4: registers {0, 1}, {2, 3}.
+template <bool kTrans>
+__device__ __forceinline__ void load_b_pair(uint32_t (&b)[2][2], const uint16_t* row) {
+  uint32_t r[4];
+  ldmatrix_x4<kTrans>(r, row);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
 // B fragments of B = M^T (B[k][n] = M[n0 + n][k0 + k]) for the n-tiles n0 and n0 + 8: K in
 // S = Q K^T, dO in dP^T = V dO^T, and their kin.
 __device__ __forceinline__ void load_b_transposed(uint32_t (&b)[2][2], const uint16_t* m, int stride, int n0,
                                                   int k0, int lane) {
-  uint32_t r[4];
-  ldmatrix_x4<false>(r, m + bt_ldsm_offset(lane, stride, n0, k0));
-  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+  load_b_pair<false>(b, m + bt_ldsm_offset(lane, stride, n0, k0));
 }
 
 // B fragments of B = M (B[k][n] = M[k0 + k][n0 + n]) for the n-tiles n0 and n0 + 8: V in
 // O = P V, and dO, Q, K in dV, dK, dQ.
 __device__ __forceinline__ void load_b(uint32_t (&b)[2][2], const uint16_t* m, int stride, int k0, int n0,
                                        int lane) {
-  uint32_t r[4];
-  ldmatrix_x4<true>(r, m + b_ldsm_offset(lane, stride, k0, n0));
-  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+  load_b_pair<true>(b, m + b_ldsm_offset(lane, stride, k0, n0));
 }
 
 // cp.async.cg.shared.global: 16 bytes from global to shared memory without passing through

@@ -65,30 +65,31 @@ void ldmatrix_x4(uint32_t (&regs)[32][4], const uint16_t* m, const int (&offset)
 }
 
 // The kernels' three fragment loads (attention_mma.cuh), warp-wide: the offsets mma_layout.h
-// gives each lane, through ldmatrix, registers split as the kernels split them.
-void load_a(uint32_t (&a)[32][4], const uint16_t* m, int stride, int row0, int col0) {
+// gives each lane (offset_of(lane, stride, r0, c0)), through ldmatrix, registers split as the
+// kernels split them.
+using OffsetOf = int (*)(int lane, int stride, int r0, int c0);
+void ldmatrix_at(uint32_t (&regs)[32][4], const uint16_t* m, OffsetOf offset_of, int stride, int r0, int c0,
+                 bool trans) {
   int offset[32];
-  for (int lane = 0; lane < 32; ++lane) offset[lane] = a_ldsm_offset(lane, stride, row0, col0);
-  ldmatrix_x4(a, m, offset, false);
+  for (int lane = 0; lane < 32; ++lane) offset[lane] = offset_of(lane, stride, r0, c0);
+  ldmatrix_x4(regs, m, offset, trans);
 }
-// B fragments for the n-tiles n0 (b[0]) and n0 + 8 (b[1]).
-void split(uint32_t (&b)[2][32][2], const uint32_t (&r)[32][4]) {
+void load_a(uint32_t (&a)[32][4], const uint16_t* m, int stride, int row0, int col0) {
+  ldmatrix_at(a, m, a_ldsm_offset, stride, row0, col0, false);
+}
+// B fragments for the n-tiles n0 (b[0]) and n0 + 8 (b[1]): registers {0, 1} and {2, 3}.
+void load_b_pair(uint32_t (&b)[2][32][2], const uint16_t* m, OffsetOf offset_of, int stride, int r0, int c0,
+                 bool trans) {
+  uint32_t r[32][4];
+  ldmatrix_at(r, m, offset_of, stride, r0, c0, trans);
   for (int lane = 0; lane < 32; ++lane)
     for (int n = 0; n < 2; ++n) b[n][lane][0] = r[lane][2 * n], b[n][lane][1] = r[lane][2 * n + 1];
 }
 void load_b_transposed(uint32_t (&b)[2][32][2], const uint16_t* m, int stride, int n0, int k0) {
-  int offset[32];
-  uint32_t r[32][4];
-  for (int lane = 0; lane < 32; ++lane) offset[lane] = bt_ldsm_offset(lane, stride, n0, k0);
-  ldmatrix_x4(r, m, offset, false);
-  split(b, r);
+  load_b_pair(b, m, bt_ldsm_offset, stride, n0, k0, false);
 }
 void load_b(uint32_t (&b)[2][32][2], const uint16_t* m, int stride, int k0, int n0) {
-  int offset[32];
-  uint32_t r[32][4];
-  for (int lane = 0; lane < 32; ++lane) offset[lane] = b_ldsm_offset(lane, stride, k0, n0);
-  ldmatrix_x4(r, m, offset, true);
-  split(b, r);
+  load_b_pair(b, m, b_ldsm_offset, stride, k0, n0, true);
 }
 
 // One warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d += a b, per the tables.
@@ -248,7 +249,7 @@ void check_values(int HD) {
 int worst_bank_load(int HD, int stride) {
   const int rows = 64;
   int worst = 0;
-  auto account = [&](int (*offset)(int, int, int, int), int r0, int c0) {
+  auto account = [&](OffsetOf offset, int r0, int c0) {
     for (int i = 0; i < 4; ++i) {
       int count[32] = {};
       for (int lane = 8 * i; lane < 8 * i + 8; ++lane)
