@@ -65,7 +65,7 @@ void* GPT::layer_slice(void* block, int i, int l) const {
 }
 
 bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
-               std::string* error) {
+               std::string* error, int B, int T) {
   release();
   std::string bad = validate_config(config);
   if (!bad.empty()) {
@@ -79,16 +79,26 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
   layout_ = param_layout(config);
   num_params_ = nfn::num_parameters(config);
   const size_t P = num_params_;
-  if (!alloc_arena(*ops_, ctx_,
-                   {{&params_, P * esize()},
-                    {&grads_, P * esize()},
-                    {reinterpret_cast<void**>(&master_), dtype == NFN_F32 ? 0 : P * 4},
-                    {reinterpret_cast<void**>(&m_), P * 4},
-                    {reinterpret_cast<void**>(&v_), P * 4},
-                    {reinterpret_cast<void**>(&loss_sum_), 4},
-                    {reinterpret_cast<void**>(&grad_sumsq_), 4}},
-                   "allocating parameters", &param_block_, error))
+  std::vector<ArenaSlot> plan = {{&params_, P * esize()},
+                                 {&grads_, P * esize()},
+                                 {reinterpret_cast<void**>(&master_), dtype == NFN_F32 ? 0 : P * 4},
+                                 {reinterpret_cast<void**>(&m_), P * 4},
+                                 {reinterpret_cast<void**>(&v_), P * 4},
+                                 {reinterpret_cast<void**>(&loss_sum_), 4},
+                                 {reinterpret_cast<void**>(&grad_sumsq_), 4}};
+  if (B > 0 && T > 0) {
+    if (!check_sequence_length(T, error)) return false;
+    const std::vector<ArenaSlot> acts = activation_slots(B, T);
+    plan.insert(plan.end(), acts.begin(), acts.end());
+  }
+  if (!alloc_arena(*ops_, ctx_, plan, B > 0 && T > 0 ? "allocating the model and its activations" : "allocating parameters",
+                   &param_block_, error))
     return false;
+  if (B > 0 && T > 0) {
+    B_ = B;
+    T_ = T;
+    ++activations_version_;
+  }
   if (dtype == NFN_F32) master_ = static_cast<float*>(params_);  // f32 training updates params in place
   return check(ops_->fill(ctx_, m_, NFN_F32, 0.f, P), "zeroing AdamW m", error) &&
          check(ops_->fill(ctx_, v_, NFN_F32, 0.f, P), "zeroing AdamW v", error) &&
@@ -171,20 +181,33 @@ bool GPT::set_moments(const std::vector<float>& m, const std::vector<float>& v, 
          check(ops_->copy(ctx_, v_, v.data(), num_params_ * 4, NFN_HOST_TO_DEVICE), "uploading v", error);
 }
 
+bool GPT::check_sequence_length(int T, std::string* error) const {
+  if (T <= config_.max_seq_len) return true;
+  *error = "sequence length " + std::to_string(T) + " exceeds the model's context " + std::to_string(config_.max_seq_len);
+  return false;
+}
+
 bool GPT::ensure_activations(int B, int T, std::string* error) {
   if (B == B_ && T == T_ && acts_ != nullptr) return true;
-  if (T > config_.max_seq_len) {
-    *error = "sequence length " + std::to_string(T) + " exceeds the model's context " +
-             std::to_string(config_.max_seq_len);
-    return false;
-  }
+  if (!check_sequence_length(T, error)) return false;
+  // Another shape than init reserved (or none reserved): a block of its own, the reserved
+  // slots in the model's block left unused.
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
+  if (!alloc_arena(*ops_, ctx_, activation_slots(B, T), "allocating activations", &act_block_, error)) return false;
+  B_ = B;
+  T_ = T;
+  ++activations_version_;
+  return true;
+}
+
+// The activation buffers of a (B, T) micro-batch, pointed into whatever block the slots get.
+std::vector<ArenaSlot> GPT::activation_slots(int B, int T) {
   delete acts_;
   acts_ = new Acts();
   const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
   const size_t N = static_cast<size_t>(B) * T, Vp = config_.padded_vocab_size, e = esize();
-  const std::vector<ArenaSlot> plan = {
+  std::vector<ArenaSlot> plan = {
       {&acts_->encoded, N * C * e},
       {&acts_->ln1, L * N * C * e},
       {reinterpret_cast<void**>(&acts_->ln1_mean), L * N * 4},
@@ -212,10 +235,7 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
       {&acts_->logits, Vp * e},
       {reinterpret_cast<void**>(&acts_->logits_f32), Vp * 4},
   };
-  if (!alloc_arena(*ops_, ctx_, plan, "allocating activations", &act_block_, error)) return false;
-  B_ = B;
-  T_ = T;
-  return true;
+  return plan;
 }
 
 bool GPT::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cc/model/gpt_config.h"
+#include "cc/ops/arena.h"
 #include "cc/ops/nfn_tile_ops.h"
 
 namespace nfn {
@@ -22,8 +23,11 @@ class GPT {
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
+  // One op-library allocation holds the parameters, gradients, f32 master copy, AdamW
+  // moments and, when B and T are given, the activations of a (B, T) micro-batch; another
+  // shape later gets an activation block of its own.
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
-            std::string* error);
+            std::string* error, int B = 0, int T = 0);
   const GPTConfig& config() const { return config_; }
   size_t num_parameters() const { return num_params_; }
 
@@ -57,11 +61,16 @@ class GPT {
                       float max_grad_norm, std::string* error);
   // Reads the loss accumulator and the last gradient sum of squares (one synchronisation).
   bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error);
+  // Changes whenever the activation buffers move (a new micro-batch shape): a recorded step
+  // (StepGraph) holds their addresses and must be recorded again.
+  uint64_t activations_version() const { return activations_version_; }
 
  private:
   struct Acts;
   bool check(nfn_status s, const char* what, std::string* error) const;
   bool ensure_activations(int B, int T, std::string* error);
+  bool check_sequence_length(int T, std::string* error) const;
+  std::vector<ArenaSlot> activation_slots(int B, int T);
   bool forward(bool with_loss, bool backward, float grad_scale, std::string* error);
   bool backward(std::string* error);
   void* param(int i) const;
@@ -77,7 +86,7 @@ class GPT {
   std::array<ParamTensor, kNumParamTensors> layout_{};
   size_t num_params_ = 0;
 
-  void* param_block_ = nullptr;  // one allocation: params, grads, master, m, v, scalars
+  void* param_block_ = nullptr;  // one allocation: params, grads, master, m, v, scalars[, activations]
   void* params_ = nullptr;
   void* grads_ = nullptr;
   float* master_ = nullptr;  // == params_ when dtype is f32
@@ -86,8 +95,9 @@ class GPT {
   float* loss_sum_ = nullptr;
   float* grad_sumsq_ = nullptr;
 
-  void* act_block_ = nullptr;  // one allocation for every activation and scratch buffer
+  void* act_block_ = nullptr;  // activations of a shape init did not reserve, else null
   int B_ = 0, T_ = 0;
+  uint64_t activations_version_ = 0;
   Acts* acts_ = nullptr;
   bool have_targets_ = false;
 };

@@ -16,7 +16,8 @@
 extern "C" {
 #endif
 
-#define NFN_ABI_VERSION 3  /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual */
+/* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops */
+#define NFN_ABI_VERSION 4
 
 typedef enum nfn_status {
   NFN_OK = 0,
@@ -57,6 +58,9 @@ typedef enum nfn_copy_kind {
 
 /* Backend state: stream, library handles, scratch, the last error message. */
 typedef struct nfn_ctx nfn_ctx;
+
+/* A recording of ops, replayed by nfn_graph_launch (the graph ops in nfn_ops.def). */
+typedef struct nfn_graph nfn_graph;
 
 int nfn_abi_version(void);
 const char* nfn_backend_name(void);

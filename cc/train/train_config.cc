@@ -45,6 +45,7 @@ void declare_train_flags(Flags* f) {
   f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation)");
   f->value("threads", "CPU threads (default: all cores)");
   f->value("attention", "CUDA attention kernels: flash (CUDA cores, the default), flash_mma (tensor cores), cudnn (cuDNN SDPA) or thunderkittens");
+  f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op", "off");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
   f->value("resume", "auto (newest complete checkpoint in --output-dir, else start fresh) or a checkpoint directory or model file");
@@ -225,6 +226,12 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   c->matmul = f.get("matmul");
   c->threads = f.get("threads");
   c->attention = f.get("attention");
+  const std::string graphs = f.get("graphs");
+  if (graphs != "on" && graphs != "off") {
+    *error = "--graphs " + graphs + ": expected on or off";
+    return false;
+  }
+  c->graphs = graphs == "on";
   if (!c->dtype.empty() && c->dtype != "f32" && c->dtype != "bf16") {
     *error = "--dtype " + c->dtype + ": expected f32 or bf16";
     return false;

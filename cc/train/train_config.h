@@ -33,6 +33,7 @@ struct TrainConfig {
   int sample_tokens = 0;
 
   std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention;
+  bool graphs = false;  // replay the micro-step as a recorded graph (StepGraph)
   int checkpoint_version = 3;
   std::string output_dir, resume;
   bool dry_run = false, json = false;

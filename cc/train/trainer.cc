@@ -15,6 +15,7 @@
 #include "cc/train/backend.h"
 #include "cc/train/manifest.h"
 #include "cc/train/schedule.h"
+#include "cc/train/step_graph.h"
 #include "cc/util/files.h"
 #include "cc/util/rng.h"
 
@@ -203,8 +204,10 @@ int run_training(const TrainConfig& c) {
   const std::string dtype_name = !c.dtype.empty() ? c.dtype : (backend.name == "cuda" ? "bf16" : "f32");
   const nfn_dtype dtype = dtype_name == "bf16" ? NFN_BF16 : NFN_F32;
 
+  if (c.graphs && !StepGraph::supported(ops, backend.ctx, &error)) return fail("--graphs on: " + error);
   GPT model;
-  if (!model.init(&ops, backend.ctx, c.model, dtype, &error)) return fail(error);
+  if (!model.init(&ops, backend.ctx, c.model, dtype, &error, B, T)) return fail(error);
+  StepGraph step_graph(&ops, backend.ctx);
   Rng rng(c.seed ^ 0x6e666e5f67707400ull);
   if (!start.from.empty()) {
     rng.set_state(start.state.rng_state);
@@ -240,6 +243,7 @@ int run_training(const TrainConfig& c) {
   Json enqueue_seconds = Json::array();
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   const float grad_scale = 1.0f / static_cast<float>(c.train_batch_tokens);
+  auto forward_backward = [&](std::string* why) { return model.step_forward_backward(true, grad_scale, why); };
   double train_time = 0;
   int64_t trained_tokens = 0;
   float last_loss = NAN, final_val = NAN;
@@ -269,7 +273,12 @@ int run_training(const TrainConfig& c) {
       if (!up) return fail(error);
       ph.data += seconds_since(t0);
       t0 = Clock::now();
-      if (!model.step_forward_backward(true, grad_scale, &error)) return fail(error);
+      // With --graphs on, the first step runs op by op (first-use setup cannot be recorded);
+      // later micro-steps replay its recording.
+      const bool ok = c.graphs && step > start.step
+                          ? step_graph.run(model.activations_version(), forward_backward, &error)
+                          : forward_backward(&error);
+      if (!ok) return fail(error);
       ph.forward_backward += seconds_since(t0);
     }
     auto t0 = Clock::now();
@@ -353,6 +362,8 @@ int run_training(const TrainConfig& c) {
   lib.set("path", backend.path);
   lib.set("dtype", dtype_name);
   if (!backend.auto_note.empty()) lib.set("note", backend.auto_note);
+  lib.set("graphs", c.graphs);
+  lib.set("graph_recordings", step_graph.recordings());
   // The CUDA library names its attention kernel path (flash, thunderkittens) outside the ABI.
   using AttentionPath = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<AttentionPath>(dlsym(backend.lib.handle, "nfn_cuda_attention_path")))

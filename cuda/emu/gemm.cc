@@ -43,31 +43,8 @@ float gelu_tanh_grad(float x) {
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x);
 }
 
-}  // namespace
-
-nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
-  if (g.m == 0 || g.n == 0) return NFN_OK;
-  NFN_TRY(check_gelu_aux(ctx, op, g));
-  const bool with_aux = has_gelu_aux(g);
-  const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
-  const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
-  if (g.lda < a_rows || g.ldb < b_rows || g.ldd < g.m)
-    return fail(ctx, NFN_ERR_BACKEND, "%s: leading dimension below the rows (lda=%d ldb=%d ldd=%d)", op, g.lda,
-                g.ldb, g.ldd);
-  const bool with_bias = g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias;
-  const char* outside = nullptr;
-  if (!nfn_emu::inside_device(g.a, extent(a_rows, a_cols, g.lda, g.ab))) outside = "A";
-  if (!nfn_emu::inside_device(g.b, extent(b_rows, b_cols, g.ldb, g.ab))) outside = "B";
-  if (!nfn_emu::inside_device(g.d, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "D";
-  const void* c = g.c != nullptr ? g.c : g.d;
-  if (g.beta != 0.f && !nfn_emu::inside_device(c, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "C";
-  if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
-  if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
-  const bool with_bgrad = g.epilogue == GemmEpilogue::bgradb;
-  if (with_bgrad && !nfn_emu::inside_device(g.bgrad, g.n * dtype_size(g.d_dtype))) outside = "bgrad";
-  if (outside != nullptr)
-    return fail(ctx, NFN_ERR_BACKEND, "%s: cuBLASLt would read or write %s outside its allocation (m=%d n=%d k=%d)",
-                op, outside, g.m, g.n, g.k);
+// D = op(A) op(B) + beta C and the epilogue, on the host (the checks are gemm()'s).
+void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux, bool with_bgrad) {
   // op(A) as m rows of k, op(B) as n rows of k, in f32: every dot product is contiguous.
   const size_t K = static_cast<size_t>(g.k);
   std::vector<float> a(static_cast<size_t>(g.m) * K), b(static_cast<size_t>(g.n) * K);
@@ -100,9 +77,42 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
       store(g.d, g.d_dtype, at, acc);
     }
   }
-  return NFN_OK;
 }
 
-void gemm_release(nfn_ctx*) {}
+}  // namespace
+
+nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+  if (g.m == 0 || g.n == 0) return NFN_OK;
+  NFN_TRY(check_gelu_aux(ctx, op, g));
+  NFN_TRY(check_gemm_setup(ctx, op));
+  ctx->cublaslt = ctx;  // set up, as cublaslt.cu's first GEMM creates the handle
+  const bool with_aux = has_gelu_aux(g);
+  const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
+  const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
+  if (g.lda < a_rows || g.ldb < b_rows || g.ldd < g.m)
+    return fail(ctx, NFN_ERR_BACKEND, "%s: leading dimension below the rows (lda=%d ldb=%d ldd=%d)", op, g.lda,
+                g.ldb, g.ldd);
+  const bool with_bias = g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  const char* outside = nullptr;
+  if (!nfn_emu::inside_device(g.a, extent(a_rows, a_cols, g.lda, g.ab))) outside = "A";
+  if (!nfn_emu::inside_device(g.b, extent(b_rows, b_cols, g.ldb, g.ab))) outside = "B";
+  if (!nfn_emu::inside_device(g.d, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "D";
+  const void* c = g.c != nullptr ? g.c : g.d;
+  if (g.beta != 0.f && !nfn_emu::inside_device(c, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "C";
+  if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
+  if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
+  const bool with_bgrad = g.epilogue == GemmEpilogue::bgradb;
+  if (with_bgrad && !nfn_emu::inside_device(g.bgrad, g.n * dtype_size(g.d_dtype))) outside = "bgrad";
+  if (outside != nullptr)
+    return fail(ctx, NFN_ERR_BACKEND, "%s: cuBLASLt would read or write %s outside its allocation (m=%d n=%d k=%d)",
+                op, outside, g.m, g.n, g.k);
+  // The product runs on the context's stream: now, or when a graph that captured it runs.
+  const cudaError_t err = nfn_emu::enqueue(ctx->stream, op, [g, c, with_bias, with_aux, with_bgrad] {
+    product(g, c, with_bias, with_aux, with_bgrad);
+  });
+  return err == cudaSuccess ? NFN_OK : fail(ctx, NFN_ERR_BACKEND, "%s: %s", op, cudaGetErrorString(err));
+}
+
+void gemm_release(nfn_ctx* ctx) { ctx->cublaslt = nullptr; }
 
 }  // namespace nfn::cuda

@@ -2,7 +2,7 @@
 
 Five rewrites, nothing else changes:
   kernel<<<grid, block[, shared[, stream]]>>>(args)
-      -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block...), [&] { kernel(args); })
+      -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block...), [=] { kernel(args); })
   extern __shared__ [__align__(n)] T name[];
       -> T* name = static_cast<T*>(::nfn_emu::dynamic_shared());
   __shared__ [__align__(n)] T a[X][Y], b[Z];
@@ -114,7 +114,7 @@ def rewrite(path, text):
         name = re.sub(r"\s+", " ", callee)
         out.append(text[pos:start])
         out.append(f'::nfn_emu::launch("{name}", ::nfn_emu::launch_config({config}), '
-                   f"[&] {{ {callee}({args}); }})")
+                   f"[=] {{ {callee}({args}); }})")
         pos = args_close + 1
     text = "".join(out)
     text = SET_ATTRIBUTE.sub(lambda m: '::nfn_emu::set_max_dynamic_shared("%s",' % re.sub(r"\s+", " ", m.group(1)),

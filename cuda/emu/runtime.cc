@@ -26,8 +26,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/emu/include/cuda_bf16.h"
@@ -100,6 +102,16 @@ thread_local Block* running = nullptr;
 // one block reading what another writes) changes between the two orders.
 bool reversed = false;
 thread_local cudaError_t last_error = cudaSuccess;
+// Stream capture, in global mode (one at a time, and work a capture cannot hold fails
+// wherever it is issued): the work recorded so far, and whether something has invalidated
+// it. A graph is the recorded work; launching it runs the work again, `replaying`.
+struct Capture {
+  cudaStream_t stream = nullptr;
+  std::vector<std::function<void()>> work;
+  bool invalid = false;
+};
+std::unique_ptr<Capture> capture;
+bool replaying = false;
 thread_local std::vector<char*> stacks;  // kStackBytes each, a guard page below
 thread_local std::vector<char> shared_buffer;
 alignas(256) thread_local char static_buffer[kDefaultSharedLimit];
@@ -130,8 +142,10 @@ size_t shared_limit(const char* kernel) {
 }
 
 // NFN_EMU_TRACE=path appends one line per runtime event: "launch GX,GY,GZ BX,BY,BZ SMEM NAME",
-// "sync", "copy KIND BYTES", "memset BYTES", "malloc BYTES", "free". Tests read it to see what
-// a step does (how many launches, whether it allocates or synchronizes).
+// "sync", "copy KIND BYTES", "memset BYTES", "malloc BYTES", "free"; for graphs "capture
+// NODES" (a capture ended), "graph NODES" (a graph launched) and "replay ..." for each kernel
+// a graph runs, so "launch" lines are the kernels the host launched one by one. Tests read it
+// to see what a step does (how many launches, whether it allocates or synchronizes).
 void trace(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void trace(const char* fmt, ...) {
   static std::mutex mutex;
@@ -297,18 +311,40 @@ void run_block(Block& b) {
 
 }  // namespace
 
-void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*), void* body) {
+bool valid_launch(const char* name, const LaunchConfig& cfg) {
   const dim3 g = cfg.grid, k = cfg.block;
   const unsigned long long threads = 1ull * k.x * k.y * k.z;
   const bool bad_block = k.x == 0 || k.y == 0 || k.z == 0 || threads > 1024 || k.z > 64;
   const bool bad_grid = g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535;
-  if (bad_block || bad_grid || cfg.shared_bytes > shared_limit(name)) {
-    last_error = cudaErrorInvalidConfiguration;
-    return;
+  if (!bad_block && !bad_grid && cfg.shared_bytes <= shared_limit(name)) return true;
+  last_error = cudaErrorInvalidConfiguration;
+  if (capture) capture->invalid = true;
+  return false;
+}
+
+bool capturing() { return capture != nullptr; }
+
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
+  if (!capture) {
+    work();
+    return cudaSuccess;
   }
+  if (stream != capture->stream) {
+    trace("capture refused %s (another stream)", what);
+    capture->invalid = true;
+    return last_error = cudaErrorStreamCaptureUnsupported;
+  }
+  if (!capture->invalid) capture->work.push_back(std::move(work));
+  return capture->invalid ? (last_error = cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+}
+
+void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*), void* body) {
+  const dim3 g = cfg.grid, k = cfg.block;
+  if (!valid_launch(name, cfg)) return;
   install_fault_handler();
   if (running != nullptr) die("kernel %s launched from inside a kernel", name);
-  trace("launch %u,%u,%u %u,%u,%u %zu %s", g.x, g.y, g.z, k.x, k.y, k.z, cfg.shared_bytes, name);
+  trace("%s %u,%u,%u %u,%u,%u %zu %s", replaying ? "replay" : "launch", g.x, g.y, g.z, k.x, k.y, k.z,
+        cfg.shared_bytes, name);
   shared_buffer.resize(cfg.shared_bytes + 256);
   char* shared = shared_buffer.data() + (256 - reinterpret_cast<uintptr_t>(shared_buffer.data()) % 256) % 256;
   Block b;
@@ -558,11 +594,28 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
   }
   return "unknown error";
 }
 
+namespace {
+
+// Work issued during a capture that a graph cannot hold (global mode: wherever it is
+// issued): it fails and invalidates the capture, so ending it fails too.
+bool refused_in_capture(const char* what) {
+  if (!nfn_emu::capture) return false;
+  nfn_emu::trace("capture refused %s", what);
+  nfn_emu::capture->invalid = true;
+  nfn_emu::last_error = cudaErrorStreamCaptureUnsupported;
+  return true;
+}
+
+}  // namespace
+
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (refused_in_capture("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
   nfn_emu::trace("malloc %zu", bytes);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   // 16-byte aligned (enough for every vector access; cudaMalloc gives 256) and ending as
@@ -584,10 +637,13 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return cudaSuccess;
 }
 
+// Inside a capture CUDA would record an allocation node; nfn's graphs must not allocate
+// (nfn_ops.def), so the emulator refuses it there, stricter than CUDA.
 cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (refused_in_capture("cudaFree")) return cudaErrorStreamCaptureUnsupported;
   nfn_emu::trace("free");
   Allocation a;
   {
@@ -605,10 +661,13 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
 
 // Copies are checked as the GPU would fault: device sides must lie inside one allocation,
 // host sides outside every one.
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   static const char* const kinds[] = {"host_to_host", "host_to_device", "device_to_host", "device_to_device"};
-  nfn_emu::trace("copy %s %zu", kinds[kind & 3], bytes);
+  // nfn's host memory is pageable, which a graph's copy node cannot use.
+  if (kind != cudaMemcpyDeviceToDevice && refused_in_capture("cudaMemcpyAsync to or from host memory"))
+    return cudaErrorStreamCaptureUnsupported;
+  if (!nfn_emu::capturing()) nfn_emu::trace("copy %s %zu", kinds[kind & 3], bytes);
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool dst_ok = dst_device ? device_range(dst, bytes) != nullptr : !is_device(dst);
@@ -619,16 +678,27 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                  (!dst_ok ? dst_device : src_device) ? "inside one device allocation" : "host memory");
     return nfn_emu::last_error = cudaErrorInvalidValue;
   }
-  std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  if (!nfn_emu::capturing()) {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  return nfn_emu::enqueue(stream, "copy", [dst, src, bytes] {
+    if (device_range(dst, bytes) == nullptr || device_range(src, bytes) == nullptr)
+      nfn_emu::die("a graph copies %zu bytes to or from memory freed since it was captured", bytes);
+    nfn_emu::trace("replay copy device_to_device %zu", bytes);
+    std::memmove(dst, src, bytes);
+  });
 }
 
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
-  nfn_emu::trace("memset %zu", bytes);
   if (device_range(dst, bytes) == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
-  std::memset(dst, value, bytes);
-  return cudaSuccess;
+  return nfn_emu::enqueue(stream, "memset", [dst, value, bytes] {
+    if (device_range(dst, bytes) == nullptr)
+      nfn_emu::die("a graph sets %zu bytes of memory freed since it was captured", bytes);
+    nfn_emu::trace("%smemset %zu", nfn_emu::replaying ? "replay " : "", bytes);
+    std::memset(dst, value, bytes);
+  });
 }
 
 struct nfn_emu_stream {
@@ -641,12 +711,62 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  if (refused_in_capture("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
   nfn_emu::trace("sync");
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (nfn_emu::capture && nfn_emu::capture->stream == stream) nfn_emu::capture.reset();
   delete stream;
+  return cudaSuccess;
+}
+
+struct nfn_emu_graph {
+  std::shared_ptr<const std::vector<std::function<void()>>> work;
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (nfn_emu::capture || mode != cudaStreamCaptureModeGlobal) return nfn_emu::last_error = cudaErrorInvalidValue;
+  nfn_emu::capture = std::make_unique<nfn_emu::Capture>();
+  nfn_emu::capture->stream = stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  *graph = nullptr;
+  if (!nfn_emu::capture || nfn_emu::capture->stream != stream) return nfn_emu::last_error = cudaErrorInvalidValue;
+  std::unique_ptr<nfn_emu::Capture> done = std::move(nfn_emu::capture);
+  if (done->invalid) return nfn_emu::last_error = cudaErrorStreamCaptureInvalidated;
+  nfn_emu::trace("capture %zu", done->work.size());
+  *graph = new nfn_emu_graph{std::make_shared<const std::vector<std::function<void()>>>(std::move(done->work))};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  *exec = new nfn_emu_graph{graph->work};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  if (exec == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (refused_in_capture("cudaGraphLaunch (a graph inside a capture is not emulated)"))
+    return cudaErrorStreamCaptureUnsupported;
+  nfn_emu::trace("graph %zu", exec->work->size());
+  nfn_emu::replaying = true;
+  for (const auto& work : *exec->work) work();
+  nfn_emu::replaying = false;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
   return cudaSuccess;
 }
 

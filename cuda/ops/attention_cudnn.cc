@@ -134,6 +134,10 @@ nfn_status frontend_fail(nfn_ctx* ctx, const char* op, const char* step, fe::err
 // The context's handle (on its stream), created on first use.
 nfn_status state_of(nfn_ctx* ctx, const char* op, State** out) {
   if (const char* why = cudnn_unavailable_reason()) return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %s", op, why);
+  if (ctx->cudnn == nullptr && ctx->recording)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                "%s: the first cuDNN call creates its handle, which a graph recording cannot; issue "
+                "the same ops once before recording them", op);
   if (ctx->cudnn == nullptr) {
     auto* s = new State();
     cudnnStatus_t st = fe::detail::create_handle(&s->handle);
@@ -218,6 +222,10 @@ nfn_status run_graph(nfn_ctx* ctx, const char* op, bool backward, int B, int T, 
   const std::array<int, 5> key{backward, B, T, NH, HS};
   auto found = s->plans.find(key);
   if (found == s->plans.end()) {
+    if (ctx->recording)
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                  "%s: cuDNN builds a shape's plan on its first call, which a graph recording "
+                  "cannot; issue the same ops once before recording them", op);
     Plan built;
     NFN_TRY(build(ctx, op, s, backward, B, T, NH, HS, &built));
     found = s->plans.emplace(key, std::move(built)).first;

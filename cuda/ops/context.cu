@@ -28,9 +28,22 @@ nfn_status check(nfn_ctx* ctx, cudaError_t err, const char* op) {
   return fail(ctx, status, "%s: %s", op, cudaGetErrorString(err));
 }
 
+nfn_status not_recording(nfn_ctx* ctx, const char* what) {
+  if (!ctx->recording) return NFN_OK;
+  return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: not allowed inside a graph recording", what);
+}
+
 nfn_status scratch(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
   if (bytes > ctx->scratch_bytes) {
-    if (ctx->scratch != nullptr) NFN_CUDA_TRY(ctx, cudaFreeAsync(ctx->scratch, ctx->stream), op);
+    if (ctx->recording)
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                  "%s: scratch would grow from %zu to %zu bytes inside a graph recording; issue the "
+                  "same ops once before recording them",
+                  op, ctx->scratch_bytes, bytes);
+    if (ctx->scratch != nullptr && ctx->graphs > 0)
+      ctx->retired_scratch.push_back(ctx->scratch);
+    else if (ctx->scratch != nullptr)
+      NFN_CUDA_TRY(ctx, cudaFreeAsync(ctx->scratch, ctx->stream), op);
     ctx->scratch = nullptr;
     ctx->scratch_bytes = 0;
     NFN_CUDA_TRY(ctx, cudaMallocAsync(&ctx->scratch, bytes, ctx->stream), op);
@@ -86,11 +99,17 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
 
 void nfn_ctx_destroy(nfn_ctx* ctx) {
   if (ctx == nullptr) return;
+  if (ctx->recording) {  // a recording left open: end it, keep nothing
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(ctx->stream, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
   // Work still queued may use the cuDNN plans and the GEMM workspace: finish it first.
   if (ctx->stream != nullptr) cudaStreamSynchronize(ctx->stream);
   nfn::cuda::gemm_release(ctx);
   nfn::cuda::cudnn_release(ctx);
   if (ctx->scratch != nullptr) cudaFreeAsync(ctx->scratch, ctx->stream);
+  for (void* p : ctx->retired_scratch) cudaFreeAsync(p, ctx->stream);
   if (ctx->stream != nullptr) {
     cudaStreamSynchronize(ctx->stream);
     cudaStreamDestroy(ctx->stream);
@@ -157,6 +176,7 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
 }
 
 nfn_status nfn_synchronize(nfn_ctx* ctx) {
+  NFN_TRY(nfn::cuda::not_recording(ctx, "synchronize"));
   NFN_CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream), "synchronize");
   return NFN_OK;
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "cc/ops/nfn_tile_ops.h"
 
@@ -22,6 +23,9 @@ struct nfn_ctx {
   void* cudnn = nullptr;            // cuDNN handle and graphs (attention_cudnn.cc), on first use
   void* scratch = nullptr;          // stream-ordered scratch, grown on demand
   size_t scratch_bytes = 0;
+  bool recording = false;           // between graph_begin and graph_end (graph.cu)
+  int graphs = 0;                   // graphs alive: they hold the scratch pointers they saw
+  std::vector<void*> retired_scratch;  // outgrown while graphs were alive; freed with them
   nfn_attention_path attention = nfn_attention_path::flash_simt;
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
@@ -35,8 +39,14 @@ nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...)
 nfn_status check(nfn_ctx* ctx, cudaError_t err, const char* op);
 
 // A scratch buffer of at least `bytes`, valid until the next call on this context. Grown
-// with stream-ordered allocations, so earlier kernels that still use the old one are safe.
+// with stream-ordered allocations, so earlier kernels that still use the old one are safe;
+// an outgrown buffer lives on while any graph (which may use it) does. Growing inside a
+// recording fails: a graph must not allocate.
 nfn_status scratch(nfn_ctx* ctx, size_t bytes, void** out, const char* op);
+
+// Fails, naming `what`, inside a graph recording: for the calls a graph cannot hold
+// (allocating, freeing, synchronizing, copying host memory).
+nfn_status not_recording(nfn_ctx* ctx, const char* what);
 
 inline unsigned grid_for(size_t n, unsigned block) {
   size_t blocks = (n + block - 1) / block;

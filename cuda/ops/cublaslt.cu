@@ -135,6 +135,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return NFN_OK;
   NFN_TRY(check_gelu_aux(ctx, op, g));
   const bool with_aux = has_gelu_aux(g);
+  NFN_TRY(check_gemm_setup(ctx, op));
   if (ctx->cublaslt == nullptr) {
     cublasLtHandle_t handle = nullptr;
     cublasStatus_t st = api.create(&handle);

@@ -51,6 +51,16 @@ inline nfn_status check_gelu_aux(nfn_ctx* ctx, const char* op, const GemmArgs& g
   return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt's GELU epilogue needs m=%d divisible by 8", op, g.m);
 }
 
+// The first GEMM on a context creates cuBLASLt's handle and workspace (ctx->cublaslt), which
+// a graph recording cannot hold (cublaslt.cu, and the emulator's gemm.cc): NFN_ERR_INVALID_ARGUMENT
+// with the reason then, else NFN_OK.
+inline nfn_status check_gemm_setup(nfn_ctx* ctx, const char* op) {
+  if (ctx->cublaslt != nullptr || !ctx->recording) return NFN_OK;
+  return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+              "%s: the first GEMM on a context sets up cuBLASLt (handle, workspace), which a graph "
+              "recording cannot hold; issue the same ops once before recording them", op);
+}
+
 // Frees the context's cuBLASLt handle and workspace.
 void gemm_release(nfn_ctx* ctx);
 

@@ -43,12 +43,14 @@ extern "C" {
 
 nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) {
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc: null output pointer");
+  NFN_TRY(nfn::cuda::not_recording(ctx, "alloc"));
   NFN_CUDA_TRY(ctx, cudaMallocAsync(out, bytes == 0 ? 1 : bytes, ctx->stream), "alloc");
   return NFN_OK;
 }
 
 nfn_status nfn_free(nfn_ctx* ctx, void* ptr) {
   if (ptr == nullptr) return NFN_OK;
+  NFN_TRY(nfn::cuda::not_recording(ctx, "free"));
   NFN_CUDA_TRY(ctx, cudaFreeAsync(ptr, ctx->stream), "free");
   return NFN_OK;
 }
@@ -72,6 +74,7 @@ nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_
 nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes, nfn_copy_kind kind) {
   if (bytes == 0) return NFN_OK;
   if (dst == nullptr || src == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
+  if (kind != NFN_DEVICE_TO_DEVICE) NFN_TRY(nfn::cuda::not_recording(ctx, "copy to or from host memory"));
   NFN_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), ctx->stream), "copy");
   return NFN_OK;
 }

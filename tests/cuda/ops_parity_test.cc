@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cuda/graph_checks.h"
 #include "tests/cuda/parity_harness.h"
 
 using namespace parity;
@@ -497,6 +498,7 @@ int main(int argc, char** argv) {
   }
   check_memory(cpu, gpu);
   if (!self_check) check_errors(gpu);
+  if (!self_check) check_graphs(gpu, rng);
   for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
     if (self_check && dt == NFN_BF16) break;  // the CPU computes in f32 only
     check_sum_squares(cpu, gpu, dt);

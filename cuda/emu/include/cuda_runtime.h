@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -55,10 +57,22 @@ typedef enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
 } cudaError_t;
 
 typedef struct nfn_emu_stream* cudaStream_t;
 constexpr unsigned cudaStreamNonBlocking = 1;
+
+// Graphs (runtime.cc): stream capture records the work issued on the stream instead of
+// running it; a graph launch runs the recording again.
+typedef struct nfn_emu_graph* cudaGraph_t;
+typedef struct nfn_emu_graph* cudaGraphExec_t;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -93,9 +107,29 @@ inline LaunchConfig launch_config(dim3 grid, dim3 block, size_t shared_bytes = 0
 // error cudaGetLastError returns, as a failed launch does.
 void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*), void* body);
 
+// Whether a stream capture is in progress (on any stream: captures are in global mode).
+bool capturing();
+
+// Work issued on `stream`: run now, or recorded when the stream is being captured. Issuing
+// to another stream during a capture fails and invalidates the capture, as CUDA's legacy
+// stream would. `what` names the work in errors and the trace.
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
+
+// Whether `cfg` is a launch configuration the device accepts for kernel `name`.
+bool valid_launch(const char* name, const LaunchConfig& cfg);
+
 template <typename F>
 void launch(const char* name, const LaunchConfig& cfg, F&& body) {
-  run_kernel(name, cfg, [](void* f) { (*static_cast<F*>(f))(); }, &body);
+  using Body = typename std::decay<F>::type;
+  auto thunk = [](void* f) { (*static_cast<Body*>(f))(); };
+  if (!capturing()) {
+    run_kernel(name, cfg, thunk, &body);
+    return;
+  }
+  // A recorded launch keeps a copy of the body: the rewritten launch captures the kernel's
+  // arguments by value ([=]), as a real launch copies them into its parameter buffer.
+  if (!valid_launch(name, cfg)) return;
+  enqueue(cfg.stream, name, [name, cfg, thunk, b = Body(body)]() mutable { run_kernel(name, cfg, thunk, &b); });
 }
 
 // This block's dynamic shared memory (the launch's shared_bytes, poisoned per block).
@@ -193,4 +227,10 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 

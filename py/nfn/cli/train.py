@@ -62,6 +62,9 @@ def register(sub):
                      help="CUDA attention kernels: flash (CUDA cores, the default), flash_mma (tensor "
                           "cores) or cudnn (cuDNN SDPA) where bf16 and head size 64 or 128, flash "
                           "elsewhere; thunderkittens")
+    opts.add_argument("--graphs", choices=["on", "off"],
+                     help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
+                          "replay it after the first step (default: off)")
     opts.add_argument("--output-dir", help="checkpoint directory (default: under the artifacts dir)")
     opts.add_argument("--resume", help="auto, or a checkpoint path")
     opts.add_argument("--dry-run", action="store_true", help="print the plan JSON without training")

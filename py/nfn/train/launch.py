@@ -28,7 +28,7 @@ PASSTHROUGH = [
     ("eval_batches", "--eval-batches"), ("seed", "--seed"), ("backend", "--backend"),
     ("tile_ops_lib", "--tile-ops-lib"), ("resume", "--resume"), ("sample_tokens", "--sample-tokens"),
     ("checkpoint_every", "--checkpoint-every"), ("dtype", "--dtype"), ("threads", "--threads"),
-    ("matmul", "--matmul"), ("attention", "--attention"),
+    ("matmul", "--matmul"), ("attention", "--attention"), ("graphs", "--graphs"),
 ]
 
 

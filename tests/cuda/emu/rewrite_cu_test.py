@@ -11,11 +11,11 @@ class RewriteCuTest(unittest.TestCase):
                "  ns::column_kernel<NV><<<dim3(a, b), block>>>(\n      f, N, C);\n"
                "  NFN_DISPATCH(dtype, E, kernel<E, 4><<<g, b>>>(static_cast<E*>(p), (x + 1) * 2));\n")
         self.assertEqual(rewrite("t.cu", src), (
-            '  ::nfn_emu::launch("k", ::nfn_emu::launch_config(grid, 256, 0, ctx->stream), [&] { k(out, in, n); });\n'
+            '  ::nfn_emu::launch("k", ::nfn_emu::launch_config(grid, 256, 0, ctx->stream), [=] { k(out, in, n); });\n'
             '  ::nfn_emu::launch("ns::column_kernel<NV>", ::nfn_emu::launch_config(dim3(a, b), block), '
-            '[&] { ns::column_kernel<NV>(\n      f, N, C); });\n'
+            '[=] { ns::column_kernel<NV>(\n      f, N, C); });\n'
             '  NFN_DISPATCH(dtype, E, ::nfn_emu::launch("kernel<E, 4>", ::nfn_emu::launch_config(g, b), '
-            '[&] { kernel<E, 4>(static_cast<E*>(p), (x + 1) * 2); }));\n'))
+            '[=] { kernel<E, 4>(static_cast<E*>(p), (x + 1) * 2); }));\n'))
 
     def test_shared_memory(self):
         src = ("  extern __shared__ float smem[];\n"

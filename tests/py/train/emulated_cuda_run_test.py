@@ -4,7 +4,9 @@ CPU backend's from the same seed (f32 tightly; bf16 with each attention path wit
 tolerance), the report names the attention path, a resumed bf16 run is bitwise identical
 to an uninterrupted one (bf16 weights, f32 master weights and moments round-trip through the
 checkpoint), and, from the emulator's trace of runtime calls, a steady-state step allocates
-nothing and synchronizes once. tools/device_check.sh makes the comparison on a real GPU."""
+nothing and synchronizes once. With --graphs on, the forward/backward is recorded once, after
+the first step, and replayed: bitwise the same run, one graph launch where the ops were.
+tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
 import shutil
@@ -63,6 +65,11 @@ class EmulatedCudaRunTest(unittest.TestCase):
             cls.cuda[dtype, attention] = run(cls.common + [
                 "--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", dtype,
                 "--attention", attention, "--output-dir", out], traced)
+        cls.graph_trace = os.path.join(cls.tmp, "graph_trace.txt")
+        cls.graphs = run(cls.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
+                                       "--attention", "flash_mma", "--graphs", "on",
+                                       "--output-dir", os.path.join(cls.tmp, "graphs")],
+                         {"NFN_EMU_TRACE": cls.graph_trace})
 
     @classmethod
     def tearDownClass(cls):
@@ -96,21 +103,26 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertTrue(lib["attention"].startswith("flash_mma" if attention == "flash_mma" else "flash_simt"),
                             lib["attention"])
 
-    def test_steady_state_step_allocates_nothing_and_syncs_once(self):
-        with open(self.trace) as f:
+    @staticmethod
+    def traced_steps(path):
+        """The emulator's trace of a run, cut at each sync; the optimizer steps are the
+        segments with two or more uploads (a token window a micro-step; the first step also
+        uploads the parameters) and a whole forward and backward, launched or replayed
+        (validation runs only a forward of one batch; checkpoints only download)."""
+        with open(path) as f:
             events = [line.split()[0] + (" " + line.split()[1] if line.startswith("copy") else "")
                       for line in f]
-        # Split the run at each sync; the optimizer steps are the segments with two or more
-        # uploads (a token window a micro-step; the first step also uploads the parameters)
-        # and a whole forward and backward (validation runs only a forward of one batch;
-        # checkpoints only download).
         segments, current = [], []
         for e in events:
             current.append(e)
             if e == "sync":
                 segments.append(current)
                 current = []
-        steps = [seg for seg in segments if seg.count("copy host_to_device") >= 2 and seg.count("launch") > 50]
+        return [seg for seg in segments if seg.count("copy host_to_device") >= 2
+                and seg.count("launch") + seg.count("replay") > 50]
+
+    def test_steady_state_step_allocates_nothing_and_syncs_once(self):
+        steps = self.traced_steps(self.trace)
         self.assertEqual(len(steps), STEPS)
         self.assertEqual(steps[1], steps[2])  # steady state: the same calls every step
         self.assertEqual(steps[2], steps[3])
@@ -122,6 +134,46 @@ class EmulatedCudaRunTest(unittest.TestCase):
             # The one read: loss and gradient sum of squares, at the end of the step.
             self.assertEqual(step[-3:], ["copy device_to_host", "copy device_to_host", "sync"])
             self.assertEqual(step.count("copy device_to_host"), 2)
+
+    def test_graphs_replay_the_step_bitwise(self):
+        eager = self.cuda["bf16", "flash_mma"]
+        self.assertEqual(self.graphs["train_losses"], eager["train_losses"])
+        self.assertEqual(self.graphs["final_validation_loss"], eager["final_validation_loss"])
+        last = f"model_{STEPS:08d}.bin"
+        with open(os.path.join(self.tmp, "graphs", last), "rb") as a, \
+                open(os.path.join(self.tmp, "bf16_flash_mma", last), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        lib = self.graphs["op_library"]
+        self.assertEqual((lib["graphs"], lib["graph_recordings"]), (True, 1))
+        self.assertEqual((eager["op_library"]["graphs"], eager["op_library"]["graph_recordings"]), (False, 0))
+
+        eager_steps, graph_steps = self.traced_steps(self.trace), self.traced_steps(self.graph_trace)
+        self.assertEqual(len(graph_steps), STEPS)
+        self.assertEqual(graph_steps[0], eager_steps[0])  # the first step runs op by op
+        # The second records the forward/backward and launches the recording; every later
+        # step launches it again. Only the rest (zeroing, token widening, the optimizer)
+        # is launched op by op, and the kernels that run are the same as without graphs.
+        self.assertEqual([e for e in graph_steps[1] if e == "capture"], ["capture"])
+        launches = eager_steps[1].count("launch")
+        for step in graph_steps[1:]:
+            self.assertEqual(step.count("graph"), 2)  # a launch per micro-step: 256 tokens of 2 x 64
+            self.assertEqual(step.count("launch") + step.count("replay"), launches)
+            self.assertLess(step.count("launch"), 10)
+            self.assertNotIn("malloc", step)
+            self.assertNotIn("free", step)
+            self.assertEqual(step.count("sync"), 1)
+        self.assertEqual(graph_steps[2], graph_steps[3])
+
+    def test_graphs_on_the_cpu_library_fail_up_front(self):
+        proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,
+                                                         "--graphs", "on", "--output-dir",
+                                                         os.path.join(self.tmp, "cpu_graphs")],
+                              capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = proc.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("--graphs on: graph_begin: the CPU library runs each op as it is issued", lines[0])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "cpu_graphs", "report.json")))
 
     def test_bf16_resume_is_bitwise_identical(self):
         full = os.path.join(self.tmp, "bf16_flash_mma")
