@@ -3,8 +3,9 @@
 # copy first, here: tools/prepare_device.sh; then run with carry [".device"]:
 #   1. the op parity suite, CUDA library against the CPU library
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
-#      tensor-core attention: flash_mma and cudnn) against the same run on cpu
-#      (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
+#      tensor-core attention: flash_mma and cudnn) against the same run on cpu, and the
+#      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
+#      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      attention on all three paths and the LM head at four chunk sizes, so the next session
 #      knows where a step's time goes
@@ -12,8 +13,8 @@
 #      PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
-# own time limit, 530 s in all at worst, so give the device tool timeout_s 600.
-# --quick runs steps 1 and 2 only (200 s at worst): a rerun after a fix, when device time is short.
+# own time limit, 555 s in all at worst, so give the device tool timeout_s 600.
+# --quick runs steps 1 and 2 only (225 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
 if [ -n "${1:-}" ] && [ -z "$quick" ]; then echo "usage: device_check.sh [--quick]"; exit 2; fi
@@ -103,14 +104,16 @@ PY
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
-  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn; do
-    dt=${run%%:*} attn=${run#*:}
-    frontend_log "train_${dt}_$attn"
+  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:flash_mma:graphs; do
+    IFS=: read -r dt attn graphs <<< "$run"
+    name=${dt}_$attn${graphs:+_graphs}
+    frontend_log "train_$name"
     timeout 25 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
-      --output-dir "/tmp/nfn-cuda-$dt-$attn" > "$out/train_cuda_${dt}_$attn.json" 2> "$out/train_cuda_${dt}_$attn.err"
+      --graphs "${graphs:+on}${graphs:-off}" --output-dir "/tmp/nfn-cuda-$name" \
+      > "$out/train_cuda_$name.json" 2> "$out/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
-    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_${dt}_$attn.json" "$bound" "$status" <<'PY'
+    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_$name.json" "$bound" "$status" <<'PY'
 import json, sys
 
 def report(path, status):
@@ -133,8 +136,24 @@ ok = worst < float(sys.argv[3]) and b[-1] < b[0]
 print("PASS" if ok else "FAIL", f"loss {b[0]:.3f}->{b[-1]:.3f}, worst step rel diff vs cpu {worst:.2e} (bound {sys.argv[3]})")
 PY
 )
-    row "train cuda $dt $attn vs cpu" "${verdict%% *}" "${verdict#* }"
+    row "train cuda $dt $attn${graphs:+ graphs} vs cpu" "${verdict%% *}" "${verdict#* }"
   done
+  # Graphs replay the same kernels on the same buffers: the losses must agree bit for bit.
+  verdict=$(python3 - "$out/train_cuda_bf16_flash_mma.json" "$out/train_cuda_bf16_flash_mma_graphs.json" <<'PY'
+import json, statistics, sys
+try:
+    eager, graphs = (json.load(open(p)) for p in sys.argv[1:3])
+except Exception as e:
+    print("FAIL", f"no report ({e})"); sys.exit()
+same = eager["train_losses"] == graphs["train_losses"]
+ms = lambda r, key: 1e3 * statistics.median(r[key][1:])  # steady state: the first step is op by op
+print("PASS" if same and graphs["op_library"]["graph_recordings"] == 1 else "FAIL",
+      f"losses {'bitwise equal' if same else 'DIFFER'}; median step {ms(graphs, 'step_seconds'):.2f} ms with graphs, "
+      f"{ms(eager, 'step_seconds'):.2f} ms op by op (enqueue {ms(graphs, 'enqueue_seconds'):.2f} vs "
+      f"{ms(eager, 'enqueue_seconds'):.2f} ms)")
+PY
+)
+  row "train graphs vs op by op" "${verdict%% *}" "${verdict#* }"
 fi
 
 if [ -n "$quick" ]; then
