@@ -25,7 +25,7 @@ export PYTHONUNBUFFERED=1
 declare -a rows
 
 row() {
-  rows+=("$(printf '%-32s %-6s %s' "$1" "$2" "$3")")
+  rows+=("$(printf '%-40s %-6s %s' "$1" "$2" "$3")")
   printf '%s\n' "${rows[-1]}" >> "$out/table.txt"
 }
 
@@ -109,7 +109,7 @@ PY
     name=${dt}_$attn${graphs:+_graphs}
     frontend_log "train_$name"
     timeout 25 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
-      --graphs "${graphs:+on}${graphs:-off}" --output-dir "/tmp/nfn-cuda-$name" \
+      --graphs "$([ -n "$graphs" ] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
       > "$out/train_cuda_$name.json" 2> "$out/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
