@@ -79,7 +79,8 @@ def static_shared(match):
         decl = decl.strip()
         name = re.match(r"\w+", decl).group(0)
         dims = decl[len(name):].strip()
-        out.append(f"static char nfn_emu_key_{name}; {type_} (&{name}){dims} = *static_cast<{type_}(*){dims}>("
+        ref, ptr = (f"(&{name}){dims}", f"(*){dims}") if dims else (f"&{name}", "*")
+        out.append(f"static char nfn_emu_key_{name}; {type_} {ref} = *static_cast<{type_}{ptr}>("
                    f"::nfn_emu::static_shared(&nfn_emu_key_{name}, sizeof({type_}{dims}), {align}));")
     return indent + " ".join(out)
 

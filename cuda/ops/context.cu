@@ -88,8 +88,12 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
   ctx->device = device;
   err = cudaSetDevice(device);
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&ctx->blocks_done), sizeof(unsigned));
+  if (err == cudaSuccess) err = cudaMemsetAsync(ctx->blocks_done, 0, sizeof(unsigned), ctx->stream);
   if (err != cudaSuccess) {
     create_error = std::string("CUDA context: ") + cudaGetErrorString(err);
+    if (ctx->blocks_done != nullptr) cudaFree(ctx->blocks_done);
+    if (ctx->stream != nullptr) cudaStreamDestroy(ctx->stream);
     delete ctx;
     return NFN_ERR_BACKEND;
   }
@@ -114,6 +118,7 @@ void nfn_ctx_destroy(nfn_ctx* ctx) {
     cudaStreamSynchronize(ctx->stream);
     cudaStreamDestroy(ctx->stream);
   }
+  if (ctx->blocks_done != nullptr) cudaFree(ctx->blocks_done);
   delete ctx;
 }
 

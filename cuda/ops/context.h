@@ -26,6 +26,7 @@ struct nfn_ctx {
   bool recording = false;           // between graph_begin and graph_end (graph.cu)
   int graphs = 0;                   // graphs alive: they hold the scratch pointers they saw
   std::vector<void*> retired_scratch;  // outgrown while graphs were alive; freed with them
+  unsigned* blocks_done = nullptr;  // sum_squares_many's count of finished blocks, 0 between calls
   nfn_attention_path attention = nfn_attention_path::flash_simt;
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };

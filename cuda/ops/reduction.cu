@@ -1,6 +1,6 @@
 // Sum of squares over many buffers in one launch: blocks walk a flattened index space and
-// reduce in fp32 into one partial each; a second, one-block launch adds the partials in a
-// fixed order into the device-side result (the clip norm stays on the GPU). No atomics, so
+// reduce in fp32 into one partial each; the last block to finish adds the partials in index
+// order into the device-side result (the clip norm stays on the GPU). No float atomics, so
 // the sum, and the clip scale made from it, is the same bits on every run.
 #include <cuda_bf16.h>
 
@@ -23,8 +23,10 @@ struct BufList {
 
 constexpr unsigned kBlock = 512, kMaxGrid = 1024;
 
+// `done` counts the blocks that have written their partial; it is 0 at launch and the last
+// block leaves it 0 again (the context keeps it: nfn_ctx::blocks_done).
 template <typename T>
-__global__ void sum_squares_kernel(BufList list, size_t total, float* partials) {
+__global__ void sum_squares_kernel(BufList list, size_t total, float* partials, unsigned* done, float* out) {
   float acc = 0.f;
   int b = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
@@ -35,17 +37,25 @@ __global__ void sum_squares_kernel(BufList list, size_t total, float* partials) 
     acc += v * v;
   }
   __shared__ float shared[32];
+  __shared__ bool last;
   acc = nfn::cuda::block_sum(acc, shared);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-}
-
-// *out = the sum of n partials, in the same order every time.
-__global__ void sum_partials_kernel(const float* partials, unsigned n, float* out) {
-  __shared__ float shared[32];
-  float acc = 0.f;
-  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = acc;
+    __threadfence();  // the partial is visible to every block before this block is counted
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // Every other block has written its partial: add them all in index order (volatile: past
+  // this SM's L1, which may hold none of them).
+  const volatile float* all = partials;
+  acc = 0.f;
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) acc += all[i];
   acc = nfn::cuda::block_sum(acc, shared);
-  if (threadIdx.x == 0) *out = acc;
+  if (threadIdx.x == 0) {
+    *out = acc;
+    *done = 0;
+  }
 }
 
 }  // namespace
@@ -77,8 +87,7 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
   void* partials = nullptr;
   NFN_TRY(nfn::cuda::scratch(ctx, grid * sizeof(float), &partials, "sum_squares_many"));
   NFN_DISPATCH(dtype, T, sum_squares_kernel<T><<<grid, kBlock, 0, ctx->stream>>>(
-                             list, total, static_cast<float*>(partials)));
-  sum_partials_kernel<<<1, kMaxGrid, 0, ctx->stream>>>(static_cast<const float*>(partials), grid, out);
+                             list, total, static_cast<float*>(partials), ctx->blocks_done, out));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "sum_squares_many");
   return NFN_OK;
 }

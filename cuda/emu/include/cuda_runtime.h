@@ -204,12 +204,16 @@ T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   return nfn_emu::shuffle(v, nfn_emu::lane_down, static_cast<int>(delta));
 }
 
-// Blocks never run at once, so an atomic is a plain read-modify-write.
-inline float atomicAdd(float* p, float v) {
-  const float old = *p;
+// Blocks never run at once, so an atomic is a plain read-modify-write, and a fence has
+// nothing to order.
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, unsigned>::value, "atomicAdd of another type");
+  const T old = *p;
   *p = old + v;
   return old;
 }
+inline void __threadfence() {}
 
 cudaError_t cudaGetDeviceCount(int* count);
 // cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set.

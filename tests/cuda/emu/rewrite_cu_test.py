@@ -20,7 +20,8 @@ class RewriteCuTest(unittest.TestCase):
     def test_shared_memory(self):
         src = ("  extern __shared__ float smem[];\n"
                "    __shared__ __align__(16) uint16_t ks[R * S], vs[R * S];\n"
-               "  __shared__ float sums[NV][8][32];\n")
+               "  __shared__ float sums[NV][8][32];\n"
+               "  __shared__ bool last;\n")
         out = rewrite("t.cu", src).splitlines()
         self.assertEqual(out[0], "  float* smem = static_cast<float*>(::nfn_emu::dynamic_shared());")
         self.assertEqual(out[1], (
@@ -31,6 +32,9 @@ class RewriteCuTest(unittest.TestCase):
         self.assertEqual(out[2], (
             "  static char nfn_emu_key_sums; float (&sums)[NV][8][32] = *static_cast<float(*)[NV][8][32]>("
             "::nfn_emu::static_shared(&nfn_emu_key_sums, sizeof(float[NV][8][32]), alignof(float)));"))
+        self.assertEqual(out[3], (
+            "  static char nfn_emu_key_last; bool &last = *static_cast<bool*>("
+            "::nfn_emu::static_shared(&nfn_emu_key_last, sizeof(bool), alignof(bool)));"))
 
     def test_attributes_and_includes(self):
         src = ('#include "cuda/ops/dtype.cuh"\n#include "cuda/ops/context.h"\n'

@@ -149,7 +149,9 @@ class EmulatedCudaRunTest(unittest.TestCase):
 
         eager_steps, graph_steps = self.traced_steps(self.trace), self.traced_steps(self.graph_trace)
         self.assertEqual(len(graph_steps), STEPS)
-        self.assertEqual(graph_steps[0], eager_steps[0])  # the first step runs op by op
+        # The first step runs op by op (its segment may also hold the context's setup).
+        launched = lambda step: [e for e in step if e in ("launch", "replay", "graph")]
+        self.assertEqual(launched(graph_steps[0]), launched(eager_steps[0]))
         # The second records the forward/backward and launches the recording; every later
         # step launches it again. Only the rest (zeroing, token widening, the optimizer)
         # is launched op by op, and the kernels that run are the same as without graphs.
