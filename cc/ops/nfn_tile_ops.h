@@ -16,8 +16,9 @@
 extern "C" {
 #endif
 
-/* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops */
-#define NFN_ABI_VERSION 4
+/* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
+ * 5: alloc_host, free_host */
+#define NFN_ABI_VERSION 5
 
 typedef enum nfn_status {
   NFN_OK = 0,

@@ -659,6 +659,56 @@ cudaError_t cudaFree(void* ptr) {
 
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
 
+namespace {
+
+std::map<uintptr_t, size_t> pinned;  // page-locked host allocations: start -> bytes
+
+// A copy from page-locked memory to the device, issued and not yet synchronized: what the
+// source held when it was issued. On a GPU the copy reads the source when it runs, later.
+struct PendingUpload {
+  const char* src;
+  std::vector<char> seen;
+};
+std::vector<PendingUpload> pending_uploads;
+
+bool is_pinned(const void* p, size_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = pinned.upper_bound(a);
+  if (it == pinned.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+
+// At a synchronize: every queued upload must still find what it saw when issued, else a GPU
+// could have copied what the host wrote afterwards.
+void check_pending_uploads(const char* at) {
+  for (const PendingUpload& u : pending_uploads)
+    if (std::memcmp(u.src, u.seen.data(), u.seen.size()) != 0)
+      nfn_emu::die("the host wrote page-locked memory at %p that a copy to the device issued before %s "
+                   "had not yet read (%zu bytes): wait for the stream before reusing the buffer",
+                   static_cast<const void*>(u.src), at, u.seen.size());
+  pending_uploads.clear();
+}
+
+}  // namespace
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  if (refused_in_capture("cudaMallocHost")) return cudaErrorStreamCaptureUnsupported;
+  *ptr = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  if (*ptr == nullptr) return nfn_emu::last_error = cudaErrorMemoryAllocation;
+  pinned[reinterpret_cast<uintptr_t>(*ptr)] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  if (refused_in_capture("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
+  check_pending_uploads("cudaFreeHost");  // cudaFreeHost waits for the device
+  if (pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return nfn_emu::last_error = cudaErrorInvalidValue;
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 // Copies are checked as the GPU would fault: device sides must lie inside one allocation,
 // host sides outside every one.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
@@ -679,6 +729,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     return nfn_emu::last_error = cudaErrorInvalidValue;
   }
   if (!nfn_emu::capturing()) {
+    if (kind == cudaMemcpyHostToDevice && is_pinned(src, bytes)) {
+      const char* s = static_cast<const char*>(src);
+      pending_uploads.push_back({s, std::vector<char>(s, s + bytes)});
+    }
     std::memmove(dst, src, bytes);
     return cudaSuccess;
   }
@@ -712,6 +766,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
   if (refused_in_capture("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
+  check_pending_uploads("the synchronize");
   nfn_emu::trace("sync");
   return cudaSuccess;
 }

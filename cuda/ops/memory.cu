@@ -55,6 +55,20 @@ nfn_status nfn_free(nfn_ctx* ctx, void* ptr) {
   return NFN_OK;
 }
 
+nfn_status nfn_alloc_host(nfn_ctx* ctx, size_t bytes, void** out) {
+  if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc_host: null output pointer");
+  NFN_TRY(nfn::cuda::not_recording(ctx, "alloc_host"));
+  NFN_CUDA_TRY(ctx, cudaMallocHost(out, bytes == 0 ? 1 : bytes), "alloc_host");
+  return NFN_OK;
+}
+
+nfn_status nfn_free_host(nfn_ctx* ctx, void* ptr) {
+  if (ptr == nullptr) return NFN_OK;
+  NFN_TRY(nfn::cuda::not_recording(ctx, "free_host"));
+  NFN_CUDA_TRY(ctx, cudaFreeHost(ptr), "free_host");  // waits for the device, as a host free must
+  return NFN_OK;
+}
+
 nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_t n) {
   if (n == 0) return NFN_OK;
   if (dst == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: null dst");

@@ -438,6 +438,24 @@ void check_memory(const Backend& cpu, const Backend& gpu) {
   bool widened = true;
   for (size_t i = 0; i < n; ++i) widened = widened && results[1][i] == narrow[i];
   expect(widened && results[0] == results[1], "widen_tokens differs from the CPU or from the input");
+  // Page-locked host memory both ways: up from one buffer, down into another.
+  for (const Backend* b : backends) {
+    void *up = nullptr, *down = nullptr, *dev = nullptr;
+    const size_t bytes = n * 2;
+    b->ok(b->ops().alloc_host(b->ctx, bytes, &up), "alloc_host");
+    b->ok(b->ops().alloc_host(b->ctx, bytes, &down), "alloc_host");
+    b->ok(b->ops().alloc(b->ctx, bytes, &dev), "alloc");
+    if (!up || !down || !dev) continue;
+    std::memcpy(up, narrow.data(), bytes);
+    std::memset(down, 0, bytes);
+    b->ok(b->ops().copy(b->ctx, dev, up, bytes, NFN_HOST_TO_DEVICE), "copy from alloc_host memory");
+    b->ok(b->ops().copy(b->ctx, down, dev, bytes, NFN_DEVICE_TO_HOST), "copy into alloc_host memory");
+    b->ok(b->ops().synchronize(b->ctx), "synchronize");
+    expect(std::memcmp(down, narrow.data(), bytes) == 0, b->name() + ": a round trip through alloc_host memory");
+    b->ok(b->ops().free(b->ctx, dev), "free");
+    b->ok(b->ops().free_host(b->ctx, up), "free_host");
+    b->ok(b->ops().free_host(b->ctx, down), "free_host");
+  }
 }
 
 void check_sum_squares(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {

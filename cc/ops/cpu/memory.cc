@@ -9,15 +9,29 @@ using nfn::cpu::fail;
 
 extern "C" {
 
-nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) {
-  if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc: null output pointer");
+namespace {
+
+nfn_status aligned(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
+  if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null output pointer", op);
   size_t rounded = (bytes + 63) / 64 * 64;
   *out = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (*out == nullptr) return fail(ctx, NFN_ERR_OUT_OF_MEMORY, "alloc: %zu bytes failed", bytes);
+  if (*out == nullptr) return fail(ctx, NFN_ERR_OUT_OF_MEMORY, "%s: %zu bytes failed", op, bytes);
   return NFN_OK;
 }
 
+}  // namespace
+
+nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) { return aligned(ctx, bytes, out, "alloc"); }
+
 nfn_status nfn_free(nfn_ctx* /*ctx*/, void* ptr) {
+  std::free(ptr);
+  return NFN_OK;
+}
+
+// The CPU's ops finish before they return, so any host memory will do.
+nfn_status nfn_alloc_host(nfn_ctx* ctx, size_t bytes, void** out) { return aligned(ctx, bytes, out, "alloc_host"); }
+
+nfn_status nfn_free_host(nfn_ctx* /*ctx*/, void* ptr) {
   std::free(ptr);
   return NFN_OK;
 }

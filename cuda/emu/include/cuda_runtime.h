@@ -225,6 +225,10 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes);
 cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream);
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
+// Page-locked host memory: a copy from it to the device is only queued on a GPU, so the
+// emulator checks at the next synchronize that the host has not written the source since.
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);

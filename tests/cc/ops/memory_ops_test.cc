@@ -47,9 +47,26 @@ static void test_widen_tokens(nfn_ctx* ctx) {
   expect_invalid(ctx, nfn_widen_tokens(ctx, nullptr, src.data(), 4), "widen_tokens", "null dst");
 }
 
+static void test_alloc_host(nfn_ctx* ctx) {
+  void* p = nullptr;
+  EXPECT(nfn_alloc_host(ctx, 1000, &p) == NFN_OK && p != nullptr && reinterpret_cast<uintptr_t>(p) % 64 == 0,
+         "alloc_host: 64-byte aligned host memory");
+  std::vector<uint8_t> pattern(1000);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(i * 7);
+  std::memcpy(p, pattern.data(), pattern.size());  // writable host memory
+  void* dev = nullptr;
+  std::vector<uint8_t> back(1000);
+  EXPECT(nfn_alloc(ctx, 1000, &dev) == NFN_OK && nfn_copy(ctx, dev, p, 1000, NFN_HOST_TO_DEVICE) == NFN_OK &&
+             nfn_copy(ctx, back.data(), dev, 1000, NFN_DEVICE_TO_HOST) == NFN_OK && back == pattern,
+         "a copy from alloc_host memory");
+  EXPECT(nfn_free(ctx, dev) == NFN_OK && nfn_free_host(ctx, p) == NFN_OK, "free_host");
+  expect_invalid(ctx, nfn_alloc_host(ctx, 8, nullptr), "alloc_host", "null output pointer");
+}
+
 int main() {
   nfn_ctx* ctx = nullptr;
   if (nfn_ctx_create(0, &ctx) != NFN_OK) return 1;
+  test_alloc_host(ctx);
   test_convert(ctx);
   test_widen_tokens(ctx);
   nfn_ctx_destroy(ctx);

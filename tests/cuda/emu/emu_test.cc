@@ -121,6 +121,7 @@ void check_launch_limits() {
          "one kernel's raised limit let another kernel launch");
   EXPECT(emu_probe::copy_from_64_bytes(64) == 0, "copying a whole allocation");
   EXPECT(emu_probe::copy_from_64_bytes(65) == kInvalidValue, "copying past an allocation");
+  EXPECT(emu_probe::pinned_upload(true) == 0, "rewriting a page-locked upload's source after a synchronize");
 }
 
 void check_sort() {
@@ -180,6 +181,8 @@ void check_failures_are_reported() {
        "is not in this block's shared memory"},
       {"static shared over 48 KiB", emu_probe::too_much_static_shared, SIGABRT, "big_static_shared_kernel",
        "static shared memory of 49156 bytes, over the 48 KiB a block may declare"},
+      {"page-locked upload rewritten", emu_probe::pinned_rewritten_before_sync, SIGABRT, "the host wrote page-locked memory",
+       "had not yet read (64 bytes): wait for the stream before reusing the buffer"},
   };
   for (const Failure& f : failures) {
     int sig = 0;

@@ -271,6 +271,22 @@ int copy_from_64_bytes(int bytes) {
   return err;
 }
 
+int pinned_upload(bool rewrite_after_sync) {
+  void *host = nullptr, *dev = nullptr;
+  cudaMallocHost(&host, 64);
+  cudaMalloc(&dev, 64);
+  std::memset(host, 1, 64);
+  cudaMemcpyAsync(dev, host, 64, cudaMemcpyHostToDevice, nullptr);
+  if (rewrite_after_sync) cudaStreamSynchronize(nullptr);
+  std::memset(host, 2, 64);  // before the synchronize (unless rewrite_after_sync): a GPU may copy this
+  const int err = cudaStreamSynchronize(nullptr);
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return err;
+}
+
+void pinned_rewritten_before_sync() { pinned_upload(false); }
+
 void deadlock() { deadlock_kernel<<<1, 32>>>(); }
 
 void out_of_bounds() {

@@ -50,6 +50,10 @@ int launch_other_kernel_after_raising();
 // cudaMemcpyAsync device-to-host of `bytes` from a 64-byte allocation.
 int copy_from_64_bytes(int bytes);
 
+// An upload from page-locked memory, the source rewritten after a synchronize (allowed:
+// returns the second synchronize's result).
+int pinned_upload(bool rewrite_after_sync);
+
 // These end the process (run them in a child): lanes 0..15 of a warp wait at __syncthreads
 // while 16..31 wait at a shuffle; a kernel ("oob_kernel") writes 64 bytes past a 256-byte
 // allocation; half a warp exits and the rest shuffle; a kernel declares 48 KiB + 4 bytes of
@@ -63,6 +67,7 @@ void ldmatrix_misaligned();     // lane 5's ldmatrix row address 8 bytes past a 
 void ldmatrix_global();         // lane 5's ldmatrix row address in global memory
 void cp_async_never_waited();   // a thread exits with two cp.async groups in flight
 void cp_async_to_global();      // a cp.async whose destination is global memory
+void pinned_rewritten_before_sync();  // a page-locked upload's source rewritten before a synchronize
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);
