@@ -550,15 +550,21 @@ struct Allocation {
 std::mutex allocations_mutex;
 std::map<uintptr_t, Allocation> allocations;  // by data address
 
+// The entry of `m` (start address -> allocation) whose [start, start + size) holds
+// [p, p + bytes), or null.
+template <typename V, typename Size>
+const V* holding(const std::map<uintptr_t, V>& m, const void* p, size_t bytes, Size size) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return nullptr;
+  --it;
+  return a + bytes <= it->first + size(it->second) ? &it->second : nullptr;
+}
+
 // The allocation holding [p, p + bytes), or null.
 const Allocation* device_range(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(allocations_mutex);
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  auto it = allocations.upper_bound(a);
-  if (it == allocations.begin()) return nullptr;
-  --it;
-  if (a < it->first || a + bytes > it->first + it->second.bytes) return nullptr;
-  return &it->second;
+  return holding(allocations, p, bytes, [](const Allocation& x) { return x.bytes; });
 }
 
 bool is_device(const void* p) { return device_range(p, 0) != nullptr; }
@@ -672,11 +678,7 @@ struct PendingUpload {
 std::vector<PendingUpload> pending_uploads;
 
 bool is_pinned(const void* p, size_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  auto it = pinned.upper_bound(a);
-  if (it == pinned.begin()) return false;
-  --it;
-  return a + bytes <= it->first + it->second;
+  return holding(pinned, p, bytes, [](size_t n) { return n; }) != nullptr;
 }
 
 // At a synchronize: every queued upload must still find what it saw when issued, else a GPU
