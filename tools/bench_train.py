@@ -41,6 +41,8 @@ def parse_args(argv):
     p.add_argument("--attention", default="flash_mma,cudnn",
                    help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
                         "one that finishes is nfn's number (default: flash_mma,cudnn; add flash, on CUDA cores, to time it too)")
+    p.add_argument("--graphs", choices=["on", "off"], default="off",
+                   help="cuda: the trainer's --graphs (record the micro-step once as a CUDA graph; default: off)")
     p.add_argument("--rounds", type=int, default=7,
                    help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
@@ -106,8 +108,8 @@ def run_nfn(args, workdir, attention):
            "--batch-size", str(args.batch_size),
            "--train-batch-tokens", str(args.batch_size * args.seq_len),
            "--max-steps", str(CUDA_WARMUP_STEPS + args.steps), "--eval-every-steps", str(CUDA_WARMUP_STEPS + args.steps),
-           "--eval-batches", "1", "--attention", attention, "--output-dir", os.path.join(workdir, "out"),
-           "--json"]
+           "--eval-batches", "1", "--attention", attention, "--graphs", args.graphs,
+           "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]
     try:
