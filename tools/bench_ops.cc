@@ -17,6 +17,8 @@
 // with threads=1: the op's own work, unaffected by other processes). --only times just the
 // ops whose names contain TEXT. --lm-head-rows also times the LM head with each of these rows
 // per chunk (the CUDA library's lm_head_rows option), as extra rows outside the step total.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -299,6 +301,10 @@ int main(int argc, char** argv) {
   }
   std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
               N / (total * 1e-3), N);
+  // The CUDA library's count of fused cuBLASLt epilogues (an extra export, outside the ABI).
+  using Epilogues = const char* (*)(nfn_ctx*);
+  if (auto fused = reinterpret_cast<Epilogues>(dlsym(lib.handle, "nfn_cuda_fused_epilogues")))
+    std::printf("fused epilogues: %s\n", *fused(ctx) ? fused(ctx) : "none tried");
   buf.release();
   o.ctx_destroy(ctx);
   return 0;

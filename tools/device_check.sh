@@ -198,7 +198,8 @@ attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attenti
 cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs))
 lm = "; lm_head a call by rows a chunk: " + ", ".join(
     f"{n.split('rows=')[1] if 'rows=' in n else 'auto'} {ms:.2f}" for n, (ms, _) in first.items() if n.startswith("lm_head"))
-print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{lm}")
+fused = next((l.split(":", 1)[1].strip() for l in open(sys.argv[1]) if l.startswith("fused epilogues:")), "?")
+print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{lm}; cuBLASLt epilogues: {fused}")
 PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"

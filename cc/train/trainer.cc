@@ -378,6 +378,10 @@ int run_training(const TrainConfig& c) {
   using AttentionPath = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<AttentionPath>(dlsym(backend.lib.handle, "nfn_cuda_attention_path")))
     lib.set("attention", path(backend.ctx));
+  // And how often its fused cuBLASLt epilogues ran fused (bf16), e.g. "dgelu 12/12 fused".
+  using Epilogues = const char* (*)(nfn_ctx*);
+  if (auto fused = reinterpret_cast<Epilogues>(dlsym(backend.lib.handle, "nfn_cuda_fused_epilogues")))
+    lib.set("fused_epilogues", fused(backend.ctx));
   report.set("op_library", lib);
   report.set("checkpoint_dir", c.output_dir);
   report.set("model_file", model_path);

@@ -27,6 +27,10 @@ struct nfn_ctx {
   int graphs = 0;                   // graphs alive: they hold the scratch pointers they saw
   std::vector<void*> retired_scratch;  // outgrown while graphs were alive; freed with them
   unsigned* blocks_done = nullptr;  // sum_squares_many's count of finished blocks, 0 between calls
+  // linear_*'s fused cuBLASLt epilogues (by GemmEpilogue): calls that ran fused, and calls
+  // that ran the unfused form instead (linear.cu, nfn_cuda_fused_epilogues).
+  unsigned long long epilogue_calls[8][2] = {};
+  std::string epilogue_report;
   nfn_attention_path attention = nfn_attention_path::flash_simt;
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };

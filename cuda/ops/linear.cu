@@ -1,5 +1,7 @@
 // Linear layers through cuBLASLt. Row-major (N,IC) @ (OC,IC)^T is the column-major product
 // W^T-as-stored times inp, so every GEMM here is a column-major call on the same memory.
+#include <string>
+
 #include "cuda/ops/activation.h"
 #include "cuda/ops/column_reduce.cuh"
 #include "cuda/ops/context.h"
@@ -21,13 +23,18 @@ struct ColumnOf {
   }
 };
 
+// Counts a call that wanted epilogue `e` as fused or not (nfn_cuda_fused_epilogues).
+void count_epilogue(nfn_ctx* ctx, GemmEpilogue e, bool fused) { ++ctx->epilogue_calls[static_cast<int>(e)][fused]; }
+
 // A GEMM with a fused epilogue; *fused says whether it ran. cuBLASLt having no kernel for the
 // epilogue at this shape or alignment (NFN_ERR_UNSUPPORTED once it is loaded) is not an
 // error: the caller then runs the unfused form.
 nfn_status try_fused(nfn_ctx* ctx, const char* op, const GemmArgs& g, bool* fused) {
   const nfn_status s = nfn::cuda::gemm(ctx, op, g);
   *fused = s == NFN_OK;
-  return s == NFN_ERR_UNSUPPORTED && ctx->cublaslt != nullptr ? NFN_OK : s;
+  const bool refused = s == NFN_ERR_UNSUPPORTED && ctx->cublaslt != nullptr;
+  if (*fused || refused) count_epilogue(ctx, g.epilogue, *fused);
+  return refused ? NFN_OK : s;
 }
 
 nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int IC, int OC) {
@@ -78,6 +85,8 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
     bool fused = false;
     NFN_TRY(try_fused(ctx, op, g, &fused));
     if (fused) return NFN_OK;
+  } else if (dtype == NFN_BF16) {
+    count_epilogue(ctx, g.epilogue, false);  // cuBLASLt's divisible-by-8 rule
   }
   // f32, or no fused kernel for this shape or alignment: GEMM (+ bias) into aux, then GELU.
   g.d = aux;
@@ -117,7 +126,10 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
       GemmArgs f = g;
       f.epilogue = GemmEpilogue::dgelu;
       f.aux = const_cast<void*>(gelu_pre);  // read, not written, under DGELU
-      if (nfn::cuda::gelu_aux_ld_ok(f)) NFN_TRY(try_fused(ctx, op, f, &fused));
+      if (nfn::cuda::gelu_aux_ld_ok(f))
+        NFN_TRY(try_fused(ctx, op, f, &fused));
+      else
+        count_epilogue(ctx, f.epilogue, false);  // cuBLASLt's divisible-by-8 rule
     }
     if (!fused) {
       NFN_TRY(nfn::cuda::gemm(ctx, op, g));
@@ -157,6 +169,22 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     });
   }
   return NFN_OK;
+}
+
+// Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,
+// e.g. "gelu_aux_bias 24/24, dgelu 12/12, bgradb 0/48 fused" ("" before any bf16 linear; the
+// unfused form runs where cuBLASLt has no kernel or its rules refuse the shape). Valid until
+// the next call. Reports (the trainer's, bench_ops) look it up with dlsym.
+const char* nfn_cuda_fused_epilogues(nfn_ctx* ctx) {
+  static const char* const names[] = {"none", "bias", "gelu_aux", "gelu_aux_bias", "dgelu", "bgradb"};
+  std::string out;
+  for (int e = 0; e < 6; ++e) {
+    const unsigned long long fused = ctx->epilogue_calls[e][1], all = fused + ctx->epilogue_calls[e][0];
+    if (all == 0) continue;
+    out += (out.empty() ? "" : ", ") + std::string(names[e]) + " " + std::to_string(fused) + "/" + std::to_string(all);
+  }
+  ctx->epilogue_report = out.empty() ? out : out + " fused";
+  return ctx->epilogue_report.c_str();
 }
 
 }  // extern "C"

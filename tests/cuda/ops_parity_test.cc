@@ -529,6 +529,10 @@ int main(int argc, char** argv) {
     check_softmax_and_loss(cpu, gpu, dt);
     check_adamw(cpu, gpu, dt);
   }
+  // Which fused cuBLASLt epilogues ran fused over the suite (the unfused forms run too).
+  using Epilogues = const char* (*)(nfn_ctx*);
+  if (auto fused = reinterpret_cast<Epilogues>(dlsym(gpu.lib.handle, "nfn_cuda_fused_epilogues")))
+    std::printf("fused epilogues over the suite: %s\n", fused(gpu.ctx));
   gpu.ops().ctx_destroy(gpu.ctx);
   cpu.ops().ctx_destroy(cpu.ctx);
   std::string also;  // what was left out, and why (the last line is the summary)

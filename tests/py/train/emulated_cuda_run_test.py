@@ -9,6 +9,7 @@ the first step, and replayed: bitwise the same run, one graph launch where the o
 tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -102,6 +103,16 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertEqual((lib["backend"], lib["dtype"], lib["path"]), ("cuda", dtype, EMULATED_LIB))
             self.assertTrue(lib["attention"].startswith("flash_mma" if attention == "flash_mma" else "flash_simt"),
                             lib["attention"])
+            # bf16 asks cuBLASLt for the fused epilogues (the emulator's GEMM has them all, and
+            # every width here is a multiple of 8); f32 never does.
+            if dtype == "f32":
+                self.assertEqual(lib["fused_epilogues"], "")
+            else:
+                counts = re.fullmatch(r"gelu_aux_bias (\d+)/(\d+), dgelu (\d+)/(\d+), bgradb (\d+)/(\d+) fused",
+                                      lib["fused_epilogues"])
+                self.assertIsNotNone(counts, lib["fused_epilogues"])
+                pairs = [int(n) for n in counts.groups()]
+                self.assertTrue(all(n > 0 for n in pairs) and pairs[0::2] == pairs[1::2], lib["fused_epilogues"])
 
     @staticmethod
     def traced_steps(path):
