@@ -299,12 +299,12 @@ int main(int argc, char** argv) {
     std::printf("%-36s %6d %10.3f %8.3f %8s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, r.min_ms, rate,
                 r.per_step * r.median_ms);
   }
-  std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
-              N / (total * 1e-3), N);
   // The CUDA library's count of fused cuBLASLt epilogues (an extra export, outside the ABI).
   using Epilogues = const char* (*)(nfn_ctx*);
   if (auto fused = reinterpret_cast<Epilogues>(dlsym(lib.handle, "nfn_cuda_fused_epilogues")))
     std::printf("fused epilogues: %s\n", *fused(ctx) ? fused(ctx) : "none tried");
+  std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
+              N / (total * 1e-3), N);
   buf.release();
   o.ctx_destroy(ctx);
   return 0;

@@ -45,6 +45,10 @@ class BenchOpsTest(unittest.TestCase):
         proc = bench("--lib", EMULATED_LIB, "--dtype", "bf16", "--configure", "attention=flash_mma")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.check_table(proc.stdout, f"cuda ({EMULATED_LIB}), bf16 storage, geometry tiny: L1 NH2 C128 T64 B2 V512")
+        # Before the summary: how often the bf16 linears' cuBLASLt epilogues ran fused (all
+        # of them under the emulator, whose GEMM has them).
+        fused = proc.stdout.splitlines()[-2]
+        self.assertRegex(fused, r"^fused epilogues: gelu_aux_bias (\d+)/\1, dgelu (\d+)/\2, bgradb (\d+)/\3 fused$")
 
     def test_lm_head_chunk_sizes(self):
         # --lm-head-rows times the LM head again at each chunk size, outside the step total.
