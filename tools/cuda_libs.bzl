@@ -4,7 +4,7 @@ local_cublaslt: finds cuBLASLt's headers in the interpreter's site-packages (PyP
 nvidia-cublas, nvidia/cu13/include); nothing is downloaded.
 
 The CUDA op library compiles against these headers but does not link libcublasLt: it opens
-libcublasLt.so.13 at run time (cuda/ops/cublaslt.cu), so it builds and loads on machines
+libcublasLt.so.13 at run time (cuda/ops/cublaslt.cc), so it builds and loads on machines
 without the wheel and finds the GPU machine's own copy there. Provides
   @local_cublaslt//:defs.bzl  HAS_CUBLASLT, CUBLASLT_INCLUDE, CUBLASLT_LIB_DIR
   @local_cublaslt//:headers   the headers, plus NFN_HAVE_CUBLASLT=1 (empty without them)

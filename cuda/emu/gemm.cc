@@ -1,5 +1,5 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
-// place of cublaslt.cu. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then
+// place of cublaslt.cc. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then
 // the epilogue (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with
 // cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux); BGRADB: bgrad = op(B)'s column sums over k,
 // in D's dtype), f32 accumulation, one rounding to the output dtype. Each matrix's extent is
@@ -85,7 +85,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return NFN_OK;
   NFN_TRY(check_gelu_aux(ctx, op, g));
   NFN_TRY(check_gemm_setup(ctx, op));
-  ctx->cublaslt = ctx;  // set up, as cublaslt.cu's first GEMM creates the handle
+  ctx->cublaslt = ctx;  // set up, as cublaslt.cc's first GEMM creates the handle
   const bool with_aux = has_gelu_aux(g);
   const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;

@@ -44,7 +44,7 @@ inline bool has_gelu_aux(const GemmArgs& g) {
 // cuBLASLt's rule for the GELU input matrix: leading dimension (here m) divisible by 8.
 inline bool gelu_aux_ld_ok(const GemmArgs& g) { return g.m % 8 == 0; }
 
-// The rule as gemm() applies it (cublaslt.cu, and the emulator's gemm.cc): NFN_ERR_UNSUPPORTED
+// The rule as gemm() applies it (cublaslt.cc, and the emulator's gemm.cc): NFN_ERR_UNSUPPORTED
 // with the reason for a GELU epilogue that breaks it, else NFN_OK.
 inline nfn_status check_gelu_aux(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (!has_gelu_aux(g) || gelu_aux_ld_ok(g)) return NFN_OK;
@@ -52,7 +52,7 @@ inline nfn_status check_gelu_aux(nfn_ctx* ctx, const char* op, const GemmArgs& g
 }
 
 // The first GEMM on a context creates cuBLASLt's handle and workspace (ctx->cublaslt), which
-// a graph recording cannot hold (cublaslt.cu, and the emulator's gemm.cc): NFN_ERR_INVALID_ARGUMENT
+// a graph recording cannot hold (cublaslt.cc, and the emulator's gemm.cc): NFN_ERR_INVALID_ARGUMENT
 // with the reason then, else NFN_OK.
 inline nfn_status check_gemm_setup(nfn_ctx* ctx, const char* op) {
   if (ctx->cublaslt != nullptr || !ctx->recording) return NFN_OK;
@@ -60,6 +60,10 @@ inline nfn_status check_gemm_setup(nfn_ctx* ctx, const char* op) {
               "%s: the first GEMM on a context sets up cuBLASLt (handle, workspace), which a graph "
               "recording cannot hold; issue the same ops once before recording them", op);
 }
+
+// Builds (and frees) cuBLASLt's descriptors for `g` as gemm() would, without a handle, a GPU or
+// a product: NFN_OK, or the call cuBLASLt refused and why. For tests.
+nfn_status check_gemm_descriptors(nfn_ctx* ctx, const char* op, const GemmArgs& g);
 
 // Frees the context's cuBLASLt handle and workspace.
 void gemm_release(nfn_ctx* ctx);

@@ -1,6 +1,7 @@
 // cuBLASLt, opened with dlopen on first use: the library builds and loads without the
 // nvidia-cublas wheel, and finds the GPU machine's copy (LD_LIBRARY_PATH, NFN_CUBLASLT_PATH,
-// or the wheel found at build time).
+// or the wheel found at build time). Host code only, built by the host compiler; the
+// emulated library replaces it (cuda/emu/gemm.cc).
 #include "cuda/ops/cublaslt.h"
 
 #include <dlfcn.h>
@@ -24,6 +25,8 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs&) {
               "nvidia-cublas==13.0.* wheel and rebuild)",
               op);
 }
+
+nfn_status check_gemm_descriptors(nfn_ctx* ctx, const char* op, const GemmArgs& g) { return gemm(ctx, op, g); }
 
 void gemm_release(nfn_ctx*) {}
 
@@ -124,39 +127,29 @@ struct Descriptors {
   }
 };
 
-}  // namespace
-
-nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+nfn_status load(nfn_ctx* ctx, const char* op) {
   std::call_once(load_once, [] {
     load_error = "not loaded";
     load_cublaslt();
   });
   if (!load_error.empty()) return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %s", op, load_error.c_str());
-  if (g.m == 0 || g.n == 0) return NFN_OK;
-  NFN_TRY(check_gelu_aux(ctx, op, g));
-  const bool with_aux = has_gelu_aux(g);
-  NFN_TRY(check_gemm_setup(ctx, op));
-  if (ctx->cublaslt == nullptr) {
-    cublasLtHandle_t handle = nullptr;
-    cublasStatus_t st = api.create(&handle);
-    if (st != CUBLAS_STATUS_SUCCESS)
-      return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtCreate: %s", op, api.status_string(st));
-    ctx->cublaslt = handle;
-    NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->gemm_workspace, kGemmWorkspaceBytes), op);
-  }
+  return NFN_OK;
+}
+
+// The operation, layouts and preference of `g` (no handle or GPU needed).
+nfn_status describe(nfn_ctx* ctx, const char* op, const GemmArgs& g, Descriptors* s) {
 #define LT_TRY(expr)                                                                       \
   do {                                                                                     \
     cublasStatus_t st_ = (expr);                                                           \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                      \
       return fail(ctx, NFN_ERR_BACKEND, "%s: %s: %s", op, #expr, api.status_string(st_)); \
   } while (0)
-  Descriptors s;
   // f32 inputs get plain f32 math (no TF32) so results match the CPU to 1e-5.
-  LT_TRY(api.desc_create(&s.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT_TRY(api.desc_create(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   switch (g.epilogue) {
     case GemmEpilogue::none: break;
@@ -166,30 +159,58 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
     case GemmEpilogue::dgelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
     case GemmEpilogue::bgradb: epi = CUBLASLT_EPILOGUE_BGRADB; break;
   }
-  LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias)
-    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
   if (g.epilogue == GemmEpilogue::bgradb)  // the bias-gradient output, in D's dtype
-    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bgrad, sizeof g.bgrad));
-  if (with_aux) {
+    LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bgrad, sizeof g.bgrad));
+  if (has_gelu_aux(g)) {
     int64_t ld_aux = g.m;
-    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
-    LT_TRY(api.desc_set(s.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux));
+    LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+    LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux));
   }
   const int a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const int b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
-  LT_TRY(api.layout_create(&s.a, cuda_type(g.ab), a_rows, a_cols, g.lda));
-  LT_TRY(api.layout_create(&s.b, cuda_type(g.ab), b_rows, b_cols, g.ldb));
-  LT_TRY(api.layout_create(&s.d, cuda_type(g.d_dtype), g.m, g.n, g.ldd));
-  LT_TRY(api.pref_create(&s.pref));
+  LT_TRY(api.layout_create(&s->a, cuda_type(g.ab), a_rows, a_cols, g.lda));
+  LT_TRY(api.layout_create(&s->b, cuda_type(g.ab), b_rows, b_cols, g.ldb));
+  LT_TRY(api.layout_create(&s->d, cuda_type(g.d_dtype), g.m, g.n, g.ldd));
+  LT_TRY(api.pref_create(&s->pref));
   size_t ws = kGemmWorkspaceBytes;
-  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  LT_TRY(api.pref_set(s->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   const void* c = g.c != nullptr ? g.c : g.d;
   uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(c), align_d = alignment(g.d);
-  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
-  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
-  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
-  LT_TRY(api.pref_set(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
+  LT_TRY(api.pref_set(s->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+  LT_TRY(api.pref_set(s->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+  LT_TRY(api.pref_set(s->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
+  LT_TRY(api.pref_set(s->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
+#undef LT_TRY
+  return NFN_OK;
+}
+
+}  // namespace
+
+nfn_status check_gemm_descriptors(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+  NFN_TRY(load(ctx, op));
+  NFN_TRY(check_gelu_aux(ctx, op, g));
+  Descriptors s;
+  return describe(ctx, op, g, &s);
+}
+
+nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
+  NFN_TRY(load(ctx, op));
+  if (g.m == 0 || g.n == 0) return NFN_OK;
+  NFN_TRY(check_gelu_aux(ctx, op, g));
+  NFN_TRY(check_gemm_setup(ctx, op));
+  if (ctx->cublaslt == nullptr) {
+    cublasLtHandle_t handle = nullptr;
+    cublasStatus_t st = api.create(&handle);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtCreate: %s", op, api.status_string(st));
+    ctx->cublaslt = handle;
+    NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->gemm_workspace, kGemmWorkspaceBytes), op);
+  }
+  Descriptors s;
+  NFN_TRY(describe(ctx, op, g, &s));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t heuristic = api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt),
@@ -201,10 +222,11 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
     return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)",
                 op, g.m, g.n, g.k);
   const float alpha = 1.f, beta = g.beta;
-  LT_TRY(api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
-                    s.b, &beta, c, s.d, g.d, s.d, &result.algo, ctx->gemm_workspace, ws,
-                    ctx->stream));
-#undef LT_TRY
+  const void* c = g.c != nullptr ? g.c : g.d;
+  const cublasStatus_t st = api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
+                                       s.b, &beta, c, s.d, g.d, s.d, &result.algo, ctx->gemm_workspace,
+                                       kGemmWorkspaceBytes, ctx->stream);
+  if (st != CUBLAS_STATUS_SUCCESS) return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmul: %s", op, api.status_string(st));
   return NFN_OK;
 }
 

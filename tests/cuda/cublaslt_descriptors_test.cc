@@ -1,0 +1,112 @@
+// cuBLASLt's descriptors for every kind of GEMM the CUDA library issues, built by the real
+// libcublasLt (from the nvidia-cublas wheel) exactly as cuda/ops/cublaslt.cc builds them before
+// a product: operation, epilogue and its pointers, layouts, preference. That needs no GPU, so
+// an attribute cuBLASLt does not accept (a wrong size or type, an epilogue this version lacks)
+// shows up here rather than on the first GPU run (an AUX_LD passed as int32 instead of the
+// int64 cuBLASLt wants fails the DGELU and GELU cases: checked 2026-11-30). cuBLASLt accepts
+// any layout at this stage; whether a kernel exists for the shape, and the product itself,
+// still need a GPU.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cuda/ops/cublaslt.h"
+#include "tests/cc/expect.h"
+
+using nfn::cuda::GemmArgs;
+using nfn::cuda::GemmEpilogue;
+
+namespace {
+
+// Device addresses are only recorded in descriptors, never followed: 256-byte aligned stand-ins.
+void* at(uintptr_t slot) { return reinterpret_cast<void*>(slot << 20); }
+
+constexpr int N = 16384, C = 768, Vp = 50304;  // GPT-2 124M at B=16, T=1024
+
+// A linear layer's GEMMs as linear.cu lays them out (row-major (N,IC) @ (OC,IC)^T, column-major
+// here): the forward, the input gradient and the weight gradient.
+GemmArgs forward(int IC, int OC) {
+  GemmArgs g;
+  g.trans_a = true;
+  g.m = OC, g.n = N, g.k = IC;
+  g.a = at(1), g.lda = IC;
+  g.b = at(2), g.ldb = IC;
+  g.d = at(3), g.ldd = OC;
+  g.ab = g.d_dtype = NFN_BF16;
+  return g;
+}
+
+GemmArgs input_grad(int IC, int OC) {
+  GemmArgs g;
+  g.m = IC, g.n = N, g.k = OC;
+  g.a = at(1), g.lda = IC;
+  g.b = at(2), g.ldb = OC;
+  g.d = at(3), g.ldd = IC;
+  g.ab = g.d_dtype = NFN_BF16;
+  return g;
+}
+
+GemmArgs weight_grad(int IC, int OC) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = IC, g.n = OC, g.k = N;
+  g.a = at(1), g.lda = IC;
+  g.b = at(2), g.ldb = OC;
+  g.d = at(3), g.ldd = IC;
+  g.ab = g.d_dtype = NFN_BF16;
+  g.beta = 1.f;
+  return g;
+}
+
+}  // namespace
+
+int main() {
+  nfn_ctx ctx;
+  struct Case {
+    const char* what;
+    GemmArgs g;
+  };
+  GemmArgs plain_f32 = forward(C, 3 * C);
+  plain_f32.ab = plain_f32.d_dtype = NFN_F32;
+  GemmArgs bias = forward(C, 3 * C);
+  bias.epilogue = GemmEpilogue::bias, bias.bias = at(4);
+  GemmArgs residual = forward(C, C);  // the projection onto the residual stream, in place
+  residual.epilogue = GemmEpilogue::bias, residual.bias = at(4), residual.beta = 1.f;
+  GemmArgs residual_apart = residual;  // into another buffer: C is not D
+  residual_apart.c = at(5);
+  GemmArgs gelu = forward(C, 4 * C);
+  gelu.epilogue = GemmEpilogue::gelu_aux_bias, gelu.bias = at(4), gelu.aux = at(5);
+  GemmArgs dgelu = input_grad(4 * C, C);
+  dgelu.epilogue = GemmEpilogue::dgelu, dgelu.aux = at(5);
+  GemmArgs bgradb = weight_grad(C, 4 * C);
+  bgradb.epilogue = GemmEpilogue::bgradb, bgradb.bgrad = at(6);
+  GemmArgs accumulate = input_grad(C, 3 * C);
+  accumulate.beta = 1.f;
+  GemmArgs logits;  // the LM head: f32 logits (V, rows) = wte (C, V)^T @ x (C, rows), bf16 inputs
+  logits.trans_a = true;
+  logits.m = Vp, logits.n = 664, logits.k = C;
+  logits.a = at(1), logits.lda = C;
+  logits.b = at(2), logits.ldb = C;
+  logits.d = at(3), logits.ldd = Vp;
+  logits.ab = NFN_BF16, logits.d_dtype = NFN_F32;
+  const Case cases[] = {
+      {"f32 forward", plain_f32},
+      {"bf16 forward + bias", bias},
+      {"bf16 projection + bias onto the residual, in place", residual},
+      {"bf16 projection + bias onto the residual, into another buffer", residual_apart},
+      {"bf16 forward + bias + GELU (GELU_AUX_BIAS)", gelu},
+      {"bf16 input gradient through the GELU (DGELU)", dgelu},
+      {"bf16 weight gradient with the bias gradient (BGRADB)", bgradb},
+      {"bf16 input gradient, accumulated", accumulate},
+      {"LM head logits: bf16 inputs, f32 output", logits},
+  };
+  for (const Case& c : cases) {
+    const nfn_status s = nfn::cuda::check_gemm_descriptors(&ctx, "gemm", c.g);
+    if (s == NFN_ERR_UNSUPPORTED && ctx.last_error.find("without cuBLASLt headers") != std::string::npos) {
+      std::printf("SKIP: %s\n", ctx.last_error.c_str());
+      return 0;
+    }
+    EXPECT(s == NFN_OK, "%s: %s", c.what, ctx.last_error.c_str());
+  }
+  return nfn_test::finish("cublaslt_descriptors_test");
+}
