@@ -23,37 +23,24 @@ void* at(uintptr_t slot) { return reinterpret_cast<void*>(slot << 20); }
 
 constexpr int N = 16384, C = 768, Vp = 50304;  // GPT-2 124M at B=16, T=1024
 
+// A bf16 product D (m,n) = op(A) op(B) on stand-in addresses.
+GemmArgs product(bool trans_a, bool trans_b, int m, int n, int k, int lda, int ldb, int ldd) {
+  GemmArgs g;
+  g.trans_a = trans_a, g.trans_b = trans_b;
+  g.m = m, g.n = n, g.k = k;
+  g.a = at(1), g.lda = lda;
+  g.b = at(2), g.ldb = ldb;
+  g.d = at(3), g.ldd = ldd;
+  g.ab = g.d_dtype = NFN_BF16;
+  return g;
+}
+
 // A linear layer's GEMMs as linear.cu lays them out (row-major (N,IC) @ (OC,IC)^T, column-major
-// here): the forward, the input gradient and the weight gradient.
-GemmArgs forward(int IC, int OC) {
-  GemmArgs g;
-  g.trans_a = true;
-  g.m = OC, g.n = N, g.k = IC;
-  g.a = at(1), g.lda = IC;
-  g.b = at(2), g.ldb = IC;
-  g.d = at(3), g.ldd = OC;
-  g.ab = g.d_dtype = NFN_BF16;
-  return g;
-}
-
-GemmArgs input_grad(int IC, int OC) {
-  GemmArgs g;
-  g.m = IC, g.n = N, g.k = OC;
-  g.a = at(1), g.lda = IC;
-  g.b = at(2), g.ldb = OC;
-  g.d = at(3), g.ldd = IC;
-  g.ab = g.d_dtype = NFN_BF16;
-  return g;
-}
-
+// here): the forward, the input gradient and the weight gradient (accumulated).
+GemmArgs forward(int IC, int OC) { return product(true, false, OC, N, IC, IC, IC, OC); }
+GemmArgs input_grad(int IC, int OC) { return product(false, false, IC, N, OC, IC, OC, IC); }
 GemmArgs weight_grad(int IC, int OC) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = IC, g.n = OC, g.k = N;
-  g.a = at(1), g.lda = IC;
-  g.b = at(2), g.ldb = OC;
-  g.d = at(3), g.ldd = IC;
-  g.ab = g.d_dtype = NFN_BF16;
+  GemmArgs g = product(false, true, IC, OC, N, IC, OC, IC);
   g.beta = 1.f;
   return g;
 }
@@ -82,13 +69,9 @@ int main() {
   bgradb.epilogue = GemmEpilogue::bgradb, bgradb.bgrad = at(6);
   GemmArgs accumulate = input_grad(C, 3 * C);
   accumulate.beta = 1.f;
-  GemmArgs logits;  // the LM head: f32 logits (V, rows) = wte (C, V)^T @ x (C, rows), bf16 inputs
-  logits.trans_a = true;
-  logits.m = Vp, logits.n = 664, logits.k = C;
-  logits.a = at(1), logits.lda = C;
-  logits.b = at(2), logits.ldb = C;
-  logits.d = at(3), logits.ldd = Vp;
-  logits.ab = NFN_BF16, logits.d_dtype = NFN_F32;
+  // The LM head: f32 logits (V, rows) = wte (C, V)^T @ x (C, rows), bf16 inputs.
+  GemmArgs logits = product(true, false, Vp, 664, C, C, C, Vp);
+  logits.d_dtype = NFN_F32;
   const Case cases[] = {
       {"f32 forward", plain_f32},
       {"bf16 forward + bias", bias},
