@@ -84,8 +84,7 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
                                  {reinterpret_cast<void**>(&master_), dtype == NFN_F32 ? 0 : P * 4},
                                  {reinterpret_cast<void**>(&m_), P * 4},
                                  {reinterpret_cast<void**>(&v_), P * 4},
-                                 {reinterpret_cast<void**>(&loss_sum_), 4},
-                                 {reinterpret_cast<void**>(&grad_sumsq_), 4}};
+                                 {reinterpret_cast<void**>(&loss_sum_), 8}};  // and grad_sumsq_ after it
   if (B > 0 && T > 0) {
     if (!check_sequence_length(T, error)) return false;
     const std::vector<ArenaSlot> acts = activation_slots(B, T);
@@ -99,6 +98,7 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
     T_ = T;
     ++activations_version_;
   }
+  grad_sumsq_ = loss_sum_ + 1;  // the two scalars side by side: one copy reads both
   if (dtype == NFN_F32) master_ = static_cast<float*>(params_);  // f32 training updates params in place
   return check(ops_->fill(ctx_, m_, NFN_F32, 0.f, P), "zeroing AdamW m", error) &&
          check(ops_->fill(ctx_, v_, NFN_F32, 0.f, P), "zeroing AdamW v", error) &&
@@ -423,9 +423,15 @@ bool GPT::optimizer_step(int step, float lr, float beta1, float beta2, float eps
 }
 
 bool GPT::read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) {
-  return check(ops_->copy(ctx_, loss_sum, loss_sum_, 4, NFN_DEVICE_TO_HOST), "reading loss", error) &&
-         check(ops_->copy(ctx_, grad_sumsq, grad_sumsq_, 4, NFN_DEVICE_TO_HOST), "reading grad norm", error) &&
-         check(ops_->synchronize(ctx_), "synchronize", error);
+  float both[2];
+  if (!queue_scalars(both, error) || !check(ops_->synchronize(ctx_), "synchronize", error)) return false;
+  *loss_sum = both[0];
+  *grad_sumsq = both[1];
+  return true;
+}
+
+bool GPT::queue_scalars(float* host, std::string* error) {
+  return check(ops_->copy(ctx_, host, loss_sum_, 8, NFN_DEVICE_TO_HOST), "reading the loss and gradient norm", error);
 }
 
 }  // namespace nfn

@@ -61,6 +61,9 @@ class GPT {
                       float max_grad_norm, std::string* error);
   // Reads the loss accumulator and the last gradient sum of squares (one synchronisation).
   bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error);
+  // Queues the copy of the same two floats into host[0] and host[1]. Into alloc_host memory
+  // it does not wait: they are there once an event recorded after it is done.
+  bool queue_scalars(float* host, std::string* error);
   // Changes whenever the activation buffers move (a new micro-batch shape): a recorded step
   // (StepGraph) holds their addresses and must be recorded again.
   uint64_t activations_version() const { return activations_version_; }
@@ -92,8 +95,8 @@ class GPT {
   float* master_ = nullptr;  // == params_ when dtype is f32
   float* m_ = nullptr;
   float* v_ = nullptr;
-  float* loss_sum_ = nullptr;
-  float* grad_sumsq_ = nullptr;
+  float* loss_sum_ = nullptr;    // two floats in one slot: the loss accumulator,
+  float* grad_sumsq_ = nullptr;  // then the gradients' sum of squares
 
   void* act_block_ = nullptr;  // activations of a shape init did not reserve, else null
   int B_ = 0, T_ = 0;

@@ -1,6 +1,6 @@
 // Page-locked host buffers from an op library (alloc_host), freed with the owner: staging
-// for uploads that are only queued, so each buffer must not be rewritten before the next
-// synchronize.
+// for copies that are only queued, so a buffer must not be rewritten (uploads) or read
+// (downloads) before a synchronize or event wait that covers the copy.
 #pragma once
 
 #include <string>
@@ -19,12 +19,12 @@ class HostBuffers {
   HostBuffers(const HostBuffers&) = delete;
   HostBuffers& operator=(const HostBuffers&) = delete;
 
-  // `count` buffers of `bytes` each; false with "<reason>" in *error.
-  bool alloc(int count, size_t bytes, std::string* error) {
+  // `count` more buffers of `bytes` each; false with "<what>: <reason>" in *error.
+  bool alloc(int count, size_t bytes, const char* what, std::string* error) {
     for (int i = 0; i < count; ++i) {
       void* b = nullptr;
       if (ops_.alloc_host(ctx_, bytes, &b) != NFN_OK) {
-        *error = std::string("page-locked token buffers: ") + ops_.ctx_last_error(ctx_);
+        *error = std::string(what) + ": " + ops_.ctx_last_error(ctx_);
         return false;
       }
       buffers_.push_back(b);

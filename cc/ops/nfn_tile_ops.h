@@ -17,8 +17,8 @@ extern "C" {
 #endif
 
 /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
- * 5: alloc_host, free_host */
-#define NFN_ABI_VERSION 5
+ * 5: alloc_host, free_host; 6: event ops */
+#define NFN_ABI_VERSION 6
 
 typedef enum nfn_status {
   NFN_OK = 0,
@@ -62,6 +62,9 @@ typedef struct nfn_ctx nfn_ctx;
 
 /* A recording of ops, replayed by nfn_graph_launch (the graph ops in nfn_ops.def). */
 typedef struct nfn_graph nfn_graph;
+
+/* A point in a context's stream the host can wait for (the event ops in nfn_ops.def). */
+typedef struct nfn_event nfn_event;
 
 int nfn_abi_version(void);
 const char* nfn_backend_name(void);

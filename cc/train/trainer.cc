@@ -18,6 +18,7 @@
 #include "cc/train/manifest.h"
 #include "cc/train/schedule.h"
 #include "cc/train/step_graph.h"
+#include "cc/train/step_readback.h"
 #include "cc/util/files.h"
 #include "cc/util/rng.h"
 
@@ -34,7 +35,7 @@ int fail(const std::string& message) {
 }
 
 struct Phases {
-  double data = 0, forward_backward = 0, optimizer = 0, validation = 0, checkpoint = 0;
+  double data = 0, forward_backward = 0, optimizer = 0, wait = 0, validation = 0, checkpoint = 0;
 };
 
 // Where a run starts: fresh, or the newest complete checkpoint.
@@ -237,9 +238,9 @@ int run_training(const TrainConfig& c) {
 
   Phases ph;
   Json train_losses = Json::array(), val_losses = Json::array(), step_seconds = Json::array();
-  // Host time to issue each step's work, up to its one synchronization (the scalar read). On
-  // CUDA a step whose enqueue time nears its step time is bound by launch overhead, the case
-  // CUDA graphs would help; on the CPU the ops run as they are issued, so it is the step.
+  // Host time to issue each step's work. The host never waits inside a step: on CUDA a step
+  // whose enqueue time nears its step time is bound by launch overhead, the case CUDA graphs
+  // would help; on the CPU the ops run as they are issued, so it is the step.
   Json enqueue_seconds = Json::array();
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   const float grad_scale = 1.0f / static_cast<float>(c.train_batch_tokens);
@@ -249,11 +250,15 @@ int run_training(const TrainConfig& c) {
   float last_loss = NAN, final_val = NAN;
   std::string model_path;
   const bool u16 = train.token_bytes() == 2;
-  // uint16 windows go up from page-locked memory, one buffer per micro-step, so each upload
-  // is only queued and no buffer is written again before the step's synchronization.
+  // uint16 windows go up from page-locked memory, one buffer per micro-step and two sets,
+  // alternating by step: an upload is only queued, and a set is written again only after
+  // the step that used it is known to be done (its scalars were read).
   HostBuffers windows(ops, backend.ctx);
   const size_t window_bytes = (static_cast<size_t>(B) * T + 1) * 2;
-  if (u16 && !windows.alloc(c.grad_accum_steps, window_bytes, &error)) return fail(error);
+  if (u16 && !windows.alloc(2 * c.grad_accum_steps, window_bytes, "page-locked token buffers", &error))
+    return fail(error);
+  StepReadback readback(ops, backend.ctx);
+  if (!readback.init(&error)) return fail(error);
 
   // Validates, times it, records [step, loss] and prints a line.
   auto run_validation = [&](int step, float* loss) {
@@ -267,6 +272,50 @@ int run_training(const TrainConfig& c) {
     return true;
   };
 
+  // A step whose ops are issued and whose scalars are not yet read.
+  struct Issued {
+    int step;
+    float lr;
+    Clock::time_point start;
+  };
+  // Reads an issued step's loss and gradient norm (waiting if they are not there yet),
+  // records and prints them. Returns the exit code to stop with, or 0. A step's time runs
+  // from its start to the next step's start (`next_start`) when the host went on to issue
+  // that one first, so over a run the steps add up to the loop's time whichever side, host
+  // or device, was the slower; a step read before the next started (checkpoints,
+  // validation, the end, or a backend that is already done) runs to when it was read.
+  auto finish = [&](const Issued& s, const Clock::time_point* next_start) {
+    auto t0 = Clock::now();
+    float loss_sum = 0, sumsq = 0;
+    if (!readback.wait(s.step, &loss_sum, &sumsq, &error)) return fail(error);
+    const auto now = Clock::now();
+    ph.wait += std::chrono::duration<double>(now - t0).count();
+    const double dt = std::chrono::duration<double>((next_start != nullptr ? *next_start : now) - s.start).count();
+    train_time += dt;
+    step_seconds.push(dt);
+    trained_tokens += c.train_batch_tokens;
+    last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
+    const int done = s.step + 1;
+    if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
+      int last_good = newest_complete_step(c.output_dir);
+      return std::fprintf(stderr,
+                          "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a "
+                          "checkpoint (last good: %s)\n",
+                          done, std::isnan(last_loss) ? "NaN" : "infinite",
+                          last_good < 0 ? "none" : join_path(c.output_dir, model_file_name(last_good)).c_str()),
+             3;
+    }
+    Json& row = train_losses.push(Json::array());
+    row.push(done);
+    row.push(static_cast<double>(last_loss));
+    if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0)
+      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", done, c.max_steps,
+                   last_loss, s.lr, std::sqrt(sumsq), c.train_batch_tokens / dt);
+    return 0;
+  };
+
+  bool have_pending = false;
+  Issued pending{};
   for (int step = start.step; step < c.max_steps; ++step) {
     const auto t_step = Clock::now();
     if (!model.zero_grads(&error) || !model.zero_loss(&error)) return fail(error);
@@ -275,8 +324,9 @@ int run_training(const TrainConfig& c) {
       if (!train.next(in.data(), tg.data(), &error)) return fail(error);
       bool up = false;
       if (u16) {
-        std::memcpy(windows[micro], train.last_window().data(), window_bytes);
-        up = model.upload_window_u16(static_cast<const uint16_t*>(windows[micro]), B, T, &error);
+        void* window = windows[(step & 1) * c.grad_accum_steps + micro];
+        std::memcpy(window, train.last_window().data(), window_bytes);
+        up = model.upload_window_u16(static_cast<const uint16_t*>(window), B, T, &error);
       } else {
         up = model.upload_tokens(in.data(), tg.data(), B, T, &error);
       }
@@ -295,39 +345,35 @@ int run_training(const TrainConfig& c) {
     const float lr = learning_rate_at(step, c.max_steps, c.warmup_steps, static_cast<float>(c.learning_rate));
     if (!model.optimizer_step(step + 1, lr, static_cast<float>(c.beta1), static_cast<float>(c.beta2),
                               static_cast<float>(c.eps), static_cast<float>(c.weight_decay),
-                              static_cast<float>(c.max_grad_norm), &error))
+                              static_cast<float>(c.max_grad_norm), &error) ||
+        !readback.queue(model, step, &error))
       return fail(error);
-    enqueue_seconds.push(seconds_since(t_step));
-    float loss_sum = 0, sumsq = 0;
-    if (!model.read_scalars(&loss_sum, &sumsq, &error)) return fail(error);
     ph.optimizer += seconds_since(t0);
-    const double dt = seconds_since(t_step);
-    train_time += dt;
-    step_seconds.push(dt);
-    trained_tokens += c.train_batch_tokens;
-    last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
-    if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
-      int last_good = newest_complete_step(c.output_dir);
-      return std::fprintf(stderr,
-                          "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a "
-                          "checkpoint (last good: %s)\n",
-                          step + 1, std::isnan(last_loss) ? "NaN" : "infinite",
-                          last_good < 0 ? "none" : join_path(c.output_dir, model_file_name(last_good)).c_str()),
-             3;
+    enqueue_seconds.push(seconds_since(t_step));
+    // This step's ops are queued behind the last one's: read that one now.
+    if (have_pending) {
+      if (int rc = finish(pending, &t_step)) return rc;
+      have_pending = false;
     }
-    Json& row = train_losses.push(Json::array());
-    row.push(step + 1);
-    row.push(static_cast<double>(last_loss));
+    const Issued issued{step, lr, t_step};
     const int done = step + 1;
-    if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0)
-      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", done, c.max_steps,
-                   last_loss, lr, std::sqrt(sumsq), c.train_batch_tokens / dt);
-    if (c.checkpoint_every > 0 && done % c.checkpoint_every == 0 && done < c.max_steps) {
+    const bool checkpoint_now = c.checkpoint_every > 0 && done % c.checkpoint_every == 0 && done < c.max_steps;
+    const bool validate_now = have_val && c.eval_every_steps > 0 && done % c.eval_every_steps == 0 &&
+                              done < c.max_steps;
+    bool ready = false;
+    if (!readback.ready(step, &ready, &error)) return fail(error);
+    if (ready || checkpoint_now || validate_now || done == c.max_steps) {
+      if (int rc = finish(issued, nullptr)) return rc;
+    } else {
+      pending = issued;
+      have_pending = true;
+    }
+    if (checkpoint_now) {
       t0 = Clock::now();
       if (!save_checkpoint(c, model, done, rng, train, &model_path, &error)) return fail(error);
       ph.checkpoint += seconds_since(t0);
     }
-    if (have_val && c.eval_every_steps > 0 && done % c.eval_every_steps == 0 && done < c.max_steps) {
+    if (validate_now) {
       float loss;
       if (!run_validation(done, &loss)) return fail(error);
     }
@@ -357,6 +403,7 @@ int run_training(const TrainConfig& c) {
   phases.set("data_s", ph.data);
   phases.set("forward_backward_s", ph.forward_backward);
   phases.set("optimizer_s", ph.optimizer);
+  phases.set("wait_s", ph.wait);
   phases.set("validation_s", ph.validation);
   phases.set("checkpoint_s", ph.checkpoint);
   phases.set("total_s", seconds_since(t_start));

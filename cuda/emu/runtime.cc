@@ -600,6 +600,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
   }
@@ -669,27 +670,40 @@ namespace {
 
 std::map<uintptr_t, size_t> pinned;  // page-locked host allocations: start -> bytes
 
-// A copy from page-locked memory to the device, issued and not yet synchronized: what the
-// source held when it was issued. On a GPU the copy reads the source when it runs, later.
-struct PendingUpload {
-  const char* src;
-  std::vector<char> seen;
+// A copy between page-locked memory and the device, issued and not yet waited for. On a GPU
+// it runs later: an upload reads its source then, a download writes its destination then.
+// `bytes` is what the source held when the copy was issued (the emulator ran everything
+// before it already, so for a download these are the bytes the GPU would write).
+struct PendingCopy {
+  uint64_t seq;       // issue order, against which events are recorded
+  bool upload;        // host to device (else device to host)
+  char* host;         // the page-locked side
+  std::vector<char> bytes;
 };
-std::vector<PendingUpload> pending_uploads;
+std::vector<PendingCopy> pending_copies;
+uint64_t copies_issued = 0;
 
 bool is_pinned(const void* p, size_t bytes) {
   return holding(pinned, p, bytes, [](size_t n) { return n; }) != nullptr;
 }
 
-// At a synchronize: every queued upload must still find what it saw when issued, else a GPU
-// could have copied what the host wrote afterwards.
-void check_pending_uploads(const char* at) {
-  for (const PendingUpload& u : pending_uploads)
-    if (std::memcmp(u.src, u.seen.data(), u.seen.size()) != 0)
+// At a synchronize, or an event wait that covers them (issued before `upto`): every upload
+// must still find what it saw when issued, else a GPU could have copied what the host wrote
+// afterwards; every download lands.
+void complete_pending_copies(const char* at, uint64_t upto = UINT64_MAX) {
+  std::vector<PendingCopy> later;
+  for (PendingCopy& c : pending_copies) {
+    if (c.seq >= upto) {
+      later.push_back(std::move(c));
+    } else if (!c.upload) {
+      std::memcpy(c.host, c.bytes.data(), c.bytes.size());
+    } else if (std::memcmp(c.host, c.bytes.data(), c.bytes.size()) != 0) {
       nfn_emu::die("the host wrote page-locked memory at %p that a copy to the device issued before %s "
                    "had not yet read (%zu bytes): wait for the stream before reusing the buffer",
-                   static_cast<const void*>(u.src), at, u.seen.size());
-  pending_uploads.clear();
+                   static_cast<const void*>(c.host), at, c.bytes.size());
+    }
+  }
+  pending_copies = std::move(later);
 }
 
 }  // namespace
@@ -705,7 +719,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   if (refused_in_capture("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
-  check_pending_uploads("cudaFreeHost");  // cudaFreeHost waits for the device
+  complete_pending_copies("cudaFreeHost");  // cudaFreeHost waits for the device
   if (pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return nfn_emu::last_error = cudaErrorInvalidValue;
   std::free(ptr);
   return cudaSuccess;
@@ -731,9 +745,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     return nfn_emu::last_error = cudaErrorInvalidValue;
   }
   if (!nfn_emu::capturing()) {
-    if (kind == cudaMemcpyHostToDevice && is_pinned(src, bytes)) {
-      const char* s = static_cast<const char*>(src);
-      pending_uploads.push_back({s, std::vector<char>(s, s + bytes)});
+    const char* s = static_cast<const char*>(src);
+    if (kind == cudaMemcpyHostToDevice && is_pinned(src, bytes))
+      pending_copies.push_back({copies_issued++, true, const_cast<char*>(s), std::vector<char>(s, s + bytes)});
+    if (kind == cudaMemcpyDeviceToHost && is_pinned(dst, bytes)) {
+      pending_copies.push_back({copies_issued++, false, static_cast<char*>(dst), std::vector<char>(s, s + bytes)});
+      std::memset(dst, 0xff, bytes);  // not there yet
+      return cudaSuccess;
     }
     std::memmove(dst, src, bytes);
     return cudaSuccess;
@@ -761,6 +779,59 @@ struct nfn_emu_stream {
   unsigned flags;
 };
 
+// An event: the record it marks (0: never recorded) and the copies issued before it.
+struct nfn_emu_event {
+  uint64_t record = 0;
+  uint64_t copies_before = 0;
+};
+
+namespace {
+
+uint64_t records = 0;            // event records so far
+uint64_t completed_records = 0;  // records a wait or synchronize has covered
+
+}  // namespace
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = new nfn_emu_event;
+  return cudaSuccess;
+}
+
+// nfn never records an event inside a capture; the emulator refuses it, stricter than CUDA.
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (refused_in_capture("cudaEventRecord")) return cudaErrorStreamCaptureUnsupported;
+  event->record = ++records;
+  event->copies_before = copies_issued;
+  nfn_emu::trace("event record");
+  return cudaSuccess;
+}
+
+// Done only once a wait has covered the record: the GPU is taken to be always behind, so a
+// host that polls must cope with "not yet" (and never reads a download before waiting).
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (event == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (refused_in_capture("cudaEventQuery")) return cudaErrorStreamCaptureUnsupported;
+  const bool done = event->record <= completed_records;
+  nfn_emu::trace("event query %s", done ? "done" : "busy");
+  if (done) return cudaSuccess;
+  return nfn_emu::last_error = cudaErrorNotReady;  // as CUDA may: the caller clears it
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (refused_in_capture("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
+  complete_pending_copies("the event wait", event->copies_before);
+  completed_records = std::max(completed_records, event->record);
+  nfn_emu::trace("event wait");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   *stream = new nfn_emu_stream{flags};
   return cudaSuccess;
@@ -768,7 +839,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
   if (refused_in_capture("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
-  check_pending_uploads("the synchronize");
+  complete_pending_copies("the synchronize");
+  completed_records = records;
   nfn_emu::trace("sync");
   return cudaSuccess;
 }

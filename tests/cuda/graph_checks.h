@@ -208,6 +208,8 @@ inline void check_graphs(const Backend& gpu, std::mt19937& rng) {
   void* dev = nullptr;
   gpu.ok(o.alloc(ctx, 64, &dev), "alloc");
   char host[64] = {};
+  nfn_event* ev = nullptr;
+  gpu.ok(o.event_create(ctx, &ev), "event_create");
   gpu.ok(o.graph_begin(ctx), "graph_begin");
   refused(o.graph_begin(ctx), "graph_begin", "already recording");
   void* more = nullptr;
@@ -216,8 +218,11 @@ inline void check_graphs(const Backend& gpu, std::mt19937& rng) {
   refused(o.synchronize(ctx), "synchronize", "inside a graph recording");
   refused(o.copy(ctx, dev, host, 64, NFN_HOST_TO_DEVICE), "copy from the host", "inside a graph recording");
   refused(o.copy(ctx, host, dev, 64, NFN_DEVICE_TO_HOST), "copy to the host", "inside a graph recording");
+  refused(o.event_record(ctx, ev), "event_record", "inside a graph recording");
+  refused(o.event_wait(ctx, ev), "event_wait", "inside a graph recording");
   nfn_graph* g = nullptr;
   gpu.ok(o.graph_end(ctx, &g), "graph_end");
+  gpu.ok(o.event_free(ctx, ev), "event_free");
   gpu.ok(o.graph_free(ctx, g), "graph_free");
   expect(o.graph_end(ctx, &g) != NFN_OK && g == nullptr, "graphs: graph_end without a recording is refused");
   expect(o.graph_launch(ctx, nullptr) != NFN_OK, "graphs: graph_launch of a null graph is refused");

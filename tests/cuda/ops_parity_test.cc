@@ -377,6 +377,37 @@ void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 }
 
 // Ops whose result must be bit-identical: fill, convert, widen_tokens (same dtypes on both).
+// Events: the host waits for a point in the stream instead of all of it. A copy into
+// alloc_host memory is there once an event recorded after it is waited for, and the upload
+// before an event may be rewritten once that event is waited for (the emulator checks both).
+void check_events(const Backend& b, void* up, void* down, void* dev, const void* want, size_t bytes) {
+  const nfn_op_table& o = b.ops();
+  nfn_event *ev = nullptr, *idle = nullptr;
+  b.ok(o.event_create(b.ctx, &ev), "event_create");
+  b.ok(o.event_create(b.ctx, &idle), "event_create");
+  if (ev == nullptr || idle == nullptr) return;
+  int done = 0;
+  b.ok(o.event_query(b.ctx, idle, &done), "event_query");
+  expect(done == 1, b.name() + ": an event never recorded is done");
+  std::memset(down, 0, bytes);
+  b.ok(o.copy(b.ctx, down, dev, bytes, NFN_DEVICE_TO_HOST), "copy into alloc_host memory");
+  b.ok(o.copy(b.ctx, dev, up, bytes, NFN_HOST_TO_DEVICE), "copy from alloc_host memory");
+  b.ok(o.event_record(b.ctx, ev), "event_record");
+  b.ok(o.event_wait(b.ctx, ev), "event_wait");
+  expect(std::memcmp(down, want, bytes) == 0, b.name() + ": a copy into alloc_host memory is there after event_wait");
+  done = 0;
+  b.ok(o.event_query(b.ctx, ev, &done), "event_query");
+  expect(done == 1, b.name() + ": an event is done once waited for");
+  std::memset(up, 0x5a, bytes);  // the upload before the event has run: the buffer is free
+  b.ok(o.synchronize(b.ctx), "synchronize");
+  expect(o.event_wait(b.ctx, nullptr) == NFN_ERR_INVALID_ARGUMENT &&
+             std::string(o.ctx_last_error(b.ctx)).find("event_wait") != std::string::npos,
+         b.name() + ": event_wait of a null event is refused");
+  expect(o.event_query(b.ctx, ev, nullptr) == NFN_ERR_INVALID_ARGUMENT, b.name() + ": event_query without *done");
+  b.ok(o.event_free(b.ctx, ev), "event_free");
+  b.ok(o.event_free(b.ctx, idle), "event_free");
+}
+
 void check_memory(const Backend& cpu, const Backend& gpu) {
   for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
     const size_t n = 100003;
@@ -452,6 +483,7 @@ void check_memory(const Backend& cpu, const Backend& gpu) {
     b->ok(b->ops().copy(b->ctx, down, dev, bytes, NFN_DEVICE_TO_HOST), "copy into alloc_host memory");
     b->ok(b->ops().synchronize(b->ctx), "synchronize");
     expect(std::memcmp(down, narrow.data(), bytes) == 0, b->name() + ": a round trip through alloc_host memory");
+    check_events(*b, up, down, dev, narrow.data(), bytes);
     b->ok(b->ops().free(b->ctx, dev), "free");
     b->ok(b->ops().free_host(b->ctx, up), "free_host");
     b->ok(b->ops().free_host(b->ctx, down), "free_host");

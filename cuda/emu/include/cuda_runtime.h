@@ -57,6 +57,7 @@ typedef enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
 } cudaError_t;
@@ -73,6 +74,12 @@ enum cudaStreamCaptureMode {
   cudaStreamCaptureModeThreadLocal = 1,
   cudaStreamCaptureModeRelaxed = 2,
 };
+
+// Events (runtime.cc): a point in the stream the host can wait for. The emulator runs every
+// call at once, but answers like a GPU that is always behind: an event is done only once a
+// wait covers it, and a copy into page-locked memory lands only then.
+typedef struct nfn_emu_event* cudaEvent_t;
+constexpr unsigned cudaEventDisableTiming = 2;
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -226,7 +233,9 @@ cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream);
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
 // Page-locked host memory: a copy from it to the device is only queued on a GPU, so the
-// emulator checks at the next synchronize that the host has not written the source since.
+// emulator checks at the next synchronize (or event wait that covers it) that the host has
+// not written the source since; a copy into it lands only at such a wait (until then the
+// destination holds 0xff bytes: NaN to a host that reads too early).
 cudaError_t cudaMallocHost(void** ptr, size_t bytes);
 cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
@@ -235,6 +244,11 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags);

@@ -122,6 +122,16 @@ void check_launch_limits() {
   EXPECT(emu_probe::copy_from_64_bytes(64) == 0, "copying a whole allocation");
   EXPECT(emu_probe::copy_from_64_bytes(65) == kInvalidValue, "copying past an allocation");
   EXPECT(emu_probe::pinned_upload(true) == 0, "rewriting a page-locked upload's source after a synchronize");
+  EXPECT(emu_probe::pinned_upload_event(true) == 0,
+         "rewriting a page-locked upload's source after waiting for an event recorded after it");
+  // The emulated GPU is always behind: a download lands, and its event is done, at the wait.
+  constexpr int kNotReady = 600;
+  int before = 0, after = 0, query_before = 0, query_after = 0;
+  emu_probe::pinned_download(&before, &after, &query_before, &query_after);
+  EXPECT(before == 0xff && after == 7, "a download into page-locked memory: %d before the event wait, %d after",
+         before, after);
+  EXPECT(query_before == kNotReady && query_after == 0, "cudaEventQuery: %d before the wait, %d after",
+         query_before, query_after);
 }
 
 void check_sort() {
@@ -183,6 +193,8 @@ void check_failures_are_reported() {
        "static shared memory of 49156 bytes, over the 48 KiB a block may declare"},
       {"page-locked upload rewritten", emu_probe::pinned_rewritten_before_sync, SIGABRT, "the host wrote page-locked memory",
        "had not yet read (64 bytes): wait for the stream before reusing the buffer"},
+      {"page-locked upload rewritten after an earlier event", emu_probe::pinned_rewritten_after_an_earlier_event,
+       SIGABRT, "the host wrote page-locked memory", "issued before the synchronize had not yet read (64 bytes)"},
   };
   for (const Failure& f : failures) {
     int sig = 0;

@@ -287,6 +287,47 @@ int pinned_upload(bool rewrite_after_sync) {
 
 void pinned_rewritten_before_sync() { pinned_upload(false); }
 
+void pinned_download(int* before, int* after, int* query_before, int* query_after) {
+  void *host = nullptr, *dev = nullptr;
+  cudaMallocHost(&host, 64);
+  cudaMalloc(&dev, 64);
+  cudaMemsetAsync(dev, 7, 64, nullptr);
+  cudaEvent_t e = nullptr;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  cudaMemcpyAsync(host, dev, 64, cudaMemcpyDeviceToHost, nullptr);
+  cudaEventRecord(e, nullptr);
+  *query_before = cudaEventQuery(e);
+  cudaGetLastError();
+  *before = static_cast<unsigned char*>(host)[63];
+  cudaEventSynchronize(e);
+  *after = static_cast<unsigned char*>(host)[63];
+  *query_after = cudaEventQuery(e);
+  cudaEventDestroy(e);
+  cudaFree(dev);
+  cudaFreeHost(host);
+}
+
+int pinned_upload_event(bool record_after_upload) {
+  void *host = nullptr, *dev = nullptr;
+  cudaMallocHost(&host, 64);
+  cudaMalloc(&dev, 64);
+  std::memset(host, 1, 64);
+  cudaEvent_t e = nullptr;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (!record_after_upload) cudaEventRecord(e, nullptr);
+  cudaMemcpyAsync(dev, host, 64, cudaMemcpyHostToDevice, nullptr);
+  if (record_after_upload) cudaEventRecord(e, nullptr);
+  cudaEventSynchronize(e);
+  std::memset(host, 2, 64);  // covered by the wait only if the event was recorded after the upload
+  const int err = cudaStreamSynchronize(nullptr);
+  cudaEventDestroy(e);
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return err;
+}
+
+void pinned_rewritten_after_an_earlier_event() { pinned_upload_event(false); }
+
 void deadlock() { deadlock_kernel<<<1, 32>>>(); }
 
 void out_of_bounds() {

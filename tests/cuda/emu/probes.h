@@ -54,6 +54,15 @@ int copy_from_64_bytes(int bytes);
 // returns the second synchronize's result).
 int pinned_upload(bool rewrite_after_sync);
 
+// A download into page-locked memory, an event recorded after it: the last byte the host
+// sees before and after cudaEventSynchronize, and cudaEventQuery's answer before and after.
+void pinned_download(int* before, int* after, int* query_before, int* query_after);
+
+// An upload from page-locked memory and an event recorded after it (allowed: returns the
+// final synchronize's result) or before it (see pinned_rewritten_after_an_earlier_event);
+// the event is waited for, then the source rewritten.
+int pinned_upload_event(bool record_after_upload);
+
 // These end the process (run them in a child): lanes 0..15 of a warp wait at __syncthreads
 // while 16..31 wait at a shuffle; a kernel ("oob_kernel") writes 64 bytes past a 256-byte
 // allocation; half a warp exits and the rest shuffle; a kernel declares 48 KiB + 4 bytes of
@@ -68,6 +77,7 @@ void ldmatrix_global();         // lane 5's ldmatrix row address in global memor
 void cp_async_never_waited();   // a thread exits with two cp.async groups in flight
 void cp_async_to_global();      // a cp.async whose destination is global memory
 void pinned_rewritten_before_sync();  // a page-locked upload's source rewritten before a synchronize
+void pinned_rewritten_after_an_earlier_event();  // ... after waiting for an event recorded before it
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);

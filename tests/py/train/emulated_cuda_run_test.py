@@ -4,7 +4,8 @@ CPU backend's from the same seed (f32 tightly; bf16 with each attention path wit
 tolerance), the report names the attention path, a resumed bf16 run is bitwise identical
 to an uninterrupted one (bf16 weights, f32 master weights and moments round-trip through the
 checkpoint), and, from the emulator's trace of runtime calls, a steady-state step allocates
-nothing and synchronizes once. With --graphs on, the forward/backward is recorded once, after
+nothing and is issued without waiting for the device (the host reads each step's loss once
+the next is queued). With --graphs on, the forward/backward is recorded once, after
 the first step, and replayed: bitwise the same run, one graph launch where the ops were.
 tools/device_check.sh makes the comparison on a real GPU."""
 import json
@@ -116,35 +117,53 @@ class EmulatedCudaRunTest(unittest.TestCase):
 
     @staticmethod
     def traced_steps(path):
-        """The emulator's trace of a run, cut at each sync; the optimizer steps are the
-        segments with two or more uploads (a token window a micro-step; the first step also
-        uploads the parameters) and a whole forward and backward, launched or replayed
-        (validation runs only a forward of one batch; checkpoints only download)."""
+        """The emulator's trace of a run, one (before, issue) pair per optimizer step. Every
+        step ends by queueing the copy of its loss and gradient norm and recording an event
+        ("event record"); cut there, each piece starts with what the host did between two
+        steps (waiting for a step's event, asking whether one is done, checkpoint
+        downloads and their synchronize) and then issues the step: `issue` is the piece
+        after the last wait, query or synchronize, `before` the rest."""
         with open(path) as f:
-            events = [line.split()[0] + (" " + line.split()[1] if line.startswith("copy") else "")
+            events = [line.strip() if line.startswith("event") else
+                      " ".join(line.split()[:2]) if line.startswith("copy") else line.split()[0]
                       for line in f]
-        segments, current = [], []
+        pieces, current = [], []
         for e in events:
             current.append(e)
-            if e == "sync":
-                segments.append(current)
+            if e == "event record":
+                pieces.append(current)
                 current = []
-        return [seg for seg in segments if seg.count("copy host_to_device") >= 2
-                and seg.count("launch") + seg.count("replay") > 50]
+        pieces.append(current)  # after the last step: its wait, the final checkpoint, validation
+        steps = []
+        for piece in pieces[:-1]:
+            cut = max([i + 1 for i, e in enumerate(piece) if e == "sync" or e.startswith("event wait")
+                       or e.startswith("event query")] + [0])
+            steps.append((piece[:cut], piece[cut:]))
+        return steps, pieces[-1]
 
-    def test_steady_state_step_allocates_nothing_and_syncs_once(self):
-        steps = self.traced_steps(self.trace)
+    def test_steps_are_issued_without_waiting_for_the_device(self):
+        steps, after = self.traced_steps(self.trace)
         self.assertEqual(len(steps), STEPS)
-        self.assertEqual(steps[1], steps[2])  # steady state: the same calls every step
-        self.assertEqual(steps[2], steps[3])
-        for step in steps[1:]:
-            self.assertEqual(step.count("copy host_to_device"), 2)
-            self.assertNotIn("malloc", step)
-            self.assertNotIn("free", step)
-            self.assertEqual(step.count("sync"), 1)
-            # The one read: loss and gradient sum of squares, at the end of the step.
-            self.assertEqual(step[-3:], ["copy device_to_host", "copy device_to_host", "sync"])
-            self.assertEqual(step.count("copy device_to_host"), 2)
+        issue = [i for _, i in steps]
+        self.assertEqual(issue[1], issue[2])  # steady state: the same calls every step
+        self.assertEqual(issue[2], issue[3])
+        for ops in issue[1:]:
+            self.assertEqual(ops.count("copy host_to_device"), 2)  # a token window a micro-step
+            self.assertNotIn("malloc", ops)
+            self.assertNotIn("free", ops)
+            self.assertNotIn("sync", ops)
+            # The one read, queued at the end: loss and gradient sum of squares in one copy.
+            self.assertEqual(ops[-2:], ["copy device_to_host", "event record"])
+            self.assertEqual(ops.count("copy device_to_host"), 1)
+        # The host learns a step's values after issuing the next one: step 2 went out while
+        # step 1 was still running (the emulated GPU is always behind), and so did step 4
+        # after step 3. Step 2 is read before step 3 is issued, for the checkpoint at step 2;
+        # step 4, the last, before the final checkpoint.
+        self.assertEqual(steps[1][0], ["event query busy"])
+        self.assertEqual(steps[2][0][:3], ["event wait", "event query busy", "event wait"])
+        self.assertEqual((steps[2][0][3], steps[2][0][-1]), ("copy device_to_host", "sync"))  # the checkpoint
+        self.assertEqual(steps[3][0], ["event query busy"])
+        self.assertEqual(after[:3], ["event wait", "event query busy", "event wait"])
 
     def test_graphs_replay_the_step_bitwise(self):
         eager = self.cuda["bf16", "flash_mma"]
@@ -158,7 +177,8 @@ class EmulatedCudaRunTest(unittest.TestCase):
         self.assertEqual((lib["graphs"], lib["graph_recordings"]), (True, 1))
         self.assertEqual((eager["op_library"]["graphs"], eager["op_library"]["graph_recordings"]), (False, 0))
 
-        eager_steps, graph_steps = self.traced_steps(self.trace), self.traced_steps(self.graph_trace)
+        eager_steps = [ops for _, ops in self.traced_steps(self.trace)[0]]
+        graph_steps = [ops for _, ops in self.traced_steps(self.graph_trace)[0]]
         self.assertEqual(len(graph_steps), STEPS)
         # The first step runs op by op (its segment may also hold the context's setup).
         launched = lambda step: [e for e in step if e in ("launch", "replay", "graph")]
@@ -174,7 +194,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertLess(step.count("launch"), 10)
             self.assertNotIn("malloc", step)
             self.assertNotIn("free", step)
-            self.assertEqual(step.count("sync"), 1)
+            self.assertNotIn("sync", step)
         self.assertEqual(graph_steps[2], graph_steps[3])
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
