@@ -79,3 +79,53 @@ PY
   fi
   rm -rf "$tmp"
 fi
+
+# ThunderKittens (header-only, MIT) for the optional attention=thunderkittens path: the copy
+# of its include/ tree inside ttt-tk 0.2.0's source distribution, the one ThunderKittens
+# tree a package registry holds (1.3 MB of headers, checked against a pinned SHA-256). Only
+# fetched here: the library is built against it where NFN_THUNDERKITTENS_DIR names it, which
+# tools/test.sh and tools/prepare_device.sh do when it is present (docs/cuda.md). pip cannot
+# download this sdist (its setup.py needs PyTorch to describe itself), so it is read from the
+# index pip uses, by its PEP 503 page.
+tk_version="ttt-tk 0.2.0" tk_sha256=4e9c9433ae89bc7548830a55599c40a5eb71d3799a85567250686621321e37d5
+tk_dir=${XDG_CACHE_HOME:-$HOME/.cache}/nfn/thunderkittens
+if [ "${NFN_DISABLE_CUDA:-0}" = 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   [ "$(cat "$tk_dir/VERSION" 2>/dev/null)" != "$tk_version" ]; then
+  echo "bootstrap: fetching the ThunderKittens headers ($tk_version)" >&2
+  if ! "$python" - "$tk_dir" "$tk_version" "$tk_sha256" <<'PY'
+import hashlib, html, io, os, re, shutil, sys, tarfile, tempfile, urllib.parse, urllib.request
+from pip._internal.models.index import PyPI
+
+dest, version, sha256 = sys.argv[1], sys.argv[2], sys.argv[3]
+name, number = version.split()
+page_url = (os.environ.get("PIP_INDEX_URL") or PyPI.simple_url).rstrip("/") + f"/{name}/"
+page = urllib.request.urlopen(page_url, timeout=60).read().decode()
+archive = f"{name.replace('-', '_')}-{number}.tar.gz"
+link = re.search(r'href="([^"]*/' + re.escape(archive) + r'[^"]*)"', page)
+if not link:
+    sys.exit(f"{page_url}: no {archive}")
+data = urllib.request.urlopen(urllib.parse.urljoin(page_url, html.unescape(link.group(1))), timeout=300).read()
+if hashlib.sha256(data).hexdigest() != sha256:
+    sys.exit(f"{archive}: SHA-256 {hashlib.sha256(data).hexdigest()}, expected {sha256}")
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+tmp = tempfile.mkdtemp(dir=os.path.dirname(dest))  # beside dest: the rename below is atomic
+top = archive[:-len(".tar.gz")] + "/"
+with tarfile.open(fileobj=io.BytesIO(data)) as t:
+    for m in t.getmembers():
+        rel = m.name[len(top):] if m.name.startswith(top) else ""
+        if m.isfile() and (rel.startswith("include/") or rel == "LICENSE") and ".." not in rel.split("/"):
+            out = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with open(out, "wb") as f:
+                f.write(t.extractfile(m).read())
+if not os.path.isfile(os.path.join(tmp, "include", "kittens.cuh")):
+    sys.exit(f"{archive}: no include/kittens.cuh")
+with open(os.path.join(tmp, "VERSION"), "w") as f:
+    f.write(version + "\n")
+shutil.rmtree(dest, ignore_errors=True)
+os.rename(tmp, dest)
+PY
+  then
+    echo "bootstrap: could not fetch the ThunderKittens headers; attention=thunderkittens will say it was not built" >&2
+  fi
+fi

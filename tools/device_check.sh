@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Every GPU check in one call on the device machine (no Bazel, no network there). Build and
 # copy first, here: tools/prepare_device.sh; then run with carry [".device"]:
-#   1. the op parity suite, CUDA library against the CPU library
+#   1. the op parity suite, CUDA library against the CPU library (every attention path the
+#      library can run: thunderkittens where prepare_device.sh built it with a tree)
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
 #      tensor-core attention: flash_mma and cudnn) against the same run on cpu, and the
 #      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
 #      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
-#      attention on all three paths and the LM head at four chunk sizes, so the next session
+#      attention on all four paths and the LM head at four chunk sizes, so the next session
 #      knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (the tensor-core attention paths) and with the
 #      PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
-# own time limit, 555 s in all at worst, so give the device tool timeout_s 600.
+# own time limit, 570 s in all at worst, so give the device tool timeout_s 600.
 # --quick runs steps 1 and 2 only (225 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
@@ -170,8 +171,8 @@ echo "== attention=flash_mma" > "$ops_log"
 timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
   --configure attention=flash_mma --lm-head-rows 1024,2048,4096,8192 >> "$ops_log" 2>&1
 ops_status=$?
-# Attention alone on the other two paths (a path that cannot run says why in the log).
-for attn in flash cudnn; do
+# Attention alone on the other paths (a path that cannot run says why in the log).
+for attn in flash cudnn thunderkittens; do
   echo "== attention=$attn" >> "$ops_log"
   timeout 15 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
     --configure attention=$attn --only attention >> "$ops_log" 2>&1 || echo "bench_ops attention=$attn failed" >> "$ops_log"

@@ -12,6 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 "$root/tools/bootstrap.sh"
+. "$root/tools/thunderkittens_env.sh"
 targets=(//cuda/ops:libnfn_native_train_tile_ops.so //cc/ops:libnfn_native_train_cpu_ops.so
          //tests/cuda:ops_parity_test //tools:bench_ops)
 have_trainer=0

@@ -4,6 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/tools/bootstrap.sh"
+. "$root/tools/thunderkittens_env.sh"
 cd "$root"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

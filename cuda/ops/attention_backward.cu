@@ -174,8 +174,13 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   const size_t rows = static_cast<size_t>(B) * NH * T;
   attention_delta_kernel<S, HD><<<(rows + 255) / 256, 256, 0, ctx->stream>>>(
       delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
-  if (use_mma(ctx, std::is_same_v<S, float> ? NFN_F32 : NFN_BF16, HD, {dqkv, dout, qkv}))
-    return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
+  const nfn_dtype dtype = std::is_same_v<S, float> ? NFN_F32 : NFN_BF16;
+  if (use_mma(ctx, dtype, HD, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
+  if (use_tk(ctx, dtype, HD, T, {dqkv, dout, qkv}))
+    return nfn::cuda::check(ctx,
+                            static_cast<cudaError_t>(
+                                nfn_tk_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH, ctx->stream)),
+                            op);
   const size_t smem = BackwardSmem<HD>::bytes;
   // Above 48 KiB a kernel must opt in to more dynamic shared memory. The setting belongs to
   // the current device, so it is made on every call (a host call of microseconds): once per

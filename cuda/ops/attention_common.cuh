@@ -8,6 +8,7 @@
 #include "cuda/ops/attention_cudnn.h"
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/tk/bridge.h"
 
 namespace nfn::cuda::attention {
 
@@ -40,15 +41,13 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
   if (*head_dim != 16 && *head_dim != 32 && *head_dim != 64 && *head_dim != 128)
     return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED,
                            "%s: head size C/NH=%d is not one of 16, 32, 64, 128", op, *head_dim);
-  if (ctx->attention == nfn_attention_path::thunderkittens)
-    return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED,
-                           "%s: the ThunderKittens attention kernels are not written", op);
   return NFN_OK;
 }
 
-// The tensor-core paths (flash_mma, attention_mma_*.cu; cudnn, attention_cudnn.cc) cover
-// bf16 with head size 64 or 128 and 16-byte aligned tensors (they move 16-byte pieces);
-// every other call under attention=flash_mma or cudnn runs the flash_simt kernels.
+// The tensor-core paths (flash_mma, attention_mma_*.cu; cudnn, attention_cudnn.cc;
+// thunderkittens, cuda/tk, which also needs T to be a multiple of 64) cover bf16 with head
+// size 64 or 128 and 16-byte aligned tensors (they move 16-byte pieces); every other call
+// under those options runs the flash_simt kernels.
 inline bool tensor_core_call(nfn_dtype dtype, int head_dim, std::initializer_list<const void*> tensors) {
   if (dtype != NFN_BF16 || (head_dim != 64 && head_dim != 128)) return false;
   for (const void* p : tensors)
@@ -64,6 +63,12 @@ inline bool use_mma(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
 inline bool use_cudnn(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
                       std::initializer_list<const void*> tensors) {
   return ctx->attention == nfn_attention_path::cudnn && tensor_core_call(dtype, head_dim, tensors);
+}
+
+inline bool use_tk(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,
+                   std::initializer_list<const void*> tensors) {
+  return ctx->attention == nfn_attention_path::thunderkittens && tensor_core_call(dtype, head_dim, tensors) &&
+         nfn_tk_attention_applies(T, head_dim);
 }
 
 // out (B,T,C) and lse (B*NH*T) from qkv (B,T,3C), bf16, head size 64 or 128.

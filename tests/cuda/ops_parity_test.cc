@@ -212,7 +212,8 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 }
 
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
-// attention option for these calls ("flash", "flash_mma" or "cudnn"); the CPU ignores it.
+// attention option for these calls ("flash", "flash_mma", "cudnn" or "thunderkittens"); the
+// CPU ignores it.
 void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
                            const std::string& path, const std::string& note = "") {
   const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
@@ -256,13 +257,15 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
   for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
     check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
-  // attention=flash_mma and cudnn: tensor cores for bf16 with head size 64 or 128 (T past one
-  // or more 64-row tiles, and not a multiple of 64); f32 and other head sizes fall back to
-  // flash_simt. cudnn is checked where the library can load cuDNN (on a GPU machine with
-  // libcudnn.so.9); elsewhere the summary says why it was not.
-  for (const std::string path : {"flash_mma", "cudnn"}) {
-    if (path == "cudnn" && gpu.name() == "cuda" &&
-        gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") != NFN_OK) {
+  // attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head size 64 or
+  // 128 (T past one or more 64-row tiles, and not a multiple of 64, which thunderkittens
+  // leaves to flash_simt); f32 and other head sizes fall back to flash_simt. cudnn is checked
+  // where the library can load cuDNN (on a GPU machine with libcudnn.so.9), thunderkittens
+  // where it was built with a ThunderKittens tree and runs on sm_90; elsewhere the summary
+  // says why they were not.
+  for (const std::string path : {"flash_mma", "cudnn", "thunderkittens"}) {
+    if (path != "flash_mma" && gpu.name() == "cuda" &&
+        gpu.ops().ctx_configure(gpu.ctx, "attention", path.c_str()) != NFN_OK) {
       if (dt == NFN_F32) not_run.push_back(std::string(gpu.ops().ctx_last_error(gpu.ctx)));
       continue;
     }

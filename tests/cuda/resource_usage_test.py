@@ -1,7 +1,8 @@
 """ptxas's resource usage for every kernel of the CUDA op library (nvcc --resource-usage,
 kept by tools/cuda.bzl beside each object): no kernel of the tensor-core attention (flash_mma)
-spills or uses a stack frame on sm_90a or sm_120, none needs more than 255 registers, and
-none declares more than 48 KiB of static shared memory. Spills there are silent slowdowns a
+spills or uses a stack frame on sm_90a or sm_120, the ThunderKittens attention kernels (when
+the library was built with a ThunderKittens tree; sm_90a only) do not spill, none needs more
+than 255 registers, and none declares more than 48 KiB of static shared memory. Spills there are silent slowdowns a
 GPU-less machine can still catch. The table of every kernel is printed."""
 import re
 import shutil
@@ -73,6 +74,16 @@ class ResourceUsageTest(unittest.TestCase):
             if "mma_path" in key[0]:
                 self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
                                  f"{self.names[key]} on {key[1]}")
+
+    def test_thunderkittens_attention_does_not_spill(self):
+        tk = [k for k in self.found if self.found[k]["file"] == "attention_tk"]
+        if not tk:
+            self.skipTest("the library was built without a ThunderKittens tree")
+        # forward, dkdv and dq at head sizes 64 and 128, sm_90a only
+        self.assertEqual(sorted(arch for _, arch in tk), ["sm_90a"] * 6)
+        for key in tk:
+            r = self.found[key]
+            self.assertEqual((r["spill_stores"], r["spill_loads"]), (0, 0), self.names[key])
 
     def test_limits(self):
         for key, r in self.found.items():

@@ -84,6 +84,20 @@ class DoctorTest(unittest.TestCase):
         else:
             self.assertEqual(real["reason"], "configure: matmul=bf16 is not supported by oneDNN on this CPU")
 
+    def test_thunderkittens_is_asked_of_the_cuda_library(self):
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertEqual(r["thunderkittens"], {"available": None, "reason": "no CUDA op library found"})
+        open(os.path.join(self.libs, kernels.CUDA_LIB), "w").close()  # a file that is no library
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertIsNone(r["thunderkittens"]["available"])
+        self.assertIn("cannot load", r["thunderkittens"]["reason"])
+        # The emulated CUDA library (same bridge as a library built without a tree) says why not.
+        emulated = kernels.thunderkittens(os.environ["NFN_EMULATED_CUDA_OPS_LIB"])
+        self.assertEqual(emulated, {"available": False, "reason": "ThunderKittens is unavailable: the CUDA "
+                                                                  "emulator runs only the kernels nfn writes itself"})
+        self.assertIn("tk attention ThunderKittens is unavailable", kernels.format_report(
+            dict(r, thunderkittens=emulated)))
+
     def test_runtime_libraries_the_cuda_library_would_open(self):
         # cuBLASLt from the nvidia-cublas wheel (tools/bootstrap.sh installs it where nvcc
         # exists): the real library, opened as the CUDA op library would, with its version.

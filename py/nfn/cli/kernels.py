@@ -3,8 +3,9 @@
   nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
   nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
                                 library `--backend auto` would load, the cuBLASLt and cuDNN
-                                the CUDA one would open, and the CPU: its GEMM features and
-                                whether `--matmul bf16` runs on it
+                                the CUDA one would open, whether its ThunderKittens attention
+                                runs here, and the CPU: its GEMM features and whether
+                                `--matmul bf16` runs on it
 """
 import json
 import os
@@ -160,6 +161,22 @@ def cpu_bf16_matmul(cpu_lib):
         lib.nfn_ctx_destroy(ctx)
 
 
+def thunderkittens(cuda_lib):
+    """Whether attention=thunderkittens can run here, asked of the CUDA op library itself: its
+    kernels exist only where it was built with a ThunderKittens tree, and run only on sm_90."""
+    import ctypes
+
+    if not cuda_lib:
+        return {"available": None, "reason": "no CUDA op library found"}
+    try:
+        reason = ctypes.CDLL(cuda_lib).nfn_tk_unavailable_reason
+    except (OSError, AttributeError) as e:
+        return {"available": None, "reason": f"cannot load {cuda_lib}: {e}"}
+    reason.restype = ctypes.c_char_p
+    why = reason()
+    return {"available": why is None, "reason": "" if why is None else why.decode(errors="replace")}
+
+
 def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
     from nfn import cuda_runtime
 
@@ -180,6 +197,7 @@ def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
         "op_libraries": {"cuda": cuda_lib, "cpu": cpu_lib},
         "auto_backend": {"would_load": would, "reason": why},
         "runtime_libraries": {name: cuda_runtime.probe(name, env) for name in cuda_runtime.LIBRARIES},
+        "thunderkittens": thunderkittens(cuda_lib),
         "cpu": dict(cpu_info(cpuinfo), bf16_matmul=cpu_bf16_matmul(cpu_lib)),
     }
 
@@ -192,7 +210,7 @@ def format_report(r):
         return f"{lib['version']} ({lib['path']})" if lib["path"] else lib["error"]
 
     devices = ", ".join(d["name"] for d in gpu["devices"]) or gpu.get("error", "none")
-    bf16 = cpu["bf16_matmul"]
+    bf16, tk = cpu["bf16_matmul"], r["thunderkittens"]
     bf16_text = {True: "yes", False: "no", None: "unknown"}[bf16["supported"]]
     return "\n".join([
         f"nvcc         {tc['nvcc'] or 'not found'}" + (f" (CUDA {tc['version']})" if tc["version"] else ""),
@@ -203,6 +221,7 @@ def format_report(r):
         f"auto loads   {auto['would_load'] or 'nothing'}: {auto['reason']}",
         f"cuBLASLt     {runtime(rt['cublaslt'])}",
         f"cuDNN        {runtime(rt['cudnn'])} (attention=cudnn)",
+        f"tk attention {'available' if tk['available'] else tk['reason']} (attention=thunderkittens)",
         f"cpu          {cpu['model']} ({' '.join(cpu['features']) or 'none of ' + ' '.join(CPU_FEATURES)})",
         f"bf16 matmul  {bf16_text}" + (f" ({bf16['reason']})" if bf16["reason"] else ""),
     ])

@@ -60,8 +60,10 @@ def register(sub):
                      help="CPU GEMM compute (bf16: f32 accumulation, where the CPU has bf16 units)")
     opts.add_argument("--attention", choices=["flash", "flash_mma", "cudnn", "thunderkittens"],
                      help="CUDA attention kernels: flash (CUDA cores, the default), flash_mma (tensor "
-                          "cores) or cudnn (cuDNN SDPA) where bf16 and head size 64 or 128, flash "
-                          "elsewhere; thunderkittens")
+                          "cores), cudnn (cuDNN SDPA) or thunderkittens (wgmma kernels on "
+                          "ThunderKittens, H100/H200, where the library was built with a "
+                          "ThunderKittens tree; T a multiple of 64) where bf16 and head size 64 or "
+                          "128, flash elsewhere")
     opts.add_argument("--graphs", choices=["on", "off"],
                      help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
                           "replay it after the first step (default: off)")
