@@ -252,32 +252,36 @@ void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt,
           dt);
 }
 
+// attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head size 64 or 128
+// (T past one or more 64-row tiles, and not a multiple of 64, which thunderkittens leaves to
+// flash_simt); f32 and other head sizes fall back to flash_simt. cudnn is checked where the
+// library can load cuDNN (on a GPU machine with libcudnn.so.9), thunderkittens where it was
+// built with a ThunderKittens tree and runs on sm_90; elsewhere the summary says why they
+// were not.
+void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, const std::string& path) {
+  struct Shape { int B, T, C, NH; };
+  if (path != "flash_mma" && gpu.name() == "cuda" &&
+      gpu.ops().ctx_configure(gpu.ctx, "attention", path.c_str()) != NFN_OK) {
+    if (dt == NFN_F32) not_run.push_back(std::string(gpu.ops().ctx_last_error(gpu.ctx)));
+    return;
+  }
+  if (dt == NFN_BF16) {
+    for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
+                    Shape{1, 1024, 64, 1}})
+      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
+    check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback
+  } else {
+    check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
+  }
+  if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
+}
+
 void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, T, C, NH; };
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
   for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
     check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
-  // attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head size 64 or
-  // 128 (T past one or more 64-row tiles, and not a multiple of 64, which thunderkittens
-  // leaves to flash_simt); f32 and other head sizes fall back to flash_simt. cudnn is checked
-  // where the library can load cuDNN (on a GPU machine with libcudnn.so.9), thunderkittens
-  // where it was built with a ThunderKittens tree and runs on sm_90; elsewhere the summary
-  // says why they were not.
-  for (const std::string path : {"flash_mma", "cudnn", "thunderkittens"}) {
-    if (path != "flash_mma" && gpu.name() == "cuda" &&
-        gpu.ops().ctx_configure(gpu.ctx, "attention", path.c_str()) != NFN_OK) {
-      if (dt == NFN_F32) not_run.push_back(std::string(gpu.ops().ctx_last_error(gpu.ctx)));
-      continue;
-    }
-    if (dt == NFN_BF16) {
-      for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
-                      Shape{1, 1024, 64, 1}})
-        check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
-      check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback
-    } else {
-      check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
-    }
-  }
+  check_attention_path(cpu, gpu, dt, "flash_mma");
   // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
   // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form.
   using SharedOptIn = void (*)(int);
@@ -564,6 +568,11 @@ int main(int argc, char** argv) {
     check_softmax_and_loss(cpu, gpu, dt);
     check_adamw(cpu, gpu, dt);
   }
+  // The attention of other people's code, never run before a GPU session: last, so that a
+  // fault there (a sticky CUDA error ends the context) costs only its own checks.
+  for (const char* path : {"cudnn", "thunderkittens"})
+    for (nfn_dtype dt : {NFN_F32, NFN_BF16})
+      if (!self_check) check_attention_path(cpu, gpu, dt, path);
   // Which fused cuBLASLt epilogues ran fused over the suite (the unfused forms run too).
   using Epilogues = const char* (*)(nfn_ctx*);
   if (auto fused = reinterpret_cast<Epilogues>(dlsym(gpu.lib.handle, "nfn_cuda_fused_epilogues")))
