@@ -4,7 +4,7 @@
 #   1. the op parity suite, CUDA library against the CPU library (every attention path the
 #      library can run: thunderkittens where prepare_device.sh built it with a tree)
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
-#      tensor-core attention: flash_mma and cudnn) against the same run on cpu, and the
+#      tensor-core attention: flash_mma, cudnn, thunderkittens) against the same run on cpu, and the
 #      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
 #      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
@@ -14,8 +14,8 @@
 #      PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
-# own time limit, 570 s in all at worst, so give the device tool timeout_s 600.
-# --quick runs steps 1 and 2 only (225 s at worst): a rerun after a fix, when device time is short.
+# own time limit, 565 s in all at worst, so give the device tool timeout_s 600.
+# --quick runs steps 1 and 2 only (220 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
 if [ -n "${1:-}" ] && [ -z "$quick" ]; then echo "usage: device_check.sh [--quick]"; exit 2; fi
@@ -105,11 +105,11 @@ PY
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
-  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:flash_mma:graphs; do
+  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs; do
     IFS=: read -r dt attn graphs <<< "$run"
     name=${dt}_$attn${graphs:+_graphs}
     frontend_log "train_$name"
-    timeout 25 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
+    timeout 20 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --graphs "$([ -n "$graphs" ] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
       > "$out/train_cuda_$name.json" 2> "$out/train_cuda_$name.err"
     status=$?
