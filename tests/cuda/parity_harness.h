@@ -168,6 +168,37 @@ inline double rel_error(const std::vector<float>& got, const std::vector<float>&
   return std::sqrt(diff) / std::fmax(std::sqrt(norm), 1e-30);
 }
 
+// For a failed comparison, where it went wrong: the element with the largest difference
+// (its index, the GPU's and the CPU's value), the first non-finite one, and how many elements
+// are off by more than `bound` of the largest reference magnitude. Enough, from one run on a
+// GPU, to tell a wrong mask or a transposed tile from rounding.
+inline std::string where_it_differs(const std::vector<float>& got, const std::vector<float>& want, double bound) {
+  if (got.size() != want.size()) return " (sizes differ)";
+  double scale = 0, worst = -1;
+  size_t at = 0, off = 0, nonfinite = got.size();
+  for (float w : want) scale = std::fmax(scale, std::fabs(static_cast<double>(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) {
+      if (nonfinite == got.size()) nonfinite = i;
+      ++off;
+      continue;
+    }
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (d > worst) worst = d, at = i;
+    if (d > bound * scale) ++off;
+  }
+  char msg[256];
+  std::snprintf(msg, sizeof msg, "; worst at [%zu]: %.6g vs %.6g; %zu of %zu off by more than %.0e of max |ref| %.3g",
+                at, static_cast<double>(got[at]), static_cast<double>(want[at]), off, got.size(), bound, scale);
+  std::string out = msg;
+  if (nonfinite < got.size()) {
+    std::snprintf(msg, sizeof msg, "; first non-finite at [%zu]: %g vs %g", nonfinite,
+                  static_cast<double>(got[nonfinite]), static_cast<double>(want[nonfinite]));
+    out += msg;
+  }
+  return out;
+}
+
 // Runs the case a second time and requires bitwise-equal outputs: ops are deterministic. On
 // a library built on the CUDA emulator (it exports nfn_emu_reverse_order) the rerun runs
 // blocks last to first and schedules each block's threads from the other end, so a float
@@ -213,7 +244,7 @@ inline void compare(const Backend& cpu, const Backend& gpu, Case c, nfn_dtype dt
     char msg[256];
     std::snprintf(msg, sizeof msg, "%s %s: %s relative error %.3g (bound %.0e)", c.name.c_str(),
                   dtype == NFN_F32 ? "f32" : "bf16", t.name.c_str(), err, bound);
-    expect(err < bound, msg);
+    expect(err < bound, err < bound ? msg : msg + where_it_differs(got[k], want[k], bound));
     ++k;
   }
   expect_rerun_identical(gpu, c, dtype, got);
