@@ -80,7 +80,7 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(len(r["step_seconds"]), 6)
         self.assertTrue(all(s > 0 for s in r["step_seconds"]))
         self.assertAlmostEqual(sum(r["step_seconds"]), r["train_tokens"] / r["train_tokens_per_second"], places=6)
-        # The host's share of each step, up to the step's one synchronization: within the step.
+        # The host's time to issue each step: within the step's time.
         self.assertEqual(len(r["enqueue_seconds"]), 6)
         self.assertTrue(all(0 < e <= s for e, s in zip(r["enqueue_seconds"], r["step_seconds"])))
         self.assertEqual(r["checkpoint_dir"], self.full)
