@@ -16,6 +16,7 @@
 #include "cc/ops/host_buffers.h"
 #include "cc/train/backend.h"
 #include "cc/train/manifest.h"
+#include "cc/train/mfu.h"
 #include "cc/train/schedule.h"
 #include "cc/train/step_graph.h"
 #include "cc/train/step_readback.h"
@@ -231,6 +232,16 @@ int run_training(const TrainConfig& c) {
     return fail(error);
   }
 
+  // The CUDA library names its device outside the ABI; on a GPU of known peak, bf16 runs
+  // report their MFU.
+  std::string device;
+  using DeviceName = const char* (*)(const nfn_ctx*);
+  if (auto name = reinterpret_cast<DeviceName>(dlsym(backend.lib.handle, "nfn_cuda_device_name")))
+    device = name(backend.ctx);
+  const double peak_flops = dtype == NFN_BF16 ? bf16_peak_tflops(device) * 1e12 : 0;
+  const double step_flops =
+      flops_per_token(model.num_parameters(), c.model.num_layers, T, c.model.channels) * c.train_batch_tokens;
+
   const bool tty = isatty(fileno(stderr));
   std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s on %s (%s)%s%s\n", c.model_family.c_str(),
                c.template_name.c_str(), model.num_parameters(), dtype_name.c_str(), backend.name.c_str(),
@@ -308,9 +319,12 @@ int run_training(const TrainConfig& c) {
     Json& row = train_losses.push(Json::array());
     row.push(done);
     row.push(static_cast<double>(last_loss));
-    if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0)
-      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", done, c.max_steps,
-                   last_loss, s.lr, std::sqrt(sumsq), c.train_batch_tokens / dt);
+    if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0) {
+      char mfu[32] = "";
+      if (peak_flops > 0) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * step_flops / dt / peak_flops);
+      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s\n", done, c.max_steps,
+                   last_loss, s.lr, std::sqrt(sumsq), c.train_batch_tokens / dt, mfu);
+    }
     return 0;
   };
 
@@ -399,6 +413,10 @@ int run_training(const TrainConfig& c) {
   report.set("tokens_per_step", static_cast<int64_t>(c.train_batch_tokens));
   report.set("train_tokens", trained_tokens);
   report.set("train_tokens_per_second", train_time > 0 ? trained_tokens / train_time : 0.0);
+  // Over the whole run (the first step's setup included), against the device's bf16 peak.
+  report.set("mfu", peak_flops > 0 && train_time > 0
+                        ? Json(step_flops / c.train_batch_tokens * (trained_tokens / train_time) / peak_flops)
+                        : Json());
   Json phases = Json::object();
   phases.set("data_s", ph.data);
   phases.set("forward_backward_s", ph.forward_backward);
@@ -418,6 +436,7 @@ int run_training(const TrainConfig& c) {
   lib.set("backend", backend.name);
   lib.set("path", backend.path);
   lib.set("dtype", dtype_name);
+  if (!device.empty()) lib.set("device", device);
   if (!backend.auto_note.empty()) lib.set("note", backend.auto_note);
   lib.set("graphs", c.graphs);
   lib.set("graph_recordings", step_graph.recordings());

@@ -87,6 +87,9 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
   if (ctx == nullptr) return NFN_ERR_OUT_OF_MEMORY;
   ctx->device = device;
   err = cudaSetDevice(device);
+  cudaDeviceProp prop;
+  if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, device);
+  if (err == cudaSuccess) ctx->device_name = prop.name;
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&ctx->blocks_done), sizeof(unsigned));
   if (err == cudaSuccess) err = cudaMemsetAsync(ctx->blocks_done, 0, sizeof(unsigned), ctx->stream);
@@ -167,6 +170,10 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
               key ? key : "(null)", value ? value : "(null)");
 }
+
+// Not part of the op table: the context's device, as CUDA names it ("NVIDIA H200"), for the
+// runtime report (trainers look it up with dlsym and may do without it).
+const char* nfn_cuda_device_name(const nfn_ctx* ctx) { return ctx != nullptr ? ctx->device_name.c_str() : ""; }
 
 // Not part of the op table: the name of the attention path in use, for the runtime report
 // (trainers look it up with dlsym and may do without it).

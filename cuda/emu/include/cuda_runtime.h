@@ -90,6 +90,11 @@ enum cudaMemcpyKind {
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+// The fields of cudaDeviceProp nfn reads.
+struct cudaDeviceProp {
+  char name[256];
+  int major, minor;
+};
 
 namespace nfn_emu {
 
@@ -225,6 +230,8 @@ inline void __threadfence() {}
 cudaError_t cudaGetDeviceCount(int* count);
 // cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set.
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+// "nfn CUDA emulator", compute capability 9.0 (its rules are sm_90's).
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t err);

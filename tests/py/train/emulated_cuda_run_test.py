@@ -102,6 +102,9 @@ class EmulatedCudaRunTest(unittest.TestCase):
         for (dtype, attention), report in self.cuda.items():
             lib = report["op_library"]
             self.assertEqual((lib["backend"], lib["dtype"], lib["path"]), ("cuda", dtype, EMULATED_LIB))
+            # The device as CUDA names it; no MFU, for no peak is known for it.
+            self.assertEqual(lib["device"], "nfn CUDA emulator")
+            self.assertIsNone(report["mfu"])
             self.assertTrue(lib["attention"].startswith("flash_mma" if attention == "flash_mma" else "flash_simt"),
                             lib["attention"])
             # bf16 asks cuBLASLt for the fused epilogues (the emulator's GEMM has them all, and
