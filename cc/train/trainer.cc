@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "cc/ckpt/checkpoint.h"
@@ -239,8 +240,7 @@ int run_training(const TrainConfig& c) {
   if (auto name = reinterpret_cast<DeviceName>(dlsym(backend.lib.handle, "nfn_cuda_device_name")))
     device = name(backend.ctx);
   const double peak_flops = dtype == NFN_BF16 ? bf16_peak_tflops(device) * 1e12 : 0;
-  const double step_flops =
-      flops_per_token(model.num_parameters(), c.model.num_layers, T, c.model.channels) * c.train_batch_tokens;
+  const double token_flops = flops_per_token(model.num_parameters(), c.model.num_layers, T, c.model.channels);
 
   const bool tty = isatty(fileno(stderr));
   std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s on %s (%s)%s%s\n", c.model_family.c_str(),
@@ -321,15 +321,15 @@ int run_training(const TrainConfig& c) {
     row.push(static_cast<double>(last_loss));
     if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0) {
       char mfu[32] = "";
-      if (peak_flops > 0) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * step_flops / dt / peak_flops);
+      const double tokens_per_s = c.train_batch_tokens / dt;
+      if (peak_flops > 0) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * token_flops * tokens_per_s / peak_flops);
       std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s\n", done, c.max_steps,
-                   last_loss, s.lr, std::sqrt(sumsq), c.train_batch_tokens / dt, mfu);
+                   last_loss, s.lr, std::sqrt(sumsq), tokens_per_s, mfu);
     }
     return 0;
   };
 
-  bool have_pending = false;
-  Issued pending{};
+  std::optional<Issued> pending;
   for (int step = start.step; step < c.max_steps; ++step) {
     const auto t_step = Clock::now();
     if (!model.zero_grads(&error) || !model.zero_loss(&error)) return fail(error);
@@ -365,9 +365,9 @@ int run_training(const TrainConfig& c) {
     ph.optimizer += seconds_since(t0);
     enqueue_seconds.push(seconds_since(t_step));
     // This step's ops are queued behind the last one's: read that one now.
-    if (have_pending) {
-      if (int rc = finish(pending, &t_step)) return rc;
-      have_pending = false;
+    if (pending) {
+      if (int rc = finish(*pending, &t_step)) return rc;
+      pending.reset();
     }
     const Issued issued{step, lr, t_step};
     const int done = step + 1;
@@ -380,7 +380,6 @@ int run_training(const TrainConfig& c) {
       if (int rc = finish(issued, nullptr)) return rc;
     } else {
       pending = issued;
-      have_pending = true;
     }
     if (checkpoint_now) {
       t0 = Clock::now();
@@ -415,7 +414,7 @@ int run_training(const TrainConfig& c) {
   report.set("train_tokens_per_second", train_time > 0 ? trained_tokens / train_time : 0.0);
   // Over the whole run (the first step's setup included), against the device's bf16 peak.
   report.set("mfu", peak_flops > 0 && train_time > 0
-                        ? Json(step_flops / c.train_batch_tokens * (trained_tokens / train_time) / peak_flops)
+                        ? Json(token_flops * (trained_tokens / train_time) / peak_flops)
                         : Json());
   Json phases = Json::object();
   phases.set("data_s", ph.data);

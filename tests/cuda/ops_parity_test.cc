@@ -570,9 +570,9 @@ int main(int argc, char** argv) {
   }
   // The attention of other people's code, never run before a GPU session: last, so that a
   // fault there (a sticky CUDA error ends the context) costs only its own checks.
-  for (const char* path : {"cudnn", "thunderkittens"})
-    for (nfn_dtype dt : {NFN_F32, NFN_BF16})
-      if (!self_check) check_attention_path(cpu, gpu, dt, path);
+  if (!self_check)
+    for (const char* path : {"cudnn", "thunderkittens"})
+      for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_attention_path(cpu, gpu, dt, path);
   // Which fused cuBLASLt epilogues ran fused over the suite (the unfused forms run too).
   using Epilogues = const char* (*)(nfn_ctx*);
   if (auto fused = reinterpret_cast<Epilogues>(dlsym(gpu.lib.handle, "nfn_cuda_fused_epilogues")))
