@@ -1,7 +1,7 @@
 // Row softmax into f32, and the chunked tied LM head with cross-entropy: per chunk of rows,
-// logits (f32) come from one GEMM, one kernel turns each row into its loss and, in place,
-// its gradient, and two GEMMs take that gradient to dx and dwte. Only a chunk of rows of
-// logits exists at a time.
+// logits in the storage dtype come from one GEMM (as llm.c and PyTorch's autocast keep them),
+// one kernel turns each row into its loss and, in place, its gradient (f32 math), and two
+// GEMMs take that gradient to dx and dwte. Only a chunk of rows of logits exists at a time.
 #include <algorithm>
 
 #include "cuda/ops/context.h"
@@ -17,7 +17,9 @@ using nfn::cuda::to_f32;
 namespace {
 
 constexpr int kBlock = 512;
-constexpr size_t kChunkElements = size_t{1} << 25;  // logits per chunk (128 MiB of f32)
+// Logits per chunk, in the storage dtype: 2 GiB, so GPT-2's 16 x 1024 tokens (1.6 GB in bf16)
+// are one chunk: three full-size GEMMs, and dwte read and written once.
+constexpr size_t kChunkBytes = size_t{1} << 31;
 
 template <typename T>
 __global__ void softmax_kernel(float* out, const T* inp, int V, int stride) {
@@ -33,35 +35,76 @@ __global__ void softmax_kernel(float* out, const T* inp, int V, int stride) {
   for (int c = threadIdx.x; c < V; c += blockDim.x) y[c] = expf(to_f32(x[c]) - m) * inv;
 }
 
-// One block per row of the chunk: the row's loss, and (when dlogits is set) its gradient
-// (softmax - onehot) * grad_scale in the storage dtype; masked rows get loss 0, gradient 0.
+// 16 bytes of logits, for the vectorized passes over a row.
 template <typename T>
-__global__ void cross_entropy_kernel(float* row_loss, T* dlogits, const float* logits,
-                                     const int32_t* targets, int V, float grad_scale) {
+struct alignas(16) Pack {
+  static constexpr int n = 16 / sizeof(T);
+  T v[n];
+};
+
+// f(value as f32, column) for each logit of a row, 16 bytes a load where kVec (the caller
+// checked that every row starts 16-byte aligned).
+template <bool kVec, typename T, typename F>
+__device__ __forceinline__ void read_row(const T* row, int V, F&& f) {
+  if constexpr (kVec) {
+    const auto* packs = reinterpret_cast<const Pack<T>*>(row);
+    for (int i = threadIdx.x; i < V / Pack<T>::n; i += blockDim.x) {
+      const Pack<T> p = packs[i];
+      for (int j = 0; j < Pack<T>::n; ++j) f(to_f32(p.v[j]), i * Pack<T>::n + j);
+    }
+  } else {
+    for (int c = threadIdx.x; c < V; c += blockDim.x) f(to_f32(row[c]), c);
+  }
+}
+
+// row[c] = f(row[c] as f32, c), each thread rewriting only what it read.
+template <bool kVec, typename T, typename F>
+__device__ __forceinline__ void rewrite_row(T* row, int V, F&& f) {
+  if constexpr (kVec) {
+    auto* packs = reinterpret_cast<Pack<T>*>(row);
+    for (int i = threadIdx.x; i < V / Pack<T>::n; i += blockDim.x) {
+      Pack<T> p = packs[i];
+      for (int j = 0; j < Pack<T>::n; ++j) p.v[j] = from_f32<T>(f(to_f32(p.v[j]), i * Pack<T>::n + j));
+      packs[i] = p;
+    }
+  } else {
+    for (int c = threadIdx.x; c < V; c += blockDim.x) row[c] = from_f32<T>(f(to_f32(row[c]), c));
+  }
+}
+
+// One block per row of the chunk: the row's loss from its logits (storage dtype, f32 math:
+// one pass keeps a running max and a sum rescaled to it), and, when `backward`, the logits
+// overwritten in place by their gradient (softmax - onehot) * grad_scale (a second pass).
+// Masked rows get loss 0 and gradient 0.
+template <typename T, bool kVec>
+__global__ void cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V,
+                                     float grad_scale, bool backward) {
   __shared__ float shared[32];
-  const size_t off = static_cast<size_t>(blockIdx.x) * V;
-  const float* x = logits + off;
+  T* x = logits + static_cast<size_t>(blockIdx.x) * V;
   const int target = targets[blockIdx.x];
   if (target < 0) {
     if (threadIdx.x == 0) row_loss[blockIdx.x] = 0.f;
-    if (dlogits != nullptr)
-      for (int c = threadIdx.x; c < V; c += blockDim.x) dlogits[off + c] = from_f32<T>(0.f);
+    if (backward) rewrite_row<kVec>(x, V, [](float, int) { return 0.f; });
     return;
   }
-  float m = -INFINITY;
-  for (int c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, x[c]);
-  m = block_max(m, shared);
-  float sum = 0.f;
-  for (int c = threadIdx.x; c < V; c += blockDim.x) sum += expf(x[c] - m);
-  sum = block_sum(sum, shared);
-  const float log_sum = logf(sum);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum + m - x[target];
-  if (dlogits == nullptr) return;
-  const float inv = 1.f / sum;
-  for (int c = threadIdx.x; c < V; c += blockDim.x) {
-    const float p = expf(x[c] - m) * inv;
-    dlogits[off + c] = from_f32<T>((p - (c == target ? 1.f : 0.f)) * grad_scale);
-  }
+  const float target_logit = threadIdx.x == 0 ? to_f32(x[target]) : 0.f;  // read before any write
+  float m = -INFINITY, s = 0.f;
+  read_row<kVec>(x, V, [&](float v, int) {
+    if (v > m) {
+      s = s * expf(m - v) + 1.f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  });
+  const float row_max = block_max(m, shared);
+  const float sum = block_sum(m == -INFINITY ? 0.f : s * expf(m - row_max), shared);
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + row_max - target_logit;
+  if (!backward) return;
+  const float scale = grad_scale / sum;
+  rewrite_row<kVec>(x, V, [&](float v, int c) {
+    return expf(v - row_max) * scale - (c == target ? grad_scale : 0.f);
+  });
 }
 
 // losses[i] = row_loss[i] and *loss_sum += sum of row_loss, in a fixed order (one block).
@@ -111,36 +154,41 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   const size_t es = nfn::cuda::dtype_size(dtype);
   // Chunk rows: a multiple of 8 keeps every chunk's GEMM operands 16-byte aligned.
   int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows
-                                   : static_cast<int>(std::max<size_t>(8, kChunkElements / V / 8 * 8));
+                                   : static_cast<int>(std::max<size_t>(8, kChunkBytes / (es * V) / 8 * 8));
   rows = std::min(rows, N);
   const bool backward = dx != nullptr;
-  const size_t logits_bytes = align256(sizeof(float) * rows * static_cast<size_t>(V));
-  const size_t dlogits_bytes = backward ? align256(es * rows * static_cast<size_t>(V)) : 0;
+  const size_t logits_bytes = align256(es * rows * static_cast<size_t>(V));
   void* buf = nullptr;
-  NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + dlogits_bytes + sizeof(float) * N, &buf, op));
-  auto* logits = static_cast<float*>(buf);
-  void* dlogits = backward ? static_cast<char*>(buf) + logits_bytes : nullptr;
-  auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes + dlogits_bytes);
+  NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + sizeof(float) * N, &buf, op));
+  void* logits = buf;  // the chunk's logits, then (backward) their gradient in place
+  auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes);
+  const bool vec = es * V % 16 == 0;  // every row starts 16-byte aligned (scratch is 256-aligned)
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = std::min(rows, N - r0);
     const char* xr = static_cast<const char*>(x) + es * r0 * C;
-    nfn::cuda::GemmArgs g;  // logits (V,R col-major) = wte (C,V)^T @ x (C,R), in f32
+    nfn::cuda::GemmArgs g;  // logits (V,R col-major) = wte (C,V)^T @ x (C,R)
     g.trans_a = true;
     g.m = V, g.n = R, g.k = C;
     g.a = wte, g.lda = C;
     g.b = xr, g.ldb = C;
     g.d = logits, g.ldd = V;
-    g.ab = dtype, g.d_dtype = NFN_F32;
+    g.ab = g.d_dtype = dtype;
     NFN_TRY(nfn::cuda::gemm(ctx, op, g));
-    NFN_DISPATCH(dtype, E, cross_entropy_kernel<<<R, kBlock, 0, ctx->stream>>>(
-                               row_loss + r0, static_cast<E*>(dlogits), logits, targets + r0, V,
-                               grad_scale));
+    NFN_DISPATCH(dtype, E, {
+      auto* l = static_cast<E*>(logits);
+      if (vec)
+        cross_entropy_kernel<E, true><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
+                                                                     grad_scale, backward);
+      else
+        cross_entropy_kernel<E, false><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
+                                                                      grad_scale, backward);
+    });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
     if (!backward) continue;
     nfn::cuda::GemmArgs gx;  // dx (C,R col-major) = wte (C,V) @ dlogits (V,R)
     gx.m = C, gx.n = R, gx.k = V;
     gx.a = wte, gx.lda = C;
-    gx.b = dlogits, gx.ldb = V;
+    gx.b = logits, gx.ldb = V;
     gx.d = static_cast<char*>(dx) + es * r0 * C, gx.ldd = C;
     gx.ab = gx.d_dtype = dtype;
     NFN_TRY(nfn::cuda::gemm(ctx, op, gx));
@@ -149,7 +197,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     gw.trans_b = true;
     gw.m = C, gw.n = V, gw.k = R;
     gw.a = xr, gw.lda = C;
-    gw.b = dlogits, gw.ldb = V;
+    gw.b = logits, gw.ldb = V;
     gw.d = dwte, gw.ldd = C;
     gw.ab = gw.d_dtype = dtype;
     gw.beta = 1.f;

@@ -168,11 +168,11 @@ inline void check_graphs(const Backend& gpu, std::mt19937& rng) {
       expect(read_outputs() == want[k], "graphs " + tag + ": a replay on input set " + std::to_string(k) +
                                             " differs bitwise from the ops run one by one");
     }
-    // The scratch buffer outgrown after the recording (the LM head's f32 logits of 64 rows
-    // over a vocabulary of 65,536: 16 MiB; twice that in the second dtype, to grow again)
+    // The scratch buffer outgrown after the recording (the LM head's logits of 64 rows over a
+    // vocabulary of 65,536 in f32: 16 MiB; 32 MiB in bf16 over 262,144, to grow again)
     // stays valid for the recording.
     {
-      const int rows = 64, c = 8, vocab = dt == NFN_F32 ? 1 << 16 : 1 << 17;
+      const int rows = 64, c = 8, vocab = dt == NFN_F32 ? 1 << 16 : 1 << 18;
       std::vector<int32_t> targets(rows);
       for (int& t : targets) t = static_cast<int32_t>(rng() % vocab);
       const auto xs = random_bytes(rows * c * q.e, q.e, rng, 0.5f), wte = random_bytes(static_cast<size_t>(vocab) * c * q.e, q.e, rng, 0.5f);
