@@ -45,7 +45,7 @@ struct Row {
 };
 
 struct Geometry {
-  int L, NH, C, T, B, V, calibration;  // calibration: the side of the square GEMM timed last
+  int L, NH, C, T, B, vocab, V, calibration;  // V: vocab padded (wte's rows); calibration: the square GEMM's side
 };
 
 bool use_cpu_time = false;
@@ -189,9 +189,9 @@ int main(int argc, char** argv) {
     } else return usage();
   }
   Geometry g;
-  if (geometry == "tiny") g = {1, 2, 128, 64, 2, 512, 256};
-  else if (geometry == "small") g = {4, 4, 256, 256, 8, 8192, 2048};
-  else if (geometry == "gpt2") g = {12, 12, 768, 1024, 16, 50304, 8192};
+  if (geometry == "tiny") g = {1, 2, 128, 64, 2, 512, 512, 256};
+  else if (geometry == "small") g = {4, 4, 256, 256, 8, 8192, 8192, 2048};
+  else if (geometry == "gpt2") g = {12, 12, 768, 1024, 16, 50257, 50304, 8192};
   else return usage();
   if (batch > 0) g.B = batch;
   if (lib_path.empty()) die("no --lib given (bazel run //tools:bench_ops passes the CPU library)");
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
   const float one = 1.f;
   auto* sumsq = static_cast<float*>(buf.put(&one, 4));
   std::vector<int32_t> host_tokens(N);
-  for (int i = 0; i < N; ++i) host_tokens[i] = static_cast<int32_t>((i * 2654435761u) % V);
+  for (int i = 0; i < N; ++i) host_tokens[i] = static_cast<int32_t>((i * 2654435761u) % g.vocab);
   auto* tokens = static_cast<int32_t*>(buf.put(host_tokens.data(), host_tokens.size() * 4));
   const size_t params = size_t(V) * C + size_t(T) * C + size_t(L) * (12 * C * C + 13 * C) + 2 * C;
   auto* master = static_cast<float*>(buf.random(params, 9, 0.02f, true));
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
   add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, true), 2 * gf(N, C, 4 * C));
   add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);
   add("attention_backward", L, [&] { return o.attention_backward(ctx, dqkv, dy, qkv, y, lse, B, T, C, NH, dtype); }, 2 * attn_gf);
-  auto lm_head = [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, V, 1.f / N, dtype); };
+  auto lm_head = [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, g.vocab, V, 1.f / N, dtype); };
   add("lm_head_cross_entropy (+backward)", 1, lm_head, 3 * gf(N, V, C));
   for (const std::string& r : lm_head_rows) {  // other chunk sizes, outside the step total
     if (o.ctx_configure(ctx, "lm_head_rows", r.c_str()) != NFN_OK) die(o.ctx_last_error(ctx));

@@ -42,22 +42,26 @@ struct alignas(16) Pack {
   T v[n];
 };
 
-// f(value as f32, column) for each logit of a row, 16 bytes a load where kVec (the caller
-// checked that every row starts 16-byte aligned).
+// f(value as f32, column) for each of a row's first V logits, 16 bytes a load where kVec
+// (the caller checked that every row starts 16-byte aligned and the row stride is a whole
+// number of 16-byte packs).
 template <bool kVec, typename T, typename F>
 __device__ __forceinline__ void read_row(const T* row, int V, F&& f) {
   if constexpr (kVec) {
+    constexpr int n = Pack<T>::n;
     const auto* packs = reinterpret_cast<const Pack<T>*>(row);
-    for (int i = threadIdx.x; i < V / Pack<T>::n; i += blockDim.x) {
+    for (int i = threadIdx.x; i < (V + n - 1) / n; i += blockDim.x) {
       const Pack<T> p = packs[i];
-      for (int j = 0; j < Pack<T>::n; ++j) f(to_f32(p.v[j]), i * Pack<T>::n + j);
+      for (int j = 0; j < n; ++j)
+        if (i * n + j < V) f(to_f32(p.v[j]), i * n + j);
     }
   } else {
     for (int c = threadIdx.x; c < V; c += blockDim.x) f(to_f32(row[c]), c);
   }
 }
 
-// row[c] = f(row[c] as f32, c), each thread rewriting only what it read.
+// row[c] = f(row[c] as f32, c) for c < V (the row stride), each thread rewriting only what
+// it read.
 template <bool kVec, typename T, typename F>
 __device__ __forceinline__ void rewrite_row(T* row, int V, F&& f) {
   if constexpr (kVec) {
@@ -72,19 +76,20 @@ __device__ __forceinline__ void rewrite_row(T* row, int V, F&& f) {
   }
 }
 
-// One block per row of the chunk: the row's loss from its logits (storage dtype, f32 math:
-// one pass keeps a running max and a sum rescaled to it), and, when `backward`, the logits
-// overwritten in place by their gradient (softmax - onehot) * grad_scale (a second pass).
-// Masked rows get loss 0 and gradient 0.
+// One block per row of the chunk (Vp logits a row, the first V in the softmax): the row's
+// loss from its logits (storage dtype, f32 math: one pass keeps a running max and a sum
+// rescaled to it), and, when `backward`, the logits overwritten in place by their gradient
+// (softmax - onehot) * grad_scale (a second pass), 0 in the padded columns. Masked rows get
+// loss 0 and gradient 0.
 template <typename T, bool kVec>
-__global__ void cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V,
+__global__ void cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
                                      float grad_scale, bool backward) {
   __shared__ float shared[32];
-  T* x = logits + static_cast<size_t>(blockIdx.x) * V;
+  T* x = logits + static_cast<size_t>(blockIdx.x) * Vp;
   const int target = targets[blockIdx.x];
   if (target < 0) {
     if (threadIdx.x == 0) row_loss[blockIdx.x] = 0.f;
-    if (backward) rewrite_row<kVec>(x, V, [](float, int) { return 0.f; });
+    if (backward) rewrite_row<kVec>(x, Vp, [](float, int) { return 0.f; });
     return;
   }
   const float target_logit = threadIdx.x == 0 ? to_f32(x[target]) : 0.f;  // read before any write
@@ -102,8 +107,8 @@ __global__ void cross_entropy_kernel(float* row_loss, T* logits, const int32_t* 
   if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + row_max - target_logit;
   if (!backward) return;
   const float scale = grad_scale / sum;
-  rewrite_row<kVec>(x, V, [&](float v, int c) {
-    return expf(v - row_max) * scale - (c == target ? grad_scale : 0.f);
+  rewrite_row<kVec>(x, Vp, [&](float v, int c) {
+    return c < V ? expf(v - row_max) * scale - (c == target ? grad_scale : 0.f) : 0.f;
   });
 }
 
@@ -141,12 +146,13 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
 
 nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
                                      void* dwte, const void* x, const void* wte,
-                                     const int32_t* targets, int N, int C, int V, float grad_scale,
-                                     nfn_dtype dtype) {
+                                     const int32_t* targets, int N, int C, int V, int Vp,
+                                     float grad_scale, nfn_dtype dtype) {
   const char* op = "lm_head_cross_entropy";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   if (N <= 0 || C <= 0 || V <= 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: N=%d C=%d V=%d must be positive", op, N, C, V);
+  if (Vp < V) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: Vp=%d (wte's rows) is below V=%d", op, Vp, V);
   if (x == nullptr || wte == nullptr || targets == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null x, wte or targets", op);
   if (dwte != nullptr && dx == nullptr)
@@ -154,50 +160,50 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   const size_t es = nfn::cuda::dtype_size(dtype);
   // Chunk rows: a multiple of 8 keeps every chunk's GEMM operands 16-byte aligned.
   int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows
-                                   : static_cast<int>(std::max<size_t>(8, kChunkBytes / (es * V) / 8 * 8));
+                                   : static_cast<int>(std::max<size_t>(8, kChunkBytes / (es * Vp) / 8 * 8));
   rows = std::min(rows, N);
   const bool backward = dx != nullptr;
-  const size_t logits_bytes = align256(es * rows * static_cast<size_t>(V));
+  const size_t logits_bytes = align256(es * rows * static_cast<size_t>(Vp));
   void* buf = nullptr;
   NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + sizeof(float) * N, &buf, op));
   void* logits = buf;  // the chunk's logits, then (backward) their gradient in place
   auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes);
-  const bool vec = es * V % 16 == 0;  // every row starts 16-byte aligned (scratch is 256-aligned)
+  const bool vec = es * Vp % 16 == 0;  // every row starts 16-byte aligned (scratch is 256-aligned)
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = std::min(rows, N - r0);
     const char* xr = static_cast<const char*>(x) + es * r0 * C;
-    nfn::cuda::GemmArgs g;  // logits (V,R col-major) = wte (C,V)^T @ x (C,R)
+    nfn::cuda::GemmArgs g;  // logits (Vp,R col-major) = wte (C,Vp)^T @ x (C,R)
     g.trans_a = true;
-    g.m = V, g.n = R, g.k = C;
+    g.m = Vp, g.n = R, g.k = C;
     g.a = wte, g.lda = C;
     g.b = xr, g.ldb = C;
-    g.d = logits, g.ldd = V;
+    g.d = logits, g.ldd = Vp;
     g.ab = g.d_dtype = dtype;
     NFN_TRY(nfn::cuda::gemm(ctx, op, g));
     NFN_DISPATCH(dtype, E, {
       auto* l = static_cast<E*>(logits);
       if (vec)
-        cross_entropy_kernel<E, true><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
+        cross_entropy_kernel<E, true><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
                                                                      grad_scale, backward);
       else
-        cross_entropy_kernel<E, false><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
+        cross_entropy_kernel<E, false><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
                                                                       grad_scale, backward);
     });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
     if (!backward) continue;
-    nfn::cuda::GemmArgs gx;  // dx (C,R col-major) = wte (C,V) @ dlogits (V,R)
-    gx.m = C, gx.n = R, gx.k = V;
+    nfn::cuda::GemmArgs gx;  // dx (C,R col-major) = wte (C,Vp) @ dlogits (Vp,R)
+    gx.m = C, gx.n = R, gx.k = Vp;
     gx.a = wte, gx.lda = C;
-    gx.b = logits, gx.ldb = V;
+    gx.b = logits, gx.ldb = Vp;
     gx.d = static_cast<char*>(dx) + es * r0 * C, gx.ldd = C;
     gx.ab = gx.d_dtype = dtype;
     NFN_TRY(nfn::cuda::gemm(ctx, op, gx));
     if (dwte == nullptr) continue;
-    nfn::cuda::GemmArgs gw;  // dwte (C,V col-major) += x (C,R) @ dlogits^T (R,V)
+    nfn::cuda::GemmArgs gw;  // dwte (C,Vp col-major) += x (C,R) @ dlogits^T (R,Vp)
     gw.trans_b = true;
-    gw.m = C, gw.n = V, gw.k = R;
+    gw.m = C, gw.n = Vp, gw.k = R;
     gw.a = xr, gw.lda = C;
-    gw.b = logits, gw.ldb = V;
+    gw.b = logits, gw.ldb = Vp;
     gw.d = dwte, gw.ldd = C;
     gw.ab = gw.d_dtype = dtype;
     gw.beta = 1.f;

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -323,35 +324,36 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
           dt);
   const int R = 100, C = 64;
   const auto x = random_floats(R * C, rng, 0.5f);
-  // Vocabularies: 515 (rows of logits not 16-byte aligned: one logit a load) and 520 (16 bytes
-  // a load). Chunk sizes: the default (one chunk here) and 16 rows (chunks and a ragged last).
-  for (int Vh : {515, 520}) {
-    const auto wte = random_floats(Vh * C, rng, 0.3f);
+  // Vocabularies (V in the softmax, Vp rows of wte): 515 of 515 (rows of logits not 16-byte
+  // aligned: one logit a load), 515 of 520 (16 bytes a load, the padded columns left out) and
+  // 520 of 520. Chunk sizes: the default (one chunk here) and 16 rows (chunks and a ragged last).
+  for (auto [Vh, Vp] : {std::pair{515, 515}, std::pair{515, 520}, std::pair{520, 520}}) {
+    const auto wte = random_floats(Vp * C, rng, 0.3f);
     const auto targets = random_ids(R, Vh, true);
     for (int rows : {0, 16}) {
       auto setup = [rows](const Backend& b) {
         if (b.name() != "cuda") return NFN_OK;
         return b.ops().ctx_configure(b.ctx, "lm_head_rows", std::to_string(rows).c_str());
       };
-      const std::string tag = " V" + std::to_string(Vh) + (rows ? " (16-row chunks)" : "");
+      const std::string tag = " V" + std::to_string(Vh) + "/" + std::to_string(Vp) + (rows ? " (16-row chunks)" : "");
       compare(cpu, gpu, Case{"lm_head_cross_entropy forward" + tag,
                              {output("losses", R, Kind::f32), accumulated("loss_sum", {1.25f}, Kind::f32),
                               input("x", x), input("wte", wte), ids("targets", targets)},
                              [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                                return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), nullptr, nullptr, P(2),
                                                                     P(3), static_cast<int32_t*>(p[4]), R, C, Vh,
-                                                                    1.f, d);
+                                                                    Vp, 1.f, d);
                              },
                              setup},
               dt);
       compare(cpu, gpu, Case{"lm_head_cross_entropy backward" + tag,
                              {output("losses", R, Kind::f32), accumulated("loss_sum", {0.5f}, Kind::f32),
-                              output("dx", R * C), accumulated("dwte", random_floats(Vh * C, rng, 0.01f)),
+                              output("dx", R * C), accumulated("dwte", random_floats(Vp * C, rng, 0.01f)),
                               input("x", x), input("wte", wte), ids("targets", targets)},
                              [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                                return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), P(2), P(3), P(4), P(5),
                                                                     static_cast<int32_t*>(p[6]), R, C, Vh,
-                                                                    1.f / R, d);
+                                                                    Vp, 1.f / R, d);
                              },
                              setup},
               dt);

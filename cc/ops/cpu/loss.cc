@@ -1,5 +1,7 @@
 // The tied LM head with cross-entropy on the CPU, in row chunks: only a (rows, V) block of
 // logits exists at a time, and it is turned into dlogits in place for the backward GEMMs.
+// Only wte's first V rows are read: the padded rows' logits would not enter the softmax, and
+// their gradient is 0 (dwte's padded rows are left as they are).
 #include <algorithm>
 #include <cmath>
 
@@ -21,11 +23,12 @@ extern "C" {
 
 nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
                                      void* dwte, const void* x, const void* wte,
-                                     const int32_t* targets, int N, int C, int V,
+                                     const int32_t* targets, int N, int C, int V, int Vp,
                                      float grad_scale, nfn_dtype dtype) {
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "lm_head_cross_entropy", dtype));
   NFN_REQUIRE(N > 0 && C > 0 && V > 0, "lm_head_cross_entropy: N=%d C=%d V=%d must be positive",
               N, C, V);
+  NFN_REQUIRE(Vp >= V, "lm_head_cross_entropy: Vp=%d (wte's rows) is below V=%d", Vp, V);
   NFN_REQUIRE(x && wte && targets, "lm_head_cross_entropy: null x, wte or targets");
   NFN_REQUIRE(dwte == nullptr || dx != nullptr,
               "lm_head_cross_entropy: dwte given without dx (the backward runs only with dx)");

@@ -1,5 +1,6 @@
 // lm_head_cross_entropy and softmax_forward: losses against a naive double log-softmax,
 // gradients (dx, dwte) against finite differences, masked rows, and several row chunks.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -36,7 +37,7 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
   std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.25f);
   float loss_sum = 2.f;  // accumulated into
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, grad_scale, NFN_F32) == NFN_OK, "lm_head_cross_entropy");
+                                   tgt.data(), N, C, V, V, grad_scale, NFN_F32) == NFN_OK, "lm_head_cross_entropy");
   std::vector<double> want = ref_losses(x, wte, tgt, N, C, V);
   double want_sum = 2.0;
   for (double l : want) want_sum += l;
@@ -75,7 +76,7 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
   // Forward only: no gradients touched, losses identical.
   std::vector<float> losses2(N);
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses2.data(), nullptr, nullptr, nullptr, x.data(), wte.data(), tgt.data(),
-                                   N, C, V, 1.f, NFN_F32) == NFN_OK && losses2 == losses, "forward-only losses");
+                                   N, C, V, V, 1.f, NFN_F32) == NFN_OK && losses2 == losses, "forward-only losses");
 }
 
 // matmul=bf16 (where this CPU has it): losses equal the double reference on bf16-rounded
@@ -91,7 +92,7 @@ static void test_bf16_mode(nfn_ctx* ctx) {
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 37) % V;
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, 1.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
+                                   tgt.data(), N, C, V, V, 1.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
   std::vector<uint16_t> half(V * C);
   nfn_convert(ctx, half.data(), NFN_BF16, x.data(), NFN_F32, N * C);
   nfn_convert(ctx, xr.data(), NFN_F32, half.data(), NFN_BF16, N * C);
@@ -100,10 +101,32 @@ static void test_bf16_mode(nfn_ctx* ctx) {
   expect_close("lm_head losses, matmul=bf16", losses, ref_losses(xr, wr, tgt, N, C, V), 1e-4, 1e-4);
   EXPECT(nfn_ctx_configure(ctx, "matmul", "f32") == NFN_OK, "back to f32");
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses32.data(), nullptr, dx32.data(), dwte32.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, 1.f, NFN_F32) == NFN_OK, "f32 lm head");
+                                   tgt.data(), N, C, V, V, 1.f, NFN_F32) == NFN_OK, "f32 lm head");
   std::vector<double> dx_ref(dx32.begin(), dx32.end()), dwte_ref(dwte32.begin(), dwte32.end());
   expect_close("lm_head dx, matmul=bf16 vs f32", dx, dx_ref, 3e-2, 3e-2);
   expect_close("lm_head dwte, matmul=bf16 vs f32", dwte, dwte_ref, 3e-2, 3e-2);
+}
+
+// A padded vocabulary (Vp > V rows of wte and dwte): the same losses and dx as the
+// unpadded call on wte's first V rows, and dwte's padded rows left as they were.
+static void test_padded_vocab(nfn_ctx* ctx) {
+  const int N = 12, C = 8, V = 37, Vp = 48;
+  std::vector<float> x = random_vec(N * C, 51), wte = random_vec(Vp * C, 52, 0.5f);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = (i * 11) % V;
+  tgt[3] = -1;
+  std::vector<float> losses(N), dx(N * C), dwte = random_vec(Vp * C, 53, 0.1f);
+  std::vector<float> losses_v(N), dx_v(N * C), dwte_v(dwte.begin(), dwte.begin() + V * C);
+  const std::vector<float> dwte_before = dwte;
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
+                                   tgt.data(), N, C, V, Vp, 0.5f, NFN_F32) == NFN_OK, "padded lm head");
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses_v.data(), nullptr, dx_v.data(), dwte_v.data(), x.data(), wte.data(),
+                                   tgt.data(), N, C, V, V, 0.5f, NFN_F32) == NFN_OK, "unpadded lm head");
+  EXPECT(losses == losses_v, "a padded vocabulary changed the losses");
+  EXPECT(dx == dx_v, "a padded vocabulary changed dx");
+  EXPECT(std::equal(dwte_v.begin(), dwte_v.end(), dwte.begin()), "a padded vocabulary changed dwte's first V rows");
+  EXPECT(std::equal(dwte.begin() + V * C, dwte.end(), dwte_before.begin() + V * C),
+         "dwte's padded rows must get no gradient");
 }
 
 static void test_softmax(nfn_ctx* ctx) {
@@ -128,15 +151,19 @@ int main() {
   if (nfn_ctx_create(0, &ctx) != NFN_OK) return 1;
   check(ctx, 6, 5, 11, 0);        // tiny: every element checked
   check(ctx, 150, 4, 32768, 6);   // 64-row chunks: three of them, the last partial
+  test_padded_vocab(ctx);
   test_softmax(ctx);
   test_bf16_mode(ctx);
   std::vector<float> buf(64);
   std::vector<int32_t> tgt = {0, 3, 9};
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 5, 1.f, NFN_F32),
+                                                tgt.data(), 3, 2, 5, 5, 1.f, NFN_F32),
                  "lm_head_cross_entropy", "target >= V");
+  expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
+                                                tgt.data(), 3, 2, 10, 9, 1.f, NFN_F32),
+                 "lm_head_cross_entropy", "Vp < V");
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, buf.data(), buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 10, 1.f, NFN_F32),
+                                                tgt.data(), 3, 2, 10, 10, 1.f, NFN_F32),
                  "lm_head_cross_entropy", "dwte without dx");
   nfn_ctx_destroy(ctx);
   return finish("loss_test");
