@@ -69,9 +69,12 @@ int main() {
   bgradb.epilogue = GemmEpilogue::bgradb, bgradb.bgrad = at(6);
   GemmArgs accumulate = input_grad(C, 3 * C);
   accumulate.beta = 1.f;
-  // The LM head: f32 logits (V, rows) = wte (C, V)^T @ x (C, rows), bf16 inputs.
-  GemmArgs logits = product(true, false, Vp, 664, C, C, C, Vp);
-  logits.d_dtype = NFN_F32;
+  // The LM head over one chunk of all N rows (softmax_loss.cu): logits (Vp, N) = wte (C, Vp)^T
+  // @ x (C, N); dx (C, N) = wte (C, Vp) @ dlogits (Vp, N); dwte (C, Vp) += x (C, N) @ dlogits^T.
+  GemmArgs logits = product(true, false, Vp, N, C, C, C, Vp);
+  GemmArgs lm_dx = product(false, false, C, N, Vp, C, Vp, C);
+  GemmArgs lm_dwte = product(false, true, C, Vp, N, C, Vp, C);
+  lm_dwte.beta = 1.f;
   const Case cases[] = {
       {"f32 forward", plain_f32},
       {"bf16 forward + bias", bias},
@@ -81,7 +84,9 @@ int main() {
       {"bf16 input gradient through the GELU (DGELU)", dgelu},
       {"bf16 weight gradient with the bias gradient (BGRADB)", bgradb},
       {"bf16 input gradient, accumulated", accumulate},
-      {"LM head logits: bf16 inputs, f32 output", logits},
+      {"LM head logits", logits},
+      {"LM head dx", lm_dx},
+      {"LM head dwte, accumulated", lm_dwte},
   };
   for (const Case& c : cases) {
     const nfn_status s = nfn::cuda::check_gemm_descriptors(&ctx, "gemm", c.g);
