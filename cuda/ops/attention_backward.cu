@@ -176,7 +176,7 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
       delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
   const nfn_dtype dtype = std::is_same_v<S, float> ? NFN_F32 : NFN_BF16;
   if (use_mma(ctx, dtype, HD, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  if (use_tk(ctx, dtype, HD, T, {dqkv, dout, qkv}))
+  if (use_tk(ctx, dtype, HD, T, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs
     return nfn::cuda::check(ctx,
                             static_cast<cudaError_t>(
                                 nfn_tk_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH, ctx->stream)),
@@ -208,7 +208,7 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   NFN_TRY(check_args(ctx, "attention_backward", B, T, C, NH, dtype, &hd));
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_backward: null dqkv, dout, qkv, out or lse");
-  if (use_cudnn(ctx, dtype, hd, {dqkv, dout, qkv, out}))
+  if (use_cudnn(ctx, dtype, hd, T, {dqkv, dout, qkv, out, lse}))
     return nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
   NFN_ATTENTION_DISPATCH(backward, dtype, hd, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
   return NFN_OK;

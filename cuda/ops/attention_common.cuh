@@ -60,9 +60,11 @@ inline bool use_mma(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
   return ctx->attention == nfn_attention_path::flash_mma && tensor_core_call(dtype, head_dim, tensors);
 }
 
-inline bool use_cudnn(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
+// cuDNN's frontend refuses a sequence of one (T=1) in the backward, and before 9.10 a causal
+// one in the forward: those run flash_simt.
+inline bool use_cudnn(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,
                       std::initializer_list<const void*> tensors) {
-  return ctx->attention == nfn_attention_path::cudnn && tensor_core_call(dtype, head_dim, tensors);
+  return ctx->attention == nfn_attention_path::cudnn && T > 1 && tensor_core_call(dtype, head_dim, tensors);
 }
 
 inline bool use_tk(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,

@@ -61,6 +61,7 @@ namespace fe = cudnn_frontend;
 std::once_flag load_once;
 std::string load_error = "not loaded";
 std::string path_name = "cudnn";
+size_t cudnn_version = 0;  // major * 10000 + minor * 100 + patch, once loaded
 
 void load_cudnn() {
   std::string tried;
@@ -98,7 +99,7 @@ void load_cudnn() {
     load_error = "libcudnn.so.9 was found but its libcudnn_graph.so.9 was not (a partial cuDNN install)";
     return;
   }
-  const size_t v = get_version();  // major * 10000 + minor * 100 + patch since cuDNN 9
+  const size_t v = cudnn_version = get_version();  // major * 10000 + minor * 100 + patch since cuDNN 9
   if (v < 90000) {
     load_error = "cuDNN " + std::to_string(v) + " is older than 9.0";
     return;
@@ -230,6 +231,13 @@ nfn_status run_graph(nfn_ctx* ctx, const char* op, bool backward, int B, int T, 
     NFN_TRY(build(ctx, op, s, backward, B, T, NH, HS, &built));
     found = s->plans.emplace(key, std::move(built)).first;
   }
+  // Up to cuDNN 9.15.0 the frontend gives a backward whose sequence is not a multiple of 128 a
+  // padding mask whose lengths it copies from the host at every execute: not in a recording.
+  if (ctx->recording && backward && T % 128 != 0 && cudnn_version <= 91500)
+    return fail(ctx, NFN_ERR_UNSUPPORTED,
+                "%s: cuDNN %zu's backward at T=%d (not a multiple of 128) copies from the host at every "
+                "call, which a graph recording cannot hold; use cuDNN 9.15.1 or newer, or no graphs",
+                op, cudnn_version, T);
   const Plan& plan = found->second;
   void* workspace = nullptr;
   if (plan.workspace > 0) NFN_TRY(scratch(ctx, static_cast<size_t>(plan.workspace), &workspace, op));

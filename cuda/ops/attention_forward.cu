@@ -89,8 +89,8 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
   if (out == nullptr || lse == nullptr || qkv == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_forward: null out, lse or qkv");
   if (use_mma(ctx, dtype, hd, {out, qkv})) return mma_forward(ctx, out, lse, qkv, B, T, C, NH);
-  if (use_cudnn(ctx, dtype, hd, {out, qkv})) return nfn::cuda::cudnn_forward(ctx, out, lse, qkv, B, T, C, NH);
-  if (use_tk(ctx, dtype, hd, T, {out, qkv}))
+  if (use_cudnn(ctx, dtype, hd, T, {out, qkv, lse})) return nfn::cuda::cudnn_forward(ctx, out, lse, qkv, B, T, C, NH);
+  if (use_tk(ctx, dtype, hd, T, {out, qkv, lse}))  // TK reads lse in 8-byte pairs
     return nfn::cuda::check(ctx, static_cast<cudaError_t>(nfn_tk_attention_forward(out, lse, qkv, B, T, C, NH, ctx->stream)),
                             "attention_forward (thunderkittens)");
   NFN_ATTENTION_DISPATCH(forward, dtype, hd, ctx, out, lse, qkv, B, T, C, NH);

@@ -293,12 +293,14 @@ int nfn_tk_attention_applies(int T, int head_dim) {
 
 int nfn_tk_attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
+  if (!nfn_tk_attention_applies(T, C / NH)) return cudaErrorInvalidValue;
   return C / NH == 64 ? forward<64>(out, lse, qkv, B, T, C, NH, s) : forward<128>(out, lse, qkv, B, T, C, NH, s);
 }
 
 int nfn_tk_attention_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
                               int B, int T, int C, int NH, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
+  if (!nfn_tk_attention_applies(T, C / NH)) return cudaErrorInvalidValue;
   return C / NH == 64 ? backward<64>(dqkv, dout, qkv, lse, delta, B, T, C, NH, s)
                       : backward<128>(dqkv, dout, qkv, lse, delta, B, T, C, NH, s);
 }

@@ -271,6 +271,7 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
                     Shape{1, 1024, 64, 1}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
     check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback
+    check_attention_shape(cpu, gpu, dt, 2, 1, 128, 2, path);  // one position (cudnn: fallback)
   } else {
     check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
   }
