@@ -5,11 +5,13 @@ Without CUDA the targets carry an unsatisfiable constraint, so `bazel test //...
 
 load("@local_cuda//:defs.bzl", "CUDA_COMPATIBLE", "NVCC")
 
-# Hopper (H100/H200) with wgmma, and Blackwell consumer parts (RTX 50xx); PTX for newer GPUs.
+# Machine code for Hopper (H100/H200) and Blackwell consumer parts (RTX 50xx); compute_80 PTX
+# (the kernels need nothing newer: mma.sync, ldmatrix, cp.async) for the driver to compile at
+# load on any other GPU from Ampere on (A100, L4/L40S, B200), untested there.
 CUDA_ARCH_FLAGS = [
     "-gencode=arch=compute_90a,code=sm_90a",
     "-gencode=arch=compute_120,code=sm_120",
-    "-gencode=arch=compute_120,code=compute_120",
+    "-gencode=arch=compute_80,code=compute_80",
 ]
 
 def cuda_library(
