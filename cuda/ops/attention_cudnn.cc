@@ -192,7 +192,9 @@ nfn_status build(nfn_ctx* ctx, const char* op, State* s, bool backward, int B, i
                        .set_name("attention_backward")
                        .set_attn_scale(scale)
                        .set_causal_mask(true)
-                       .set_deterministic_algorithm(true);
+                       // No deterministic backward on sm_100 (the frontend refuses it there):
+                       // B200s get cuDNN's atomic dQ rather than a failure.
+                       .set_deterministic_algorithm(ctx->cc_major != 10);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
     dq->set_output(true).set_uid(kDQ).set_dim(dims).set_stride(qkv_stride);
     dk->set_output(true).set_uid(kDK).set_dim(dims).set_stride(qkv_stride);

@@ -89,7 +89,7 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
   err = cudaSetDevice(device);
   cudaDeviceProp prop;
   if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, device);
-  if (err == cudaSuccess) ctx->device_name = prop.name;
+  if (err == cudaSuccess) ctx->device_name = prop.name, ctx->cc_major = prop.major;
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&ctx->blocks_done), sizeof(unsigned));
   if (err == cudaSuccess) err = cudaMemsetAsync(ctx->blocks_done, 0, sizeof(unsigned), ctx->stream);

@@ -19,6 +19,7 @@ enum class nfn_attention_path { flash_simt, flash_mma, cudnn, thunderkittens };
 struct nfn_ctx {
   int device = 0;
   std::string device_name;          // cudaDeviceProp::name, for reports
+  int cc_major = 0;                 // compute capability's major version
   cudaStream_t stream = nullptr;
   std::string last_error;
   void* cublaslt = nullptr;         // cublasLtHandle_t, created on first GEMM
