@@ -61,19 +61,19 @@ __device__ __forceinline__ void read_row(const T* row, int V, F&& f) {
   }
 }
 
-// row[c] = f(row[c] as f32, c) for c < V (the row stride), each thread rewriting only what
-// it read.
+// row[c] = f(row[c] as f32, c) for every column c < width (the row stride: padding too),
+// each thread rewriting only what it read.
 template <bool kVec, typename T, typename F>
-__device__ __forceinline__ void rewrite_row(T* row, int V, F&& f) {
+__device__ __forceinline__ void rewrite_row(T* row, int width, F&& f) {
   if constexpr (kVec) {
     auto* packs = reinterpret_cast<Pack<T>*>(row);
-    for (int i = threadIdx.x; i < V / Pack<T>::n; i += blockDim.x) {
+    for (int i = threadIdx.x; i < width / Pack<T>::n; i += blockDim.x) {
       Pack<T> p = packs[i];
       for (int j = 0; j < Pack<T>::n; ++j) p.v[j] = from_f32<T>(f(to_f32(p.v[j]), i * Pack<T>::n + j));
       packs[i] = p;
     }
   } else {
-    for (int c = threadIdx.x; c < V; c += blockDim.x) row[c] = from_f32<T>(f(to_f32(row[c]), c));
+    for (int c = threadIdx.x; c < width; c += blockDim.x) row[c] = from_f32<T>(f(to_f32(row[c]), c));
   }
 }
 
