@@ -49,10 +49,7 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
 // size 64 or 128 and 16-byte aligned tensors (they move 16-byte pieces); every other call
 // under those options runs the flash_simt kernels.
 inline bool tensor_core_call(nfn_dtype dtype, int head_dim, std::initializer_list<const void*> tensors) {
-  if (dtype != NFN_BF16 || (head_dim != 64 && head_dim != 128)) return false;
-  for (const void* p : tensors)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
+  return dtype == NFN_BF16 && (head_dim == 64 || head_dim == 128) && aligned16(tensors);
 }
 
 inline bool use_mma(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,

@@ -3,6 +3,9 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
+#include <initializer_list>
+
 namespace nfn::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -21,6 +24,42 @@ __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat1
 template <typename T>
 __device__ __forceinline__ float load_or(const T* p, size_t i, float fallback) {
   return p != nullptr ? to_f32(p[i]) : fallback;
+}
+
+// N elements moved as one load or store: 16 bytes by default.
+template <typename T, int N = 16 / sizeof(T)>
+struct alignas(sizeof(T) * N) Pack {
+  static constexpr int n = N;
+  T v[N];
+};
+
+// Whether every pointer given (NULL counts as aligned) is 16-byte aligned, so Pack<T> can
+// move its data.
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// Elements i*N .. i*N+N-1 of p as f32 (`fallback` for each when p is NULL), and back.
+template <int N, typename T>
+__device__ __forceinline__ void load_pack(const T* p, int i, float (&out)[N], float fallback = 0.f) {
+  if (p == nullptr) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = fallback;
+    return;
+  }
+  const Pack<T, N> v = reinterpret_cast<const Pack<T, N>*>(p)[i];
+#pragma unroll
+  for (int j = 0; j < N; ++j) out[j] = to_f32(v.v[j]);
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void store_pack(T* p, int i, const float (&in)[N]) {
+  Pack<T, N> v;
+#pragma unroll
+  for (int j = 0; j < N; ++j) v.v[j] = from_f32<T>(in[j]);
+  reinterpret_cast<Pack<T, N>*>(p)[i] = v;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,125 +1,132 @@
-// LayerNorm and RMSNorm: one warp per row with f32 statistics; the weight and bias
-// gradients are deterministic column sums (column_reduce.cuh).
+// LayerNorm and RMSNorm, one kernel template each way (kCentered: LayerNorm, which subtracts
+// the mean and may add a bias). A warp owns a row; statistics are f32; rows move 16 bytes a
+// load where C and the pointers allow it (Pack), one element a load otherwise.
+//
+// The backward reads dout and inp once: each warp adds its rows' input gradient to dinp and
+// sums the weight and bias gradient terms of its rows into its own columns in shared memory;
+// each block then adds its warps' columns, in warp order, into an f32 partial, and a last
+// kernel adds the blocks' partials, in block order, to dweight and dbias (column_reduce.cuh).
+// Rows go to blocks and warps by a fixed rule, so the result is deterministic.
+#include <algorithm>
+
 #include "cuda/ops/column_reduce.cuh"
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
 
+using nfn::cuda::aligned16;
 using nfn::cuda::fail;
-using nfn::cuda::from_f32;
-using nfn::cuda::load_or;
-using nfn::cuda::to_f32;
+using nfn::cuda::load_pack;
+using nfn::cuda::Pack;
+using nfn::cuda::store_pack;
 using nfn::cuda::warp_sum;
 
 namespace {
 
 constexpr float kEps = 1e-5f;
-constexpr int kRowsPerBlock = 8;  // warps per block, one row each
+constexpr int kRowsPerBlock = 8;            // warps per block, one row at a time each
+constexpr int kBackwardBlocks = 256;        // at most, in the backward (2 per SM on an H200)
+constexpr size_t kDefaultShared = 48 << 10;  // dynamic shared memory without opting in
 
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* inp,
-                                         const T* weight, const T* bias, int N, int C) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x;
+// Forward: out = (x - mean) * rstd * weight + bias (LayerNorm) or x * rstd * weight
+// (RMSNorm, mean 0, no bias); weight NULL reads as 1, bias NULL as 0. V elements a load.
+template <bool kCentered, int V, typename T>
+__global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* inp, const T* weight,
+                                    const T* bias, int N, int C) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x, packs = C / V;
   if (row >= N) return;
   const T* x = inp + static_cast<size_t>(row) * C;
-  float sum = 0.f;
-  for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
-  const float mean = warp_sum(sum) / C;
-  float var = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_f32(x[c]) - mean;
-    var += d * d;
+  float mean = 0.f;
+  if constexpr (kCentered) {
+    float sum = 0.f;
+    for (int i = lane; i < packs; i += 32) {
+      float v[V];
+      load_pack(x, i, v);
+      for (int j = 0; j < V; ++j) sum += v[j];
+    }
+    mean = warp_sum(sum) / C;
   }
-  const float rstd = rsqrtf(warp_sum(var) / C + kEps);
+  float sq = 0.f;
+  for (int i = lane; i < packs; i += 32) {
+    float v[V];
+    load_pack(x, i, v);
+    for (int j = 0; j < V; ++j) sq += (v[j] - mean) * (v[j] - mean);
+  }
+  const float rstd = rsqrtf(warp_sum(sq) / C + kEps);
   T* y = out + static_cast<size_t>(row) * C;
-  for (int c = lane; c < C; c += 32)
-    y[c] = from_f32<T>((to_f32(x[c]) - mean) * rstd * to_f32(weight[c]) + load_or(bias, c, 0.f));
+  for (int i = lane; i < packs; i += 32) {
+    float v[V], w[V], b[V];
+    load_pack(x, i, v);
+    load_pack(weight, i, w, 1.f);
+    load_pack(bias, i, b);
+    for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * rstd * w[j] + b[j];
+    store_pack(y, i, v);
+  }
   if (lane == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
   }
 }
 
-template <typename T>
-__global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                      const float* mean, const float* rstd, int N, int C) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x;
-  if (row >= N) return;
-  const size_t off = static_cast<size_t>(row) * C;
-  const float m = mean[row], r = rstd[row];
-  float dnorm_sum = 0.f, dnorm_xhat_sum = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float dnorm = to_f32(dout[off + c]) * to_f32(weight[c]);
-    dnorm_sum += dnorm;
-    dnorm_xhat_sum += dnorm * (to_f32(inp[off + c]) - m) * r;
+// Backward, with xhat = (x - mean) * rstd and dnorm = dout * weight:
+//   dinp += (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)) * rstd   (RMSNorm: no mean(dnorm))
+//   dweight term dout * xhat, dbias term dout (LayerNorm only): K = 2 or 1 terms a column.
+// partials (NULL: no parameter gradients) gets, for each term k and block b, the sum over
+// the block's rows at [k][b][c]. Shared memory holds K * C floats a warp; column c sits at
+// (c % V) * (C / V) + c / V, so the lanes of a warp touch consecutive words.
+template <bool kCentered, int V, typename T>
+__global__ void norm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
+                                     const float* mean, const float* rstd, int N, int C) {
+  constexpr int K = kCentered ? 2 : 1;
+  extern __shared__ float cols[];
+  const int warps = blockDim.y, lane = threadIdx.x, packs = C / V;
+  float* mine = cols + static_cast<size_t>(threadIdx.y) * K * C;
+  if (partials != nullptr)
+    for (int i = lane; i < packs; i += 32)
+      for (int k = 0; k < K; ++k)
+        for (int j = 0; j < V; ++j) mine[k * C + j * packs + i] = 0.f;
+  for (int row = blockIdx.x * warps + threadIdx.y; row < N; row += gridDim.x * warps) {
+    const size_t off = static_cast<size_t>(row) * C;
+    const float m = kCentered ? mean[row] : 0.f, r = rstd[row];
+    float dnorm_sum = 0.f, dnorm_xhat_sum = 0.f;
+    for (int i = lane; i < packs; i += 32) {
+      float g[V], x[V], w[V];
+      load_pack(dout + off, i, g);
+      load_pack(inp + off, i, x);
+      load_pack(weight, i, w, 1.f);
+      for (int j = 0; j < V; ++j) {
+        dnorm_sum += g[j] * w[j];
+        dnorm_xhat_sum += g[j] * w[j] * (x[j] - m) * r;
+      }
+    }
+    const float dnorm_mean = kCentered ? warp_sum(dnorm_sum) / C : 0.f;
+    const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / C;
+    for (int i = lane; i < packs; i += 32) {  // the row again, from L1
+      float g[V], x[V], w[V], d[V];
+      load_pack(dout + off, i, g);
+      load_pack(inp + off, i, x);
+      load_pack(weight, i, w, 1.f);
+      if (dinp != nullptr) {
+        load_pack(dinp + off, i, d);
+        for (int j = 0; j < V; ++j)
+          d[j] += (g[j] * w[j] - dnorm_mean - (x[j] - m) * r * dnorm_xhat_mean) * r;
+        store_pack(dinp + off, i, d);
+      }
+      if (partials != nullptr)
+        for (int j = 0; j < V; ++j) {
+          mine[j * packs + i] += g[j] * (x[j] - m) * r;
+          if (kCentered) mine[C + j * packs + i] += g[j];
+        }
+    }
   }
-  const float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (to_f32(inp[off + c]) - m) * r;
-    const float dnorm = to_f32(dout[off + c]) * to_f32(weight[c]);
-    const float d = (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * r;
-    dinp[off + c] = from_f32<T>(to_f32(dinp[off + c]) + d);
-  }
-}
-
-// (dweight, dbias) terms of one element: dout * xhat and dout.
-template <typename T>
-struct LayerNormParamGrads {
-  const T *dout, *inp;
-  const float *mean, *rstd;
-  int C;
-  __device__ void operator()(int r, int c, float* v) const {
-    const size_t i = static_cast<size_t>(r) * C + c;
-    const float g = to_f32(dout[i]);
-    v[0] = g * (to_f32(inp[i]) - mean[r]) * rstd[r];
-    v[1] = g;
-  }
-};
-
-template <typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd_out, const T* inp, const T* weight,
-                                       int N, int C) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x;
-  if (row >= N) return;
-  const T* x = inp + static_cast<size_t>(row) * C;
-  float sq = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float v = to_f32(x[c]);
-    sq += v * v;
-  }
-  const float rstd = rsqrtf(warp_sum(sq) / C + kEps);
-  T* y = out + static_cast<size_t>(row) * C;
-  for (int c = lane; c < C; c += 32) y[c] = from_f32<T>(to_f32(x[c]) * rstd * load_or(weight, c, 1.f));
-  if (lane == 0 && rstd_out != nullptr) rstd_out[row] = rstd;
-}
-
-template <typename T>
-__global__ void rmsnorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                    const float* rstd, int N, int C) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x;
-  if (row >= N) return;
-  const size_t off = static_cast<size_t>(row) * C;
-  const float r = rstd[row];
-  float dot = 0.f;
-  for (int c = lane; c < C; c += 32)
-    dot += to_f32(dout[off + c]) * load_or(weight, c, 1.f) * to_f32(inp[off + c]) * r;
-  const float dnorm_xhat_mean = warp_sum(dot) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = to_f32(inp[off + c]) * r;
-    const float dnorm = to_f32(dout[off + c]) * load_or(weight, c, 1.f);
-    dinp[off + c] = from_f32<T>(to_f32(dinp[off + c]) + (dnorm - xhat * dnorm_xhat_mean) * r);
+  if (partials == nullptr) return;
+  __syncthreads();
+  for (int t = threadIdx.y * 32 + lane; t < K * C; t += warps * 32) {
+    const int k = t / C, slot = t % C;
+    float s = 0.f;
+    for (int w = 0; w < warps; ++w) s += cols[(static_cast<size_t>(w) * K + k) * C + slot];
+    partials[(static_cast<size_t>(k) * gridDim.x + blockIdx.x) * C + (slot % packs) * V + slot / packs] = s;
   }
 }
-
-template <typename T>
-struct RmsNormWeightGrad {
-  const T *dout, *inp;
-  const float* rstd;
-  int C;
-  __device__ void operator()(int r, int c, float* v) const {
-    const size_t i = static_cast<size_t>(r) * C + c;
-    v[0] = to_f32(dout[i]) * to_f32(inp[i]) * rstd[r];
-  }
-};
 
 nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int C) {
   if (N <= 0 || C <= 0)
@@ -127,8 +134,82 @@ nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int C) {
   return NFN_OK;
 }
 
-const dim3 kRowBlock(32, kRowsPerBlock);
-unsigned row_grid(int N) { return (N + kRowsPerBlock - 1) / kRowsPerBlock; }
+// Rows move as Pack<T> where C is a whole number of packs and every tensor is 16-byte aligned.
+template <typename T>
+bool packed(int C, std::initializer_list<const void*> tensors) {
+  return C % Pack<T>::n == 0 && aligned16(tensors);
+}
+
+template <bool kCentered, int V, typename T>
+void launch_forward(nfn_ctx* ctx, T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                    int N, int C) {
+  norm_forward_kernel<kCentered, V><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, dim3(32, kRowsPerBlock), 0,
+                                      ctx->stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+template <bool kCentered, typename T>
+nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, float* rstd, const void* inp,
+                        const void* weight, const void* bias, int N, int C) {
+  auto* y = static_cast<T*>(out);
+  const auto *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight), *b = static_cast<const T*>(bias);
+  if (packed<T>(C, {out, inp, weight, bias}))
+    launch_forward<kCentered, Pack<T>::n>(ctx, y, mean, rstd, x, w, b, N, C);
+  else
+    launch_forward<kCentered, 1>(ctx, y, mean, rstd, x, w, b, N, C);
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
+
+template <bool kCentered, int V, typename T>
+nfn_status launch_backward(nfn_ctx* ctx, const char* op, int blocks, int warps, size_t shared, T* dinp,
+                           float* partials, const T* dout, const T* inp, const T* weight, const float* mean,
+                           const float* rstd, int N, int C) {
+  if (shared > kDefaultShared)
+    NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(norm_backward_kernel<kCentered, V, T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+                 op);
+  norm_backward_kernel<kCentered, V, T><<<blocks, dim3(32, warps), shared, ctx->stream>>>(
+      dinp, partials, dout, inp, weight, mean, rstd, N, C);
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
+
+// dinp (may be NULL) += the input gradient; dweight and dbias (either may be NULL; no dbias
+// for RMSNorm) += the parameter gradients.
+template <bool kCentered, typename T>
+nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight, void* dbias, const void* dout,
+                         const void* inp, const void* weight, const float* mean, const float* rstd, int N, int C) {
+  constexpr int K = kCentered ? 2 : 1;
+  const bool params = dweight != nullptr || dbias != nullptr;
+  // A warp's columns take K * C floats; as many warps as fit in the default 48 KiB (up to
+  // kRowsPerBlock), else one warp with more, opted into (an H200 allows 227 KiB).
+  const size_t warp_bytes = params ? sizeof(float) * K * C : 0;
+  const int warps =
+      params ? static_cast<int>(std::clamp<size_t>(kDefaultShared / warp_bytes, 1, kRowsPerBlock)) : kRowsPerBlock;
+  const size_t shared = warp_bytes * warps;
+  const int blocks = std::min((N + warps - 1) / warps, kBackwardBlocks);
+  float* partials = nullptr;
+  if (params) {
+    void* buf = nullptr;
+    NFN_TRY(nfn::cuda::scratch(ctx, sizeof(float) * K * blocks * static_cast<size_t>(C), &buf, op));
+    partials = static_cast<float*>(buf);
+  }
+  auto* di = static_cast<T*>(dinp);
+  const auto *g = static_cast<const T*>(dout), *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight);
+  if (packed<T>(C, {dinp, dout, inp, weight}))
+    NFN_TRY((launch_backward<kCentered, Pack<T>::n>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean,
+                                                    rstd, N, C)));
+  else
+    NFN_TRY((launch_backward<kCentered, 1>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C)));
+  T* dsts[K] = {static_cast<T*>(dweight)};
+  if constexpr (kCentered) dsts[1] = static_cast<T*>(dbias);
+  for (int k = 0; k < K; ++k)
+    if (dsts[k] != nullptr)
+      nfn::cuda::add_partials_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
+          dsts[k], partials + static_cast<size_t>(k) * blocks * C, blocks, C);
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
 
 }  // namespace
 
@@ -142,11 +223,9 @@ nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rs
   NFN_TRY(check_shape(ctx, op, N, C));
   if (out == nullptr || inp == nullptr || weight == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null out, inp or weight", op);
-  NFN_DISPATCH(dtype, E, layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, ctx->stream>>>(
-                             static_cast<E*>(out), mean, rstd, static_cast<const E*>(inp),
-                             static_cast<const E*>(weight), static_cast<const E*>(bias), N, C));
-  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-  return NFN_OK;
+  nfn_status s = NFN_OK;
+  NFN_DISPATCH(dtype, E, s = norm_forward<true, E>(ctx, op, out, mean, rstd, inp, weight, bias, N, C));
+  return s;
 }
 
 nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
@@ -158,19 +237,9 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
   NFN_TRY(check_shape(ctx, op, N, C));
   if (dout == nullptr || inp == nullptr || weight == nullptr || mean == nullptr || rstd == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout, inp, weight, mean or rstd", op);
-  NFN_DISPATCH(dtype, E, {
-    if (dinp != nullptr)
-      layernorm_dinp_kernel<<<row_grid(N), kRowBlock, 0, ctx->stream>>>(
-          static_cast<E*>(dinp), static_cast<const E*>(dout), static_cast<const E*>(inp),
-          static_cast<const E*>(weight), mean, rstd, N, C);
-    NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-    if (dweight != nullptr || dbias != nullptr) {
-      E* const dsts[2] = {static_cast<E*>(dweight), static_cast<E*>(dbias)};
-      LayerNormParamGrads<E> f{static_cast<const E*>(dout), static_cast<const E*>(inp), mean, rstd, C};
-      NFN_TRY(nfn::cuda::add_column_sums(ctx, op, dsts, f, N, C));
-    }
-  });
-  return NFN_OK;
+  nfn_status s = NFN_OK;
+  NFN_DISPATCH(dtype, E, s = norm_backward<true, E>(ctx, op, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+  return s;
 }
 
 nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void* inp,
@@ -180,11 +249,9 @@ nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void*
   NFN_TRY(check_shape(ctx, op, N, C));
   if (out == nullptr || inp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null out or inp", op);
-  NFN_DISPATCH(dtype, E, rmsnorm_forward_kernel<<<row_grid(N), kRowBlock, 0, ctx->stream>>>(
-                             static_cast<E*>(out), rstd, static_cast<const E*>(inp),
-                             static_cast<const E*>(weight), N, C));
-  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-  return NFN_OK;
+  nfn_status s = NFN_OK;
+  NFN_DISPATCH(dtype, E, s = norm_forward<false, E>(ctx, op, out, nullptr, rstd, inp, weight, nullptr, N, C));
+  return s;
 }
 
 nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const void* dout,
@@ -197,19 +264,10 @@ nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const v
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout, inp or rstd", op);
   if (dweight != nullptr && weight == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight given but weight is NULL", op);
-  NFN_DISPATCH(dtype, E, {
-    if (dinp != nullptr)
-      rmsnorm_dinp_kernel<<<row_grid(N), kRowBlock, 0, ctx->stream>>>(
-          static_cast<E*>(dinp), static_cast<const E*>(dout), static_cast<const E*>(inp),
-          static_cast<const E*>(weight), rstd, N, C);
-    NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-    if (dweight != nullptr) {
-      E* const dsts[1] = {static_cast<E*>(dweight)};
-      RmsNormWeightGrad<E> f{static_cast<const E*>(dout), static_cast<const E*>(inp), rstd, C};
-      NFN_TRY(nfn::cuda::add_column_sums(ctx, op, dsts, f, N, C));
-    }
-  });
-  return NFN_OK;
+  nfn_status s = NFN_OK;
+  NFN_DISPATCH(dtype, E,
+               s = norm_backward<false, E>(ctx, op, dinp, dweight, nullptr, dout, inp, weight, nullptr, rstd, N, C));
+  return s;
 }
 
 }  // extern "C"

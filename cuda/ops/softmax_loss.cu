@@ -12,6 +12,7 @@ using nfn::cuda::block_max;
 using nfn::cuda::block_sum;
 using nfn::cuda::fail;
 using nfn::cuda::from_f32;
+using nfn::cuda::Pack;
 using nfn::cuda::to_f32;
 
 namespace {
@@ -35,13 +36,6 @@ __global__ void softmax_kernel(float* out, const T* inp, int V, int stride) {
   float* y = out + static_cast<size_t>(blockIdx.x) * V;
   for (int c = threadIdx.x; c < V; c += blockDim.x) y[c] = expf(to_f32(x[c]) - m) * inv;
 }
-
-// 16 bytes of logits, for the vectorized passes over a row.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int n = 16 / sizeof(T);
-  T v[n];
-};
 
 // f(value as f32, column) for each of a row's first V logits, 16 bytes a load where kVec
 // (the caller checked that every row starts 16-byte aligned and the row stride is a whole

@@ -57,10 +57,10 @@ void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
           dt);
 }
 
-void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
-  const int N = 150, C = 200;
+void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, int C) {
+  const std::string dims = " " + std::to_string(N) + "x" + std::to_string(C);
   const auto inp = random_floats(N * C, rng), w = random_floats(C, rng), bias = random_floats(C, rng);
-  compare(cpu, gpu, Case{"layernorm_forward",
+  compare(cpu, gpu, Case{"layernorm_forward" + dims,
                          {output("out", N * C), output("mean", N, Kind::f32), output("rstd", N, Kind::f32),
                           input("inp", inp), input("weight", w), input("bias", bias)},
                          [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
@@ -84,7 +84,7 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
     rstd[r] = static_cast<float>(1.0 / std::sqrt(ss / C + 1e-5));
     rms_rstd[r] = static_cast<float>(1.0 / std::sqrt(sq / C + 1e-5));
   }
-  compare(cpu, gpu, Case{"layernorm_backward",
+  compare(cpu, gpu, Case{"layernorm_backward" + dims,
                          {accumulated("dinp", random_floats(N * C, rng)), accumulated("dweight", random_floats(C, rng)),
                           accumulated("dbias", random_floats(C, rng)), input("dout", random_floats(N * C, rng)),
                           input("inp", inp), input("weight", w), input("mean", mean, Kind::f32),
@@ -95,7 +95,7 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                          }},
           dt);
   for (bool with_weight : {true, false}) {
-    const std::string tag = with_weight ? "" : " (no weight)";
+    const std::string tag = dims + (with_weight ? "" : " (no weight)");
     compare(cpu, gpu, Case{"rmsnorm_forward" + tag,
                            {output("out", N * C), output("rstd", N, Kind::f32), input("inp", inp),
                             input("weight", with_weight ? w : std::vector<float>{})},
@@ -114,6 +114,15 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                            }},
             dt);
   }
+}
+
+// Shapes: 16 bytes a load (C a whole number of 16-byte packs), one element a load (C = 75),
+// warps with several rows each in the backward (N = 2100 over its 256 blocks of 8 warps), and
+// a LayerNorm row too wide for 48 KiB of column sums (C = 6200: one warp a block, opted in).
+void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  struct Shape { int N, C; };
+  for (Shape s : {Shape{150, 200}, Shape{37, 75}, Shape{2100, 24}, Shape{3, 6200}})
+    check_norms(cpu, gpu, dt, s.N, s.C);
 }
 
 void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
