@@ -37,14 +37,39 @@ __global__ void column_partials_kernel(F f, int N, int C, float* partials) {
   }
 }
 
-// dst[c] += sum over slices of partials[slice][c] (dst may be NULL: nothing to do).
-template <typename T>
-__global__ void add_partials_kernel(T* dst, const float* partials, int slices, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (dst == nullptr || c >= C) return;
+// The destinations of NV column sums (entries may be NULL: nothing to add).
+template <typename T, int NV>
+struct ColumnDsts {
+  T* p[NV];
+};
+
+// dsts.p[k][c] += the sum over slices of partials[k][slice][c], for k = blockIdx.y. 32 columns
+// a block: each of its 32 thread rows sums every 32nd slice, then thread row 0 adds the 32
+// sums in order, so the order is fixed and the partials are read by many SMs at once.
+template <typename T, int NV>
+__global__ void add_partials_kernel(ColumnDsts<T, NV> dsts, const float* partials, int slices, int C) {
+  T* dst = dsts.p[blockIdx.y];
+  if (dst == nullptr) return;
+  partials += static_cast<size_t>(blockIdx.y) * slices * C;
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.f;
-  for (int i = 0; i < slices; ++i) s += partials[static_cast<size_t>(i) * C + c];
+  if (c < C)
+    for (int i = threadIdx.y; i < slices; i += 32) s += partials[static_cast<size_t>(i) * C + c];
+  __shared__ float sums[32][33];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int y = 1; y < 32; ++y) s += sums[y][threadIdx.x];
   dst[c] = from_f32<T>(to_f32(dst[c]) + s);
+}
+
+// Adds partials [NV][slices][C] (f32) to dsts[0..NV) (entries may be NULL), one launch.
+template <typename T, int NV>
+nfn_status add_partials(nfn_ctx* ctx, const char* op, ColumnDsts<T, NV> dsts, const float* partials, int slices,
+                        int C) {
+  add_partials_kernel<<<dim3((C + 31) / 32, NV), dim3(32, 32), 0, ctx->stream>>>(dsts, partials, slices, C);
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
 }
 
 inline int row_slices(int N) {
@@ -62,12 +87,10 @@ nfn_status add_column_sums(nfn_ctx* ctx, const char* op, T* const (&dsts)[NV], F
   float* partials = static_cast<float*>(buf);
   dim3 grid((C + kColumnTile - 1) / kColumnTile, slices), block(kColumnTile, kRowThreads);
   column_partials_kernel<NV><<<grid, block, 0, ctx->stream>>>(f, N, C, partials);
-  for (int k = 0; k < NV; ++k)
-    if (dsts[k] != nullptr)
-      add_partials_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
-          dsts[k], partials + static_cast<size_t>(k) * slices * C, slices, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-  return NFN_OK;
+  ColumnDsts<T, NV> d;
+  for (int k = 0; k < NV; ++k) d.p[k] = dsts[k];
+  return add_partials(ctx, op, d, partials, slices, C);
 }
 
 }  // namespace nfn::cuda

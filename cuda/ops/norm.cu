@@ -5,7 +5,7 @@
 // The backward reads dout and inp once: each warp adds its rows' input gradient to dinp and
 // sums the weight and bias gradient terms of its rows into its own columns in shared memory;
 // each block then adds its warps' columns, in warp order, into an f32 partial, and a last
-// kernel adds the blocks' partials, in block order, to dweight and dbias (column_reduce.cuh).
+// kernel adds the blocks' partials, in a fixed order, to dweight and dbias (column_reduce.cuh).
 // Rows go to blocks and warps by a fixed rule, so the result is deterministic.
 #include <algorithm>
 
@@ -201,14 +201,10 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
                                                     rstd, N, C)));
   else
     NFN_TRY((launch_backward<kCentered, 1>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C)));
-  T* dsts[K] = {static_cast<T*>(dweight)};
-  if constexpr (kCentered) dsts[1] = static_cast<T*>(dbias);
-  for (int k = 0; k < K; ++k)
-    if (dsts[k] != nullptr)
-      nfn::cuda::add_partials_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
-          dsts[k], partials + static_cast<size_t>(k) * blocks * C, blocks, C);
-  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-  return NFN_OK;
+  if (!params) return NFN_OK;
+  nfn::cuda::ColumnDsts<T, K> dsts{{static_cast<T*>(dweight)}};
+  if constexpr (kCentered) dsts.p[1] = static_cast<T*>(dbias);
+  return nfn::cuda::add_partials(ctx, op, dsts, partials, blocks, C);
 }
 
 }  // namespace
