@@ -1,6 +1,8 @@
 // Token + position embedding. The backward sorts token ids (CUB radix sort) so that each
 // distinct token's rows are summed once in f32 and added to dwte without atomics: the
 // result is deterministic and bf16 gradients are rounded once, not once per occurrence.
+// A frequent token (" the" is about 4% of web text, ~650 rows of a 16k-token micro-batch)
+// is summed by 8 warps, 4 rows each at a time, not row after row by one thread.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/ops/context.h"
@@ -8,6 +10,9 @@
 
 using nfn::cuda::fail;
 using nfn::cuda::from_f32;
+using nfn::cuda::load_pack;
+using nfn::cuda::Pack;
+using nfn::cuda::store_pack;
 using nfn::cuda::to_f32;
 
 namespace {
@@ -25,20 +30,59 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   }
 }
 
-// One block column per sorted position; the first position of each run of equal tokens sums
-// the run's dout rows (in original order) and adds them to that token's dwte row.
-template <typename T>
+constexpr int kDwteWarps = 8, kDwteUnroll = 4;
+
+// A block per sorted position p and 32 * V columns; only the block at the start of each run
+// of equal tokens works. Its warp w sums occurrences p + w, p + w + 8, ... of the run (four
+// at a time, so a frequent token's rows are read many at once), each lane V columns in f32;
+// the warps' sums are then added in warp order to that token's dwte row, so the result is
+// deterministic and rounded once.
+template <int V, typename T>
 __global__ void embedding_dwte_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
                                       const int32_t* sorted_rows, int N, int C) {
-  const int p = blockIdx.x;
-  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int p = blockIdx.x, warp = threadIdx.y, lane = threadIdx.x;
   const int32_t token = sorted_tokens[p];
-  if (c >= C || (p > 0 && sorted_tokens[p - 1] == token)) return;
-  float sum = 0.f;
-  for (int q = p; q < N && sorted_tokens[q] == token; ++q)
-    sum += to_f32(dout[static_cast<size_t>(sorted_rows[q]) * C + c]);
-  T* dst = dwte + static_cast<size_t>(token) * C + c;
-  *dst = from_f32<T>(to_f32(*dst) + sum);
+  if (p > 0 && sorted_tokens[p - 1] == token) return;
+  const int pack = blockIdx.y * 32 + lane;  // this lane's V columns
+  const bool mine = pack * V < C;
+  float acc[V] = {};
+  for (int q0 = p + warp;; q0 += kDwteUnroll * kDwteWarps) {
+    int32_t toks[kDwteUnroll], rows[kDwteUnroll];  // each step's loads issued together
+    for (int u = 0; u < kDwteUnroll; ++u) {
+      const int q = q0 + u * kDwteWarps;
+      toks[u] = q < N ? sorted_tokens[q] : ~token;
+    }
+    for (int u = 0; u < kDwteUnroll; ++u)
+      rows[u] = toks[u] == token ? sorted_rows[q0 + u * kDwteWarps] : -1;
+    float v[kDwteUnroll][V];
+    for (int u = 0; u < kDwteUnroll; ++u) {
+      if (rows[u] >= 0 && mine)
+        load_pack(dout + static_cast<size_t>(rows[u]) * C, pack, v[u]);
+      else
+        for (int j = 0; j < V; ++j) v[u][j] = 0.f;
+    }
+    for (int u = 0; u < kDwteUnroll; ++u)
+      for (int j = 0; j < V; ++j) acc[j] += v[u][j];
+    if (rows[kDwteUnroll - 1] < 0) break;  // sorted: the run ended
+  }
+  __shared__ float sums[kDwteWarps][V][32];
+  for (int j = 0; j < V; ++j) sums[warp][j][lane] = acc[j];
+  __syncthreads();
+  if (warp != 0 || !mine) return;
+  for (int j = 0; j < V; ++j)
+    for (int w = 1; w < kDwteWarps; ++w) acc[j] += sums[w][j][lane];
+  T* row = dwte + static_cast<size_t>(token) * C;
+  float old[V];
+  load_pack(row, pack, old);
+  for (int j = 0; j < V; ++j) acc[j] += old[j];
+  store_pack(row, pack, acc);
+}
+
+template <int V, typename T>
+void launch_dwte(nfn_ctx* ctx, T* dwte, const T* dout, const int32_t* sorted_tokens, const int32_t* sorted_rows,
+                 int N, int C) {
+  const dim3 grid(N, (C + 32 * V - 1) / (32 * V)), block(32, kDwteWarps);
+  embedding_dwte_kernel<V><<<grid, block, 0, ctx->stream>>>(dwte, dout, sorted_tokens, sorted_rows, N, C);
 }
 
 template <typename T>
@@ -112,10 +156,14 @@ nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const vo
   NFN_CUDA_TRY(ctx, cub::DeviceRadixSort::SortPairs(base + 3 * ids_bytes, temp_bytes, tokens,
                                                     sorted_tokens, rows, sorted_rows, N, 0, 32,
                                                     ctx->stream), op);
-  dim3 grid(N, (C + 127) / 128);
-  NFN_DISPATCH(dtype, E, embedding_dwte_kernel<<<grid, 128, 0, ctx->stream>>>(
-                             static_cast<E*>(dwte), static_cast<const E*>(dout), sorted_tokens,
-                             sorted_rows, N, C));
+  NFN_DISPATCH(dtype, E, {
+    auto* dst = static_cast<E*>(dwte);
+    const auto* grad = static_cast<const E*>(dout);
+    if (C % Pack<E>::n == 0 && nfn::cuda::aligned16({dwte, dout}))
+      launch_dwte<Pack<E>::n>(ctx, dst, grad, sorted_tokens, sorted_rows, N, C);
+    else
+      launch_dwte<1>(ctx, dst, grad, sorted_tokens, sorted_rows, N, C);
+  });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

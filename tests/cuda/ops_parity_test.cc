@@ -31,12 +31,18 @@ std::vector<int32_t> random_ids(size_t n, int bound, bool some_masked = false) {
 #define F(i) static_cast<float*>(p[i])
 #define P(i) p[i]
 
-void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
-  const int B = 3, T = 37, C = 72, V = 50;
+// Shapes: 16 bytes a load (C = 72) with a few repeated tokens, and one element a load (C = 75)
+// with one token in every other position, a run of 50 rows in dwte's sorted order: longer
+// than the 32 rows its 8 warps take at a time.
+void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, bool frequent) {
+  const int V = 50;
+  const std::string dims = " " + std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(C);
   auto tokens = random_ids(B * T, V);
   tokens[5] = tokens[6] = tokens[40] = 7;  // repeated tokens must sum, not overwrite
+  if (frequent)
+    for (size_t i = 0; i < tokens.size(); i += 2) tokens[i] = 7;
   for (bool with_wpe : {true, false}) {
-    compare(cpu, gpu, Case{with_wpe ? "embedding_forward" : "embedding_forward (no wpe)",
+    compare(cpu, gpu, Case{(with_wpe ? "embedding_forward" : "embedding_forward (no wpe)") + dims,
                            {output("out", B * T * C), ids("tokens", tokens),
                             input("wte", random_floats(V * C, rng)),
                             input("wpe", with_wpe ? random_floats(T * C, rng) : std::vector<float>{})},
@@ -46,7 +52,7 @@ void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                            }},
             dt);
   }
-  compare(cpu, gpu, Case{"embedding_backward",
+  compare(cpu, gpu, Case{"embedding_backward" + dims,
                          {accumulated("dwte", random_floats(V * C, rng)),
                           accumulated("dwpe", random_floats(T * C, rng)),
                           input("dout", random_floats(B * T * C, rng)), ids("tokens", tokens)},
@@ -114,6 +120,11 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, in
                            }},
             dt);
   }
+}
+
+void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  check_embedding(cpu, gpu, dt, 3, 37, 72, false);
+  check_embedding(cpu, gpu, dt, 2, 50, 75, true);
 }
 
 // Shapes: 16 bytes a load (C a whole number of 16-byte packs), one element a load (C = 75),
