@@ -9,23 +9,42 @@
 using namespace nfn::cuda::attention;
 using nfn::cuda::fail;
 using nfn::cuda::from_f32;
+using nfn::cuda::load_pack;
 using nfn::cuda::to_f32;
 
 namespace {
 
 // delta[b,h,t] = sum_d dout * out over the head's channels (the softmax-gradient row term).
-template <typename T, int HD>
+// L adjacent lanes share a row, V elements a load, so a warp's loads cover whole rows; their
+// sums are combined by shuffles.
+template <typename T, int HD, int V>
 __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, QkvIndex ix,
                                        size_t total) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= total) return;
-  const int t = static_cast<int>(i % ix.T), bh = static_cast<int>(i / ix.T);
-  const int b = bh / ix.NH, h = bh % ix.NH;
-  const size_t off = (static_cast<size_t>(b) * ix.T + t) * ix.C + static_cast<size_t>(h) * HD;
+  constexpr int L = HD / V < 32 ? HD / V : 32, kLoads = HD / V / L;  // lanes a row, loads a lane
+  const size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x, i = g / L;
+  const int part = static_cast<int>(g % L);
   float sum = 0.f;
+  if (i < total) {
+    const int t = static_cast<int>(i % ix.T), bh = static_cast<int>(i / ix.T);
+    const int b = bh / ix.NH, h = bh % ix.NH;
+    const size_t off = (static_cast<size_t>(b) * ix.T + t) * ix.C + static_cast<size_t>(h) * HD;
 #pragma unroll
-  for (int d = 0; d < HD; ++d) sum += to_f32(dout[off + d]) * to_f32(out[off + d]);
-  delta[i] = sum;
+    for (int k = 0; k < kLoads; ++k) {
+      float d[V], o[V];
+      load_pack(dout + off, part + k * L, d);
+      load_pack(out + off, part + k * L, o);
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum += d[j] * o[j];
+    }
+  }
+  for (int s = L / 2; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (part == 0 && i < total) delta[i] = sum;
+}
+
+template <typename T, int HD, int V>
+void launch_delta(nfn_ctx* ctx, float* delta, const T* dout, const T* out, QkvIndex ix, size_t rows) {
+  constexpr int L = HD / V < 32 ? HD / V : 32;
+  attention_delta_kernel<T, HD, V><<<(rows * L + 255) / 256, 256, 0, ctx->stream>>>(delta, dout, out, ix, rows);
 }
 
 // Shared-memory layout of both backward kernels: the block's own rows (padded so each thread
@@ -172,8 +191,10 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   NFN_TRY(nfn::cuda::scratch(ctx, sizeof(float) * static_cast<size_t>(B) * NH * T, &buf, op));
   float* delta = static_cast<float*>(buf);
   const size_t rows = static_cast<size_t>(B) * NH * T;
-  attention_delta_kernel<S, HD><<<(rows + 255) / 256, 256, 0, ctx->stream>>>(
-      delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
+  if (nfn::cuda::aligned16({dout, out}))  // every row then starts 16-byte aligned (C, HD: whole packs)
+    launch_delta<S, HD, nfn::cuda::Pack<S>::n>(ctx, delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
+  else
+    launch_delta<S, HD, 1>(ctx, delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
   const nfn_dtype dtype = std::is_same_v<S, float> ? NFN_F32 : NFN_BF16;
   if (use_mma(ctx, dtype, HD, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
   if (use_tk(ctx, dtype, HD, T, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs

@@ -235,8 +235,10 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
 // attention option for these calls ("flash", "flash_mma", "cudnn" or "thunderkittens"); the
 // CPU ignores it.
+// misaligned: the backward's dout and out start one element past 16-byte alignment (the
+// delta kernel then loads an element at a time, and tensor-core paths fall back to flash_simt).
 void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
-                           const std::string& path, const std::string& note = "") {
+                           const std::string& path, const std::string& note = "", bool misaligned = false) {
   const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
                            (path == "flash" ? "" : " attention=" + path) + note;
   auto setup = [path](const Backend& b) {
@@ -263,11 +265,18 @@ void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt,
   if (saved.size() != 2) return;
   if (dt == NFN_BF16)
     for (float& v : saved[0]) v = round_bf16(v);
+  auto dout = random_floats(B * T * C, rng);
+  if (misaligned) {  // one element ahead of each
+    dout.insert(dout.begin(), 1.f);
+    saved[0].insert(saved[0].begin(), 1.f);
+  }
   compare(cpu, gpu, Case{"attention_backward" + dims,
-                         {output("dqkv", B * T * 3 * C), input("dout", random_floats(B * T * C, rng)),
+                         {output("dqkv", B * T * 3 * C), input("dout", dout),
                           input("qkv", qkv), input("out", saved[0]), input("lse", saved[1], Kind::f32)},
                          [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                           return b.ops().attention_backward(b.ctx, P(0), P(1), P(2), P(3), F(4), B, T, C, NH, d);
+                           const size_t skip = misaligned ? (d == NFN_BF16 ? 2 : 4) : 0;
+                           return b.ops().attention_backward(b.ctx, P(0), static_cast<char*>(P(1)) + skip, P(2),
+                                                             static_cast<char*>(P(3)) + skip, F(4), B, T, C, NH, d);
                          },
                          setup},
           dt);
@@ -303,6 +312,7 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
   for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
     check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
+  check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, "flash_mma", " (dout, out misaligned)", true);
   check_attention_path(cpu, gpu, dt, "flash_mma");
   // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
   // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form.
