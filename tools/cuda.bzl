@@ -40,12 +40,17 @@ def cuda_library(
             outs = [obj, log],
             # ptxas's resource usage (registers, spills, shared memory per kernel and
             # architecture) goes to the log; anything else nvcc says still reaches stderr.
+            # nvcc names its temporary files after its process id, which is the same in
+            # every sandbox (a fresh PID namespace), while /tmp is shared: each compile gets
+            # a directory of its own, or parallel compiles overwrite each other's files.
             cmd = " ".join([
-                NVCC, "-c", "-std=" + std, "-O3", "--expt-relaxed-constexpr", "--resource-usage",
+                "tmp=$$(mktemp -d) &&",
+                "TMPDIR=$$tmp", NVCC, "-c", "-std=" + std, "-O3", "--expt-relaxed-constexpr", "--resource-usage",
                 "-Xcompiler", "-fPIC", "-I.", "-I$(GENDIR)",
             ] + arch_flags + nvcc_flags + [
                 "-o", "$(location %s)" % obj, "$(location %s)" % src, "2> $(location %s)" % log,
-                "|| { cat $(location %s) >&2; exit 1; };" % log,
+                "|| { rm -rf $$tmp; cat $(location %s) >&2; exit 1; };" % log,
+                "rm -rf $$tmp;",
                 "grep -v -e '^ptxas info' -e 'bytes stack frame' $(location %s) >&2 || true" % log,
             ]),
             target_compatible_with = CUDA_COMPATIBLE,
