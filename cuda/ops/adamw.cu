@@ -2,13 +2,14 @@
 // computed on the device from the sum of squares, so the step needs no host round trip.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
 
 using nfn::cuda::fail;
-using nfn::cuda::from_f32;
-using nfn::cuda::to_f32;
+using nfn::cuda::load_pack;
+using nfn::cuda::store_pack;
 
 namespace {
 
@@ -29,7 +30,9 @@ struct Hyper {
   float lr, beta1, beta2, eps, bias1, bias2, max_grad_norm;  // bias* = 1 - beta^step
 };
 
-template <typename T>
+// V consecutive elements of one group a thread (every group's size a multiple of V, its
+// tensors aligned to V elements), moved V at a time; the same arithmetic for any V.
+template <typename T, int V>
 __global__ void adamw_kernel(GroupList list, size_t total, Hyper hp, const float* grad_sumsq) {
   float scale = 1.f;
   if (hp.max_grad_norm > 0.f) {
@@ -37,21 +40,40 @@ __global__ void adamw_kernel(GroupList list, size_t total, Hyper hp, const float
     if (norm > hp.max_grad_norm) scale = hp.max_grad_norm / norm;
   }
   int g = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total / V;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    while (i >= list.end[g]) ++g;
-    const size_t k = i - (g == 0 ? 0 : list.end[g - 1]);
-    const float grad = to_f32(static_cast<const T*>(list.grad[g])[k]) * scale;
-    const float m = hp.beta1 * list.m[g][k] + (1.f - hp.beta1) * grad;
-    const float v = hp.beta2 * list.v[g][k] + (1.f - hp.beta2) * grad * grad;
-    list.m[g][k] = m;
-    list.v[g][k] = v;
-    const float p = list.master[g][k];
-    const float update = (m / hp.bias1) / (sqrtf(v / hp.bias2) + hp.eps) + list.weight_decay[g] * p;
-    const float p_new = p - hp.lr * update;
-    list.master[g][k] = p_new;
-    if (list.param[g] != nullptr) static_cast<T*>(list.param[g])[k] = from_f32<T>(p_new);
+    while (i * V >= list.end[g]) ++g;
+    const size_t k = (i * V - (g == 0 ? 0 : list.end[g - 1])) / V;  // the group's k-th pack
+    float grad[V], m[V], v[V], p[V];
+    load_pack(static_cast<const T*>(list.grad[g]), k, grad);
+    load_pack(list.m[g], k, m);
+    load_pack(list.v[g], k, v);
+    load_pack(list.master[g], k, p);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float gr = grad[j] * scale;
+      m[j] = hp.beta1 * m[j] + (1.f - hp.beta1) * gr;
+      v[j] = hp.beta2 * v[j] + (1.f - hp.beta2) * gr * gr;
+      const float update = (m[j] / hp.bias1) / (sqrtf(v[j] / hp.bias2) + hp.eps) + list.weight_decay[g] * p[j];
+      p[j] = p[j] - hp.lr * update;
+    }
+    store_pack(list.m[g], k, m);
+    store_pack(list.v[g], k, v);
+    store_pack(list.master[g], k, p);
+    if (list.param[g] != nullptr) store_pack(static_cast<T*>(list.param[g]), k, p);
   }
+}
+
+// Whether every group of `list` can move 4 elements at a time.
+bool packs_of_4(const GroupList& list, size_t elem_bytes) {
+  for (int g = 0; g < list.count; ++g) {
+    const size_t n = list.end[g] - (g == 0 ? 0 : list.end[g - 1]);
+    const auto ok = [&](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+    if (n % 4 != 0 || !ok(list.master[g], 16) || !ok(list.m[g], 16) || !ok(list.v[g], 16) ||
+        !ok(list.grad[g], 4 * elem_bytes) || !ok(list.param[g], 4 * elem_bytes))
+      return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -98,7 +120,12 @@ nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups,
     }
     if (total == 0) continue;
     const unsigned block = 256, grid = std::min(nfn::cuda::grid_for(total, block), 132u * 16u);
-    NFN_DISPATCH(dtype, E, adamw_kernel<E><<<grid, block, 0, ctx->stream>>>(list, total, hp, grad_sumsq));
+    NFN_DISPATCH(dtype, E, {
+      if (packs_of_4(list, sizeof(E)))
+        adamw_kernel<E, 4><<<grid, block, 0, ctx->stream>>>(list, total, hp, grad_sumsq);
+      else
+        adamw_kernel<E, 1><<<grid, block, 0, ctx->stream>>>(list, total, hp, grad_sumsq);
+    });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }
   return NFN_OK;

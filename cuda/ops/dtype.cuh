@@ -43,7 +43,7 @@ inline bool aligned16(std::initializer_list<const void*> ptrs) {
 
 // Elements i*N .. i*N+N-1 of p as f32 (`fallback` for each when p is NULL), and back.
 template <int N, typename T>
-__device__ __forceinline__ void load_pack(const T* p, int i, float (&out)[N], float fallback = 0.f) {
+__device__ __forceinline__ void load_pack(const T* p, size_t i, float (&out)[N], float fallback = 0.f) {
   if (p == nullptr) {
 #pragma unroll
     for (int j = 0; j < N; ++j) out[j] = fallback;
@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_pack(const T* p, int i, float (&out)[N], fl
 }
 
 template <int N, typename T>
-__device__ __forceinline__ void store_pack(T* p, int i, const float (&in)[N]) {
+__device__ __forceinline__ void store_pack(T* p, size_t i, const float (&in)[N]) {
   Pack<T, N> v;
 #pragma unroll
   for (int j = 0; j < N; ++j) v.v[j] = from_f32<T>(in[j]);

@@ -4,6 +4,7 @@
 // bf16-rounded inputs. Without a GPU the test says why and skips.
 #include <dlfcn.h>
 
+#include <array>
 #include <cstdio>
 #include <utility>
 #include <random>
@@ -392,8 +393,9 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
   }
 }
 
-void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
-  const size_t sizes[] = {1000, 17, 4096};
+// Group sizes all multiples of 4 (4 elements a load), or not (one at a time).
+void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt, std::array<size_t, 3> sizes) {
+  const std::string dims = " " + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + "," + std::to_string(sizes[2]);
   for (float max_norm : {0.f, 1.f}) {
     std::vector<Tensor> ts;
     for (size_t g = 0; g < 3; ++g) {
@@ -408,7 +410,7 @@ void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
       ts.push_back(accumulated("v" + k, v, Kind::f32));
     }
     ts.push_back(input("grad_sumsq", {42.f}, Kind::f32));  // norm 6.5: clipping applies at 1
-    compare(cpu, gpu, Case{max_norm > 0 ? "adamw_step_many (clipped)" : "adamw_step_many",
+    compare(cpu, gpu, Case{(max_norm > 0 ? "adamw_step_many (clipped)" : "adamw_step_many") + dims,
                            ts,
                            [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                              nfn_adamw_group groups[3];
@@ -420,6 +422,11 @@ void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                            }},
             dt);
   }
+}
+
+void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  check_adamw(cpu, gpu, dt, {1000, 17, 4096});
+  check_adamw(cpu, gpu, dt, {1000, 20, 4096});
 }
 
 // Ops whose result must be bit-identical: fill, convert, widen_tokens (same dtypes on both).
