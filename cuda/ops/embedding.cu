@@ -17,17 +17,30 @@ using nfn::cuda::to_f32;
 
 namespace {
 
-template <typename T>
-__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                                         int T_, int C, size_t total) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t row = i / C;
-    const int c = static_cast<int>(i % C), t = static_cast<int>(row % T_);
-    float v = to_f32(wte[static_cast<size_t>(tokens[row]) * C + c]);
-    if (wpe != nullptr) v += to_f32(wpe[static_cast<size_t>(t) * C + c]);
-    out[i] = from_f32<T>(v);
+constexpr int kRowsPerBlock = 8;  // embedding_forward: a warp a row
+
+// out[row] = wte[token] + wpe[t] (wpe NULL: no position term), V elements a load.
+template <int V, typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int N, int T_,
+                                         int C) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
+  if (row >= N) return;
+  const T* w = wte + static_cast<size_t>(tokens[row]) * C;
+  const T* p = wpe != nullptr ? wpe + static_cast<size_t>(row % T_) * C : nullptr;
+  T* y = out + static_cast<size_t>(row) * C;
+  for (int i = threadIdx.x; i < C / V; i += 32) {
+    float a[V], b[V];
+    load_pack(w, i, a);
+    load_pack(p, i, b);
+    for (int j = 0; j < V; ++j) a[j] += b[j];
+    store_pack(y, i, a);
   }
+}
+
+template <int V, typename T>
+void launch_forward(nfn_ctx* ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int N, int T_, int C) {
+  embedding_forward_kernel<V><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, dim3(32, kRowsPerBlock), 0, ctx->stream>>>(
+      out, tokens, wte, wpe, N, T_, C);
 }
 
 constexpr int kDwteWarps = 8, kDwteUnroll = 4;
@@ -110,11 +123,17 @@ nfn_status nfn_embedding_forward(nfn_ctx* ctx, void* out, const int32_t* tokens,
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "embedding_forward: B=%d T=%d C=%d must be positive", B, T, C);
   if (out == nullptr || tokens == nullptr || wte == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "embedding_forward: null out, tokens or wte");
-  const size_t total = static_cast<size_t>(B) * T * C;
-  const unsigned block = 256, grid = nfn::cuda::grid_for(total, block);
-  NFN_DISPATCH(dtype, E, embedding_forward_kernel<<<grid, block, 0, ctx->stream>>>(
-                             static_cast<E*>(out), tokens, static_cast<const E*>(wte),
-                             static_cast<const E*>(wpe), T, C, total));
+  if (static_cast<int64_t>(B) * T > INT32_MAX)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "embedding_forward: B*T=%lld rows is too many",
+                static_cast<long long>(B) * T);
+  NFN_DISPATCH(dtype, E, {
+    auto* y = static_cast<E*>(out);
+    const auto *w = static_cast<const E*>(wte), *p = static_cast<const E*>(wpe);
+    if (C % Pack<E>::n == 0 && nfn::cuda::aligned16({out, wte, wpe}))
+      launch_forward<Pack<E>::n>(ctx, y, tokens, w, p, B * T, T, C);
+    else
+      launch_forward<1>(ctx, y, tokens, w, p, B * T, T, C);
+  });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "embedding_forward");
   return NFN_OK;
 }
