@@ -323,8 +323,8 @@ int run_training(const TrainConfig& c) {
       char mfu[32] = "";
       const double tokens_per_s = c.train_batch_tokens / dt;
       if (peak_flops > 0) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * token_flops * tokens_per_s / peak_flops);
-      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s\n", done, c.max_steps,
-                   last_loss, s.lr, std::sqrt(sumsq), tokens_per_s, mfu);
+      std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s\n", done,
+                   c.max_steps, last_loss, s.lr, std::sqrt(sumsq), 1e3 * dt, tokens_per_s, mfu);
     }
     return 0;
   };
