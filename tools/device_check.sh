@@ -200,7 +200,10 @@ cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for 
 lm = "; lm_head a call by rows a chunk: " + ", ".join(
     f"{n.split('rows=')[1] if 'rows=' in n else 'auto'} {ms:.2f}" for n, (ms, _) in first.items() if n.startswith("lm_head"))
 fused = next((l.split(":", 1)[1].strip() for l in open(sys.argv[1]) if l.startswith("fused epilogues:")), "?")
-print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{lm}; cuBLASLt epilogues: {fused}")
+emb = "; embedding_backward a call: " + ", ".join(
+    f"{what} {first[n][0]:.3f} ms" for what, n in (("spread ids", "embedding_backward"),
+                                                    ("text-like ids", "embedding_backward (text-like ids)")) if n in first)
+print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{lm}{emb}; cuBLASLt epilogues: {fused}")
 PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"

@@ -10,7 +10,7 @@ import unittest
 BENCH = os.path.abspath(os.environ["NFN_BENCH_OPS"])
 CPU_LIB = os.path.abspath(os.environ["NFN_CPU_OPS_LIB"])
 EMULATED_LIB = os.path.abspath(os.environ["NFN_EMULATED_CUDA_OPS_LIB"])
-OPS = ["embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
+OPS = ["embedding_forward", "embedding_backward", "embedding_backward (text-like ids)", "layernorm_forward", "layernorm_backward",
        "linear_forward qkv 128->384", "linear_forward proj+residual 128->128", "linear_forward fc+gelu 128->512",
        "linear_forward fcproj+residual 512->128", "linear_backward qkv", "linear_backward proj",
        "linear_backward fc", "linear_backward fcproj+gelu", "attention_forward", "attention_backward",
@@ -32,8 +32,9 @@ class BenchOpsTest(unittest.TestCase):
         for name, m in rows.items():
             self.assertGreater(float(m.group(3)), 0, name)
         calls = {name: int(m.group(2)) for name, m in rows.items()}
-        self.assertEqual((calls["layernorm_forward"], calls["calibration: linear 256^3"]),
-                         (3, 0))  # 2L + 1 norms at one layer; calibration is not a step op
+        self.assertEqual((calls["layernorm_forward"], calls["calibration: linear 256^3"],
+                          calls["embedding_backward (text-like ids)"]),
+                         (3, 0, 0))  # 2L + 1 norms at one layer; the last two are not step ops
         self.assertTrue(lines[-1].startswith("ops per micro-step: "), lines[-1])
 
     def test_cpu_library(self):
