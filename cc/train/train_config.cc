@@ -44,7 +44,7 @@ void declare_train_flags(Flags* f) {
   f->value("dtype", "storage of parameters and activations: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
   f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation)");
   f->value("threads", "CPU threads (default: all cores)");
-  f->value("attention", "CUDA attention kernels: flash (CUDA cores, the default), flash_mma (tensor cores), cudnn (cuDNN SDPA) or thunderkittens");
+  f->value("attention", "CUDA attention kernels: flash_mma (tensor cores, the default), flash (CUDA cores), cudnn (cuDNN SDPA) or thunderkittens");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op", "off");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");

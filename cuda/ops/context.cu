@@ -181,7 +181,8 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
   if (ctx == nullptr) return "none";
   switch (ctx->attention) {
     case nfn_attention_path::thunderkittens: return "thunderkittens (nfn's wgmma kernels on ThunderKittens)";
-    case nfn_attention_path::flash_mma: return "flash_mma (nfn's tensor-core kernel)";
+    case nfn_attention_path::flash_mma:
+      return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
     case nfn_attention_path::cudnn: return nfn::cuda::cudnn_path_name();
     default: return "flash_simt (nfn's own kernel)";
   }

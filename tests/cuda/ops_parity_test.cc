@@ -566,6 +566,9 @@ void check_errors(const Backend& gpu) {
   // The path's name for the runtime report (an extra export, outside the op table).
   using PathName = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
+    // main() calls this before any configure: a fresh context's default.
+    expect(std::string(path(gpu.ctx)).rfind("flash_mma", 0) == 0,
+           std::string("the default attention is reported as '") + path(gpu.ctx) + "'");
     expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash_mma") == NFN_OK, "configure attention=flash_mma");
     expect(std::string(path(gpu.ctx)).rfind("flash_mma", 0) == 0,
            std::string("attention=flash_mma is reported as '") + path(gpu.ctx) + "'");

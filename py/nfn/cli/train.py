@@ -59,7 +59,7 @@ def register(sub):
     opts.add_argument("--matmul", choices=["f32", "bf16"],
                      help="CPU GEMM compute (bf16: f32 accumulation, where the CPU has bf16 units)")
     opts.add_argument("--attention", choices=["flash", "flash_mma", "cudnn", "thunderkittens"],
-                     help="CUDA attention kernels: flash (CUDA cores, the default), flash_mma (tensor "
+                     help="CUDA attention kernels: flash_mma (tensor cores, the default), flash (CUDA "
                           "cores), cudnn (cuDNN SDPA) or thunderkittens (wgmma kernels on "
                           "ThunderKittens, H100/H200, where the library was built with a "
                           "ThunderKittens tree; T a multiple of 64) where bf16 and head size 64 or "
