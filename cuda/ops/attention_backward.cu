@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
   float(*ks)[HD] = reinterpret_cast<float(*)[HD]>(smem + 2 * kRows * (HD + 1));
   float(*vs)[HD] = reinterpret_cast<float(*)[HD]>(smem + 2 * kRows * (HD + 1) + BC * HD);
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
-  const int q0 = blockIdx.x * kRows, i = q0 + threadIdx.x;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, i = q0 + threadIdx.x;  // the longest rows start first
   const bool active = i < ix.T;
   for (int e = threadIdx.x; e < kRows * HD; e += kRows) {
     const int r = e / HD, d = e % HD, t = q0 + r;
@@ -191,10 +191,11 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   NFN_TRY(nfn::cuda::scratch(ctx, sizeof(float) * static_cast<size_t>(B) * NH * T, &buf, op));
   float* delta = static_cast<float*>(buf);
   const size_t rows = static_cast<size_t>(B) * NH * T;
+  const auto *d = static_cast<const S*>(dout), *o = static_cast<const S*>(out);
   if (nfn::cuda::aligned16({dout, out}))  // every row then starts 16-byte aligned (C, HD: whole packs)
-    launch_delta<S, HD, nfn::cuda::Pack<S>::n>(ctx, delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
+    launch_delta<S, HD, nfn::cuda::Pack<S>::n>(ctx, delta, d, o, ix, rows);
   else
-    launch_delta<S, HD, 1>(ctx, delta, static_cast<const S*>(dout), static_cast<const S*>(out), ix, rows);
+    launch_delta<S, HD, 1>(ctx, delta, d, o, ix, rows);
   const nfn_dtype dtype = std::is_same_v<S, float> ? NFN_F32 : NFN_BF16;
   if (use_mma(ctx, dtype, HD, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
   if (use_tk(ctx, dtype, HD, T, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs

@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse
   constexpr int BC = tile_keys<HD>();
   __shared__ float ks[BC][HD], vs[BC][HD];
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
-  const int q0 = blockIdx.x * kRows, row = q0 + threadIdx.x;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, row = q0 + threadIdx.x;  // the longest rows start first
   const bool active = row < ix.T;
   float q[HD], acc[HD];
   if (active) {

@@ -234,7 +234,8 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
   if (dout == nullptr || inp == nullptr || weight == nullptr || mean == nullptr || rstd == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout, inp, weight, mean or rstd", op);
   nfn_status s = NFN_OK;
-  NFN_DISPATCH(dtype, E, s = norm_backward<true, E>(ctx, op, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+  NFN_DISPATCH(dtype, E,
+               s = norm_backward<true, E>(ctx, op, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
   return s;
 }
 

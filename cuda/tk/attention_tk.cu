@@ -91,12 +91,12 @@ struct BackwardSmem {
   tile<D> q, dout, k, v;
 };
 
-// out and lse for 64 queries (blockIdx.x) of one (batch, head) (blockIdx.y = b NH + h).
+// out and lse for 64 queries (tile gridDim.x - 1 - blockIdx.x) of one (batch, head) (blockIdx.y = b NH + h).
 template <int D>
 __global__ void __launch_bounds__(128, 1)
     tk_forward_kernel(act_gl out, stat_gl lse, const act_gl qkv, int NH, float scale_log2) {
   ForwardSmem<D>& s = shared_tiles<ForwardSmem<D>>();
-  const int i = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int i = gridDim.x - 1 - blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH;  // the longest rows first
 
   scores att;
   scores_bf att_bf;
@@ -187,14 +187,14 @@ __global__ void __launch_bounds__(128, 1)
   store_rows<D>(dqkv, dv, {b, 0, j, 2 * NH + h});
 }
 
-// dq for 64 queries (blockIdx.x) of one (batch, head), over the key tiles up to the diagonal:
+// dq for 64 queries (tile gridDim.x - 1 - blockIdx.x) of one (batch, head), over the key tiles up to the diagonal:
 // P = exp2(Q K^T scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K (times scale).
 template <int D>
 __global__ void __launch_bounds__(128, 1)
     tk_dq_kernel(act_gl dqkv, const act_gl dout, const act_gl qkv, const stat_gl lse, const stat_gl delta,
                  int NH, float scale, float scale_log2) {
   BackwardSmem<D>& s = shared_tiles<BackwardSmem<D>>();
-  const int i = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int i = gridDim.x - 1 - blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH;  // the longest rows first
 
   scores p, dp;
   scores_bf ds_bf;

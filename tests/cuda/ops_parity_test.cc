@@ -395,7 +395,8 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
 
 // Group sizes all multiples of 4 (4 elements a load), or not (one at a time).
 void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt, std::array<size_t, 3> sizes) {
-  const std::string dims = " " + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + "," + std::to_string(sizes[2]);
+  const std::string dims =
+      " " + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + "," + std::to_string(sizes[2]);
   for (float max_norm : {0.f, 1.f}) {
     std::vector<Tensor> ts;
     for (size_t g = 0; g < 3; ++g) {
