@@ -47,7 +47,8 @@ struct ColumnDsts {
 // a block: each of its 32 thread rows sums every 32nd slice, then thread row 0 adds the 32
 // sums in order, so the order is fixed and the partials are read by many SMs at once.
 template <typename T, int NV>
-__global__ void add_partials_kernel(ColumnDsts<T, NV> dsts, const float* partials, int slices, int C) {
+__global__ void __launch_bounds__(1024)
+    add_partials_kernel(ColumnDsts<T, NV> dsts, const float* partials, int slices, int C) {
   T* dst = dsts.p[blockIdx.y];
   if (dst == nullptr) return;
   partials += static_cast<size_t>(blockIdx.y) * slices * C;

@@ -26,7 +26,8 @@ constexpr unsigned kBlock = 512, kMaxGrid = 1024;
 // `done` counts the blocks that have written their partial; it is 0 at launch and the last
 // block leaves it 0 again (the context keeps it: nfn_ctx::blocks_done).
 template <typename T>
-__global__ void sum_squares_kernel(BufList list, size_t total, float* partials, unsigned* done, float* out) {
+__global__ void __launch_bounds__(kBlock)
+    sum_squares_kernel(BufList list, size_t total, float* partials, unsigned* done, float* out) {
   float acc = 0.f;
   int b = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;

@@ -24,7 +24,7 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr size_t kChunkBytes = size_t{1} << 31;
 
 template <typename T>
-__global__ void softmax_kernel(float* out, const T* inp, int V, int stride) {
+__global__ void __launch_bounds__(kBlock) softmax_kernel(float* out, const T* inp, int V, int stride) {
   __shared__ float shared[32];
   const T* x = inp + static_cast<size_t>(blockIdx.x) * stride;
   float m = -INFINITY;
@@ -77,8 +77,9 @@ __device__ __forceinline__ void rewrite_row(T* row, int width, F&& f) {
 // (softmax - onehot) * grad_scale (a second pass), 0 in the padded columns. Masked rows get
 // loss 0 and gradient 0.
 template <typename T, bool kVec>
-__global__ void cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
-                                     float grad_scale, bool backward) {
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp, float grad_scale,
+                         bool backward) {
   __shared__ float shared[32];
   T* x = logits + static_cast<size_t>(blockIdx.x) * Vp;
   const int target = targets[blockIdx.x];
@@ -110,7 +111,8 @@ __global__ void cross_entropy_kernel(float* row_loss, T* logits, const int32_t* 
 }
 
 // losses[i] = row_loss[i] and *loss_sum += sum of row_loss, in a fixed order (one block).
-__global__ void loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, int N) {
+__global__ void __launch_bounds__(1024)
+    loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, int N) {
   __shared__ float shared[32];
   float s = 0.f;
   for (int i = threadIdx.x; i < N; i += blockDim.x) {
