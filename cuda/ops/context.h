@@ -35,8 +35,8 @@ struct nfn_ctx {
   // that ran the unfused form instead (linear.cu, nfn_cuda_fused_epilogues).
   unsigned long long epilogue_calls[8][2] = {};
   std::string epilogue_report;
-  // flash_mma: tensor cores where they apply (the issue asks for the faster of cuDNN and a
-  // kernel of our own; flash_simt is neither); attention=flash for CUDA cores everywhere.
+  // flash_mma: tensor cores where they apply (the issue asks for cuDNN or a kernel of our own,
+  // whichever is faster; flash_simt is neither); attention=flash for CUDA cores everywhere.
   nfn_attention_path attention = nfn_attention_path::flash_mma;
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
