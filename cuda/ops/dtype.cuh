@@ -41,6 +41,13 @@ inline bool aligned16(std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// Whether rows of C elements of T, in tensors that start at these pointers, can move as
+// Pack<T>: C a whole number of packs and every tensor 16-byte aligned.
+template <typename T>
+bool rows_packed(int C, std::initializer_list<const void*> tensors) {
+  return C % Pack<T>::n == 0 && aligned16(tensors);
+}
+
 // Elements i*N .. i*N+N-1 of p as f32 (`fallback` for each when p is NULL), and back.
 template <int N, typename T>
 __device__ __forceinline__ void load_pack(const T* p, size_t i, float (&out)[N], float fallback = 0.f) {

@@ -129,7 +129,7 @@ nfn_status nfn_embedding_forward(nfn_ctx* ctx, void* out, const int32_t* tokens,
   NFN_DISPATCH(dtype, E, {
     auto* y = static_cast<E*>(out);
     const auto *w = static_cast<const E*>(wte), *p = static_cast<const E*>(wpe);
-    if (C % Pack<E>::n == 0 && nfn::cuda::aligned16({out, wte, wpe}))
+    if (nfn::cuda::rows_packed<E>(C, {out, wte, wpe}))
       launch_forward<Pack<E>::n>(ctx, y, tokens, w, p, B * T, T, C);
     else
       launch_forward<1>(ctx, y, tokens, w, p, B * T, T, C);
@@ -178,7 +178,7 @@ nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const vo
   NFN_DISPATCH(dtype, E, {
     auto* dst = static_cast<E*>(dwte);
     const auto* grad = static_cast<const E*>(dout);
-    if (C % Pack<E>::n == 0 && nfn::cuda::aligned16({dwte, dout}))
+    if (nfn::cuda::rows_packed<E>(C, {dwte, dout}))
       launch_dwte<Pack<E>::n>(ctx, dst, grad, sorted_tokens, sorted_rows, N, C);
     else
       launch_dwte<1>(ctx, dst, grad, sorted_tokens, sorted_rows, N, C);

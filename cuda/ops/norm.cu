@@ -13,7 +13,6 @@
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
 
-using nfn::cuda::aligned16;
 using nfn::cuda::fail;
 using nfn::cuda::load_pack;
 using nfn::cuda::Pack;
@@ -134,12 +133,6 @@ nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int C) {
   return NFN_OK;
 }
 
-// Rows move as Pack<T> where C is a whole number of packs and every tensor is 16-byte aligned.
-template <typename T>
-bool packed(int C, std::initializer_list<const void*> tensors) {
-  return C % Pack<T>::n == 0 && aligned16(tensors);
-}
-
 template <bool kCentered, int V, typename T>
 void launch_forward(nfn_ctx* ctx, T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
                     int N, int C) {
@@ -152,7 +145,7 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
                         const void* weight, const void* bias, int N, int C) {
   auto* y = static_cast<T*>(out);
   const auto *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight), *b = static_cast<const T*>(bias);
-  if (packed<T>(C, {out, inp, weight, bias}))
+  if (nfn::cuda::rows_packed<T>(C, {out, inp, weight, bias}))
     launch_forward<kCentered, Pack<T>::n>(ctx, y, mean, rstd, x, w, b, N, C);
   else
     launch_forward<kCentered, 1>(ctx, y, mean, rstd, x, w, b, N, C);
@@ -196,7 +189,7 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   }
   auto* di = static_cast<T*>(dinp);
   const auto *g = static_cast<const T*>(dout), *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight);
-  if (packed<T>(C, {dinp, dout, inp, weight}))
+  if (nfn::cuda::rows_packed<T>(C, {dinp, dout, inp, weight}))
     NFN_TRY((launch_backward<kCentered, Pack<T>::n>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean,
                                                     rstd, N, C)));
   else
