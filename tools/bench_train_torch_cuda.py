@@ -76,7 +76,7 @@ def main(argv=None):
     seconds = start.elapsed_time(end) / 1e3
     tokens_per_s = B * T * args.steps / seconds
     # FLOPs per token: 6 per parameter (forward + backward) plus attention's 6 * L * T * C
-    # (llm.c's and nanoGPT's accounting, causal half not subtracted).
+    # (llm.c's accounting: the causal half; nanoGPT's PaLM formula counts 12 * L * T * C).
     non_embedding = params - args.vocab * args.channels - args.seq_len * args.channels
     flops_per_token = 6 * (non_embedding + args.vocab * args.channels) + 6 * args.layers * T * args.channels
     mfu = tokens_per_s * flops_per_token / (args.peak_tflops * 1e12)

@@ -1,6 +1,6 @@
-// Model FLOPs utilisation, counted as llm.c and nanoGPT count it: 6 FLOPs per parameter per
-// token for the forward and backward, plus 6 L T C for attention's products (the causal half
-// not subtracted), against the device's dense bf16 tensor-core peak.
+// Model FLOPs utilisation, counted as llm.c counts it: 6 FLOPs per parameter per token for the
+// forward and backward, plus 6 L T C for attention's products (the causal half: nanoGPT's PaLM
+// formula counts 12 L T C), against the device's dense bf16 tensor-core peak.
 #pragma once
 
 #include <cstddef>
