@@ -18,6 +18,17 @@ using nfn::cuda::to_f32;
 namespace {
 
 constexpr int kBlock = 512;
+// The cross-entropy kernel's block: a row's 100 KB (GPT-2, bf16) are read twice, so the rows
+// resident at once should fit in L2 between the reads. 1,024 threads a row and 2 blocks an SM
+// (32 registers a thread at most) keep 264 rows (27 MB) resident on an H200's 132 SMs; 512
+// threads would keep 528 (53 MB, near all of its 60 MB of L2, which also takes the gradient
+// being written). llm.c's classifier uses 1,024 too. sm_120 runs 1,536 threads an SM: 1 block.
+constexpr int kRowBlock = 1024;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr int kRowBlocksPerSm = 1;
+#else
+constexpr int kRowBlocksPerSm = 2;
+#endif
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // Logits per chunk, in the storage dtype: 2 GiB, so GPT-2's 16 x 1024 tokens (1.6 GB in bf16)
 // are one chunk: three full-size GEMMs, and dwte read and written once.
@@ -37,75 +48,109 @@ __global__ void __launch_bounds__(kBlock) softmax_kernel(float* out, const T* in
   for (int c = threadIdx.x; c < V; c += blockDim.x) y[c] = expf(to_f32(x[c]) - m) * inv;
 }
 
-// f(value as f32, column) for each of a row's first V logits, 16 bytes a load where kVec
-// (the caller checked that every row starts 16-byte aligned and the row stride is a whole
-// number of 16-byte packs).
-template <bool kVec, typename T, typename F>
-__device__ __forceinline__ void read_row(const T* row, int V, F&& f) {
-  if constexpr (kVec) {
-    constexpr int n = Pack<T>::n;
-    const auto* packs = reinterpret_cast<const Pack<T>*>(row);
-    for (int i = threadIdx.x; i < (V + n - 1) / n; i += blockDim.x) {
-      const Pack<T> p = packs[i];
-      for (int j = 0; j < n; ++j)
-        if (i * n + j < V) f(to_f32(p.v[j]), i * n + j);
+// Packs of N a thread loads before it uses any, so that more loads are in flight at once (4
+// spill at the 32 registers that 2 blocks an SM allow).
+constexpr int kLoads = 2;
+
+template <typename P>
+__device__ __forceinline__ void store_streaming(P* dst, const P& v) {
+  if constexpr (sizeof(P) == 16)
+    __stcs(reinterpret_cast<uint4*>(dst), *reinterpret_cast<const uint4*>(&v));
+  else
+    *dst = v;
+}
+
+// Over a row's first V logits u = logit * log2 e, the running max m and the sum s of 2^(u - m)
+// of this thread's packs of N (N = 16 bytes when the caller found every row 16-byte aligned
+// and its stride a whole number of packs; else 1). The block sweeps the row from its end to
+// its start, as llm.c's classifier does: the gradient pass then starts on what this pass read
+// last, the part of the row likeliest still to be in L2.
+template <int N, typename T>
+__device__ __forceinline__ void row_exp2_sums(const T* row, int V, float& m, float& s) {
+  using P = Pack<T, N>;
+  const auto* packs = reinterpret_cast<const P*>(row);
+  const int units = (V + N - 1) / N, t = threadIdx.x, step = blockDim.x;
+  if (t >= units) return;
+  for (int i = t + (units - 1 - t) / step * step; i >= 0; i -= kLoads * step) {
+    P p[kLoads];
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b)
+      if (i - b * step >= 0) p[b] = packs[i - b * step];
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b) {
+      const int c0 = (i - b * step) * N;
+      if (c0 < 0) break;
+      float u[N], pm = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        u[j] = c0 + j < V ? to_f32(p[b].v[j]) * kLog2e : -INFINITY;
+        pm = fmaxf(pm, u[j]);
+      }
+      if (pm > m) {  // one rescale a pack, not one an element
+        s *= exp2f(m - pm);
+        m = pm;
+      }
+      if (m == -INFINITY) continue;  // only -inf so far: nothing to add (and -inf - -inf is NaN)
+#pragma unroll
+      for (int j = 0; j < N; ++j) s += exp2f(u[j] - m);
     }
-  } else {
-    for (int c = threadIdx.x; c < V; c += blockDim.x) f(to_f32(row[c]), c);
   }
 }
 
-// row[c] = f(row[c] as f32, c) for every column c < width (the row stride: padding too),
-// each thread rewriting only what it read.
-template <bool kVec, typename T, typename F>
+// row[c] = f(row[c] as f32, c) for every column c < width (the row stride: padding too), in
+// packs of N as row_exp2_sums reads them. Its stores are streaming (evict first): the
+// gradient is next read by the dx GEMM after every row is done, so L2 is better spent on the
+// logits other blocks have yet to reread.
+template <int N, typename T, typename F>
 __device__ __forceinline__ void rewrite_row(T* row, int width, F&& f) {
-  if constexpr (kVec) {
-    auto* packs = reinterpret_cast<Pack<T>*>(row);
-    for (int i = threadIdx.x; i < width / Pack<T>::n; i += blockDim.x) {
-      Pack<T> p = packs[i];
-      for (int j = 0; j < Pack<T>::n; ++j) p.v[j] = from_f32<T>(f(to_f32(p.v[j]), i * Pack<T>::n + j));
-      packs[i] = p;
+  using P = Pack<T, N>;
+  auto* packs = reinterpret_cast<P*>(row);
+  const int units = width / N, step = blockDim.x;
+  for (int i = threadIdx.x; i < units; i += kLoads * step) {
+    P p[kLoads];
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b)
+      if (i + b * step < units) p[b] = packs[i + b * step];
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b) {
+      const int k = i + b * step;
+      if (k >= units) break;
+#pragma unroll
+      for (int j = 0; j < N; ++j) p[b].v[j] = from_f32<T>(f(to_f32(p[b].v[j]), k * N + j));
+      store_streaming(packs + k, p[b]);
     }
-  } else {
-    for (int c = threadIdx.x; c < width; c += blockDim.x) row[c] = from_f32<T>(f(to_f32(row[c]), c));
   }
 }
 
-// One block per row of the chunk (Vp logits a row, the first V in the softmax): the row's
-// loss from its logits (storage dtype, f32 math: one pass keeps a running max and a sum
-// rescaled to it), and, when `backward`, the logits overwritten in place by their gradient
+// One block per row of the chunk, last row first (the GEMM wrote those last, so they are the
+// likeliest still in L2), Vp logits a row, the first V in the softmax: the row's loss from its
+// logits (storage dtype, f32 math: one pass keeps a running max and a sum rescaled to it),
+// and, when `backward`, the logits overwritten in place by their gradient
 // (softmax - onehot) * grad_scale (a second pass), 0 in the padded columns. Masked rows get
 // loss 0 and gradient 0.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kBlock)
+template <typename T, int N>
+__global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
     cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp, float grad_scale,
                          bool backward) {
   __shared__ float shared[32];
-  T* x = logits + static_cast<size_t>(blockIdx.x) * Vp;
-  const int target = targets[blockIdx.x];
+  const int r = gridDim.x - 1 - blockIdx.x;
+  T* x = logits + static_cast<size_t>(r) * Vp;
+  const int target = targets[r];
   if (target < 0) {
-    if (threadIdx.x == 0) row_loss[blockIdx.x] = 0.f;
-    if (backward) rewrite_row<kVec>(x, Vp, [](float, int) { return 0.f; });
+    if (threadIdx.x == 0) row_loss[r] = 0.f;
+    if (backward) rewrite_row<N>(x, Vp, [](float, int) { return 0.f; });
     return;
   }
   const float target_logit = threadIdx.x == 0 ? to_f32(x[target]) : 0.f;  // read before any write
   // In base 2 (logits times log2 e), so each exponential is one exp2f, as flash_mma's are.
   float m = -INFINITY, s = 0.f;
-  read_row<kVec>(x, V, [&](float v, int) {
-    const float u = v * kLog2e;
-    if (u > m) {
-      s = s * exp2f(m - u) + 1.f;
-      m = u;
-    } else {
-      s += exp2f(u - m);
-    }
-  });
+  row_exp2_sums<N>(x, V, m, s);
   const float row_max = block_max(m, shared);
   const float sum = block_sum(m == -INFINITY ? 0.f : s * exp2f(m - row_max), shared);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = row_max * kLn2 + logf(sum) - target_logit;
+  if (threadIdx.x == 0) row_loss[r] = row_max * kLn2 + logf(sum) - target_logit;
   if (!backward) return;
   const float scale = grad_scale / sum;
-  rewrite_row<kVec>(x, Vp, [&](float v, int c) {
+  rewrite_row<N>(x, Vp, [&](float v, int c) {
     return c < V ? exp2f(v * kLog2e - row_max) * scale - (c == target ? grad_scale : 0.f) : 0.f;
   });
 }
@@ -182,10 +227,10 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_DISPATCH(dtype, E, {
       auto* l = static_cast<E*>(logits);
       if (vec)
-        cross_entropy_kernel<E, true><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
+        cross_entropy_kernel<E, Pack<E>::n><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
                                                                      grad_scale, backward);
       else
-        cross_entropy_kernel<E, false><<<R, kBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
+        cross_entropy_kernel<E, 1><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
                                                                       grad_scale, backward);
     });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);

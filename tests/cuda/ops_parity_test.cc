@@ -9,6 +9,7 @@
 #include <utility>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/cuda/graph_checks.h"
@@ -354,12 +355,15 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
                            return b.ops().softmax_forward(b.ctx, F(0), P(1), N, V, stride, d);
                          }},
           dt);
-  const int R = 100, C = 64;
-  const auto x = random_floats(R * C, rng, 0.5f);
-  // Vocabularies (V in the softmax, Vp rows of wte): 515 of 515 (rows of logits not 16-byte
-  // aligned: one logit a load), 515 of 520 (16 bytes a load, the padded columns left out) and
-  // 520 of 520. Chunk sizes: the default (one chunk here) and 16 rows (chunks and a ragged last).
-  for (auto [Vh, Vp] : {std::pair{515, 515}, std::pair{515, 520}, std::pair{520, 520}}) {
+  const int C = 64;
+  const auto x = random_floats(100 * C, rng, 0.5f);
+  // Vocabularies (V in the softmax, Vp rows of wte) and rows R: 515 of 515 (rows of logits not
+  // 16-byte aligned: one logit a load), 515 of 520 (16 bytes a load, the padded columns left
+  // out) and 520 of 520, 100 rows; 20,001 of 20,001 and of 20,008, 24 rows, so that each of the
+  // kernel's 1,024 threads loads several batches of packs a row, the last pack ragged. Chunk
+  // sizes: the default (one chunk here) and 16 rows (chunks and a ragged last).
+  for (auto [Vh, Vp, R] : {std::tuple{515, 515, 100}, std::tuple{515, 520, 100}, std::tuple{520, 520, 100},
+                           std::tuple{20001, 20001, 24}, std::tuple{20001, 20008, 24}}) {
     const auto wte = random_floats(Vp * C, rng, 0.3f);
     const auto targets = random_ids(R, Vh, true);
     for (int rows : {0, 16}) {

@@ -226,6 +226,8 @@ inline T atomicAdd(T* p, T v) {
   return old;
 }
 inline void __threadfence() {}
+// A streaming store (evict first): only a cache hint on a GPU, so a plain store here.
+inline void __stcs(uint4* p, uint4 v) { *p = v; }
 
 cudaError_t cudaGetDeviceCount(int* count);
 // cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set.
