@@ -1,7 +1,8 @@
-// Sum of squares over many buffers in one launch: blocks walk a flattened index space and
-// reduce in fp32 into one partial each; the last block to finish adds the partials in index
-// order into the device-side result (the clip norm stays on the GPU). No float atomics, so
-// the sum, and the clip scale made from it, is the same bits on every run.
+// Sum of squares over many buffers in one launch: blocks walk a flattened index space (16
+// bytes a load where every buffer allows) and reduce in fp32 into one partial each; the last
+// block to finish adds the partials in index order into the device-side result (the clip norm
+// stays on the GPU). No float atomics, so the sum, and the clip scale made from it, is the
+// same bits on every run.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,19 +24,23 @@ struct BufList {
 
 constexpr unsigned kBlock = 512, kMaxGrid = 1024;
 
-// `done` counts the blocks that have written their partial; it is 0 at launch and the last
-// block leaves it 0 again (the context keeps it: nfn_ctx::blocks_done).
-template <typename T>
+// V consecutive elements of one buffer a thread, moved V at a time (every buffer's count a
+// multiple of V and its start 16-byte aligned when V > 1). `done` counts the blocks that have
+// written their partial; it is 0 at launch and the last block leaves it 0 again (the context
+// keeps it: nfn_ctx::blocks_done).
+template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     sum_squares_kernel(BufList list, size_t total, float* partials, unsigned* done, float* out) {
   float acc = 0.f;
   int b = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total / V;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    while (i >= list.end[b]) ++b;
-    size_t start = b == 0 ? 0 : list.end[b - 1];
-    float v = nfn::cuda::to_f32(static_cast<const T*>(list.ptr[b])[i - start]);
-    acc += v * v;
+    while (i * V >= list.end[b]) ++b;
+    const size_t k = (i * V - (b == 0 ? 0 : list.end[b - 1])) / V;  // the buffer's k-th pack
+    float x[V];
+    nfn::cuda::load_pack(static_cast<const T*>(list.ptr[b]), k, x);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += x[j] * x[j];
   }
   __shared__ float shared[32];
   __shared__ bool last;
@@ -57,6 +62,16 @@ __global__ void __launch_bounds__(kBlock)
     *out = acc;
     *done = 0;
   }
+}
+
+// Whether every buffer of `list` can move as 16-byte packs of T.
+template <typename T>
+bool all_packed(const BufList& list) {
+  for (int b = 0; b < list.count; ++b) {
+    const size_t n = list.end[b] - (b == 0 ? 0 : list.end[b - 1]);
+    if (n % nfn::cuda::Pack<T>::n != 0 || !nfn::cuda::aligned16({list.ptr[b]})) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -84,11 +99,18 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
     NFN_CUDA_TRY(ctx, cudaMemsetAsync(out, 0, sizeof(float), ctx->stream), "sum_squares_many");
     return NFN_OK;
   }
-  const unsigned grid = std::min(nfn::cuda::grid_for(total, kBlock), kMaxGrid);
-  void* partials = nullptr;
-  NFN_TRY(nfn::cuda::scratch(ctx, grid * sizeof(float), &partials, "sum_squares_many"));
-  NFN_DISPATCH(dtype, T, sum_squares_kernel<T><<<grid, kBlock, 0, ctx->stream>>>(
-                             list, total, static_cast<float*>(partials), ctx->blocks_done, out));
+  NFN_DISPATCH(dtype, T, {
+    constexpr int n = nfn::cuda::Pack<T>::n;
+    const bool packed = all_packed<T>(list);
+    const unsigned grid = std::min(nfn::cuda::grid_for(packed ? total / n : total, kBlock), kMaxGrid);
+    void* partials = nullptr;
+    NFN_TRY(nfn::cuda::scratch(ctx, grid * sizeof(float), &partials, "sum_squares_many"));
+    auto* part = static_cast<float*>(partials);
+    if (packed)
+      sum_squares_kernel<T, n><<<grid, kBlock, 0, ctx->stream>>>(list, total, part, ctx->blocks_done, out);
+    else
+      sum_squares_kernel<T, 1><<<grid, kBlock, 0, ctx->stream>>>(list, total, part, ctx->blocks_done, out);
+  });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "sum_squares_many");
   return NFN_OK;
 }

@@ -549,15 +549,18 @@ void check_memory(const Backend& cpu, const Backend& gpu) {
 }
 
 void check_sum_squares(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
-  const size_t sizes[] = {1, 4097, 1 << 18, 77};
-  std::vector<Tensor> ts{output("out", 1, Kind::f32)};
-  for (size_t n : sizes) ts.push_back(input("buf", random_floats(n, rng)));
-  compare(cpu, gpu, Case{"sum_squares_many", ts,
-                         [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                           const void* bufs[4] = {P(1), P(2), P(3), P(4)};
-                           return b.ops().sum_squares_many(b.ctx, bufs, sizes, 4, d, F(0));
-                         }},
-          dt);
+  // One element at a time (counts that are not whole 16-byte packs), then 16 bytes a load.
+  for (const std::array<size_t, 4>& sizes : {std::array<size_t, 4>{1, 4097, 1 << 18, 77},
+                                             std::array<size_t, 4>{8, 4096, 1 << 18, 80}}) {
+    std::vector<Tensor> ts{output("out", 1, Kind::f32)};
+    for (size_t n : sizes) ts.push_back(input("buf", random_floats(n, rng)));
+    compare(cpu, gpu, Case{"sum_squares_many " + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + ",...", ts,
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             const void* bufs[4] = {P(1), P(2), P(3), P(4)};
+                             return b.ops().sum_squares_many(b.ctx, bufs, sizes.data(), 4, d, F(0));
+                           }},
+            dt);
+  }
 }
 
 // Bad arguments are refused with a status and a message naming the op.
