@@ -227,8 +227,8 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_DISPATCH(dtype, E, {
       auto* l = static_cast<E*>(logits);
       if (vec)
-        cross_entropy_kernel<E, Pack<E>::n><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
-                                                                     grad_scale, backward);
+        cross_entropy_kernel<E, Pack<E>::n><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
+                                                                               Vp, grad_scale, backward);
       else
         cross_entropy_kernel<E, 1><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
                                                                       grad_scale, backward);

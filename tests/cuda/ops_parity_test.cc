@@ -554,7 +554,8 @@ void check_sum_squares(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                                              std::array<size_t, 4>{8, 4096, 1 << 18, 80}}) {
     std::vector<Tensor> ts{output("out", 1, Kind::f32)};
     for (size_t n : sizes) ts.push_back(input("buf", random_floats(n, rng)));
-    compare(cpu, gpu, Case{"sum_squares_many " + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + ",...", ts,
+    const std::string name = "sum_squares_many " + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + ",...";
+    compare(cpu, gpu, Case{name, ts,
                            [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                              const void* bufs[4] = {P(1), P(2), P(3), P(4)};
                              return b.ops().sum_squares_many(b.ctx, bufs, sizes.data(), 4, d, F(0));
