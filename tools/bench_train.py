@@ -37,12 +37,12 @@ def parse_args(argv):
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
-    p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per attention path, the reference)")
-    p.add_argument("--attention", default="flash_mma,cudnn",
-                   help="cuda: the trainer's --attention paths to run, comma-separated; the fastest "
-                        "one that finishes is nfn's number (default: flash_mma,cudnn; add flash, on CUDA cores, to time it too)")
-    p.add_argument("--graphs", choices=["on", "off"], default="off",
-                   help="cuda: the trainer's --graphs (record the micro-step once as a CUDA graph; default: off)")
+    p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per mode, the reference)")
+    p.add_argument("--modes", default="cudnn,cudnn+graphs",
+                   help="cuda: nfn runs, comma-separated, each the trainer's --attention path (cudnn, "
+                        "flash_mma, thunderkittens, flash) with +graphs (--graphs on) and +tune "
+                        "(--gemm-tune on) as wanted; the fastest that finishes is nfn's number "
+                        "(default: cudnn,cudnn+graphs)")
     p.add_argument("--rounds", type=int, default=7,
                    help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
@@ -82,19 +82,22 @@ def timed_steps(report, warmup):
     return times[warmup:]
 
 
-def run_nfn_paths(args, workdir):
-    """nfn once per attention path; the fastest finished run, with every path under "modes"."""
+def run_nfn_modes(args, workdir):
+    """nfn once per mode; the fastest finished run, with every mode's under "modes"."""
     modes = {}
-    for path in args.attention.split(","):
-        modes[path] = run_nfn(args, os.path.join(workdir, path), path)
+    for mode in args.modes.split(","):
+        modes[mode] = run_nfn(args, os.path.join(workdir, mode), mode)
     done = {k: v for k, v in modes.items() if v.get("tokens_per_s")}
     if not done:
         return {"error": "; ".join(f"{k}: {v.get('error')}" for k, v in modes.items()), "modes": modes}
     best = max(done, key=lambda k: done[k]["tokens_per_s"])
-    return dict(done[best], attention=best, modes=modes)
+    return dict(done[best], mode=best, modes=modes)
 
 
-def run_nfn(args, workdir, attention):
+def run_nfn(args, workdir, mode):
+    attention, *extras = mode.split("+")
+    if set(extras) - {"graphs", "tune"}:
+        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune]"}
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
@@ -108,7 +111,8 @@ def run_nfn(args, workdir, attention):
            "--batch-size", str(args.batch_size),
            "--train-batch-tokens", str(args.batch_size * args.seq_len),
            "--max-steps", str(CUDA_WARMUP_STEPS + args.steps), "--eval-every-steps", str(CUDA_WARMUP_STEPS + args.steps),
-           "--eval-batches", "1", "--attention", attention, "--graphs", args.graphs,
+           "--eval-batches", "1", "--attention", attention,
+           "--graphs", "on" if "graphs" in extras else "off", "--gemm-tune", "on" if "tune" in extras else "off",
            "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]
@@ -177,7 +181,7 @@ def main(argv=None):
             print(json.dumps(result))
         return 0 if result["ratio"] else 1
     with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
-        nfn = run_nfn_paths(args, workdir)
+        nfn = run_nfn_modes(args, workdir)
     ref = {"skipped": True} if args.skip_torch else run_torch(args)
     ratio = None
     if nfn.get("tokens_per_s") and ref.get("tokens_per_s"):
@@ -189,7 +193,7 @@ def main(argv=None):
     else:
         for name, r in (("nfn", nfn), ("pytorch", ref)):
             if "tokens_per_s" in r:
-                what = f"  attention {r['attention']}" if "attention" in r else ""
+                what = f"  mode {r['mode']}" if "mode" in r else ""
                 print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  MFU {100 * r['mfu']:5.1f}%{what}")
             else:
                 print(f"{name:8s} {r.get('error', 'skipped')}")

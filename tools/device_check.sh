@@ -8,10 +8,10 @@
 #      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
 #      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
-#      attention on all four paths and the LM head at four chunk sizes, so the next session
-#      knows where a step's time goes
-#   4. tools/bench_train.py: GPT-2 124M with nfn (the tensor-core attention paths) and with the
-#      PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
+#      again with gemm_tune=on, attention on all four paths and the LM head at four chunk
+#      sizes, so the next session knows where a step's time goes
+#   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention; with and without graphs and
+#      gemm_tune) and with the PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
 # Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
 # $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
 # own time limit, 565 s in all at worst, so give the device tool timeout_s 600.
@@ -167,12 +167,16 @@ fi
 # 3. per-op times at GPT-2 124M's geometry
 ops_log=$out/bench_ops.txt
 frontend_log bench_ops
-echo "== attention=flash_mma" > "$ops_log"
+echo "== attention=cudnn" > "$ops_log"
 timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
-  --configure attention=flash_mma --lm-head-rows 1024,2048,4096,8192 >> "$ops_log" 2>&1
+  --configure attention=cudnn --lm-head-rows 1024,2048,4096,8192 >> "$ops_log" 2>&1
 ops_status=$?
+# The same ops with gemm_tune=on (each GEMM shape's fastest of cuBLASLt's first 8 picks).
+echo "== attention=cudnn gemm_tune=on" >> "$ops_log"
+timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
+  --configure attention=cudnn --configure gemm_tune=on >> "$ops_log" 2>&1 || echo "bench_ops gemm_tune=on failed" >> "$ops_log"
 # Attention alone on the other paths (a path that cannot run says why in the log).
-for attn in flash cudnn thunderkittens; do
+for attn in flash flash_mma thunderkittens; do
   echo "== attention=$attn" >> "$ops_log"
   timeout 15 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
     --configure attention=$attn --only attention >> "$ops_log" 2>&1 || echo "bench_ops attention=$attn failed" >> "$ops_log"
@@ -196,14 +200,18 @@ first = runs[0]
 total = sum(step for _, step in first.values())
 top = ", ".join(f"{n} {s:.1f}" for n, (_, s) in sorted(first.items(), key=lambda kv: -kv[1][1])[:3])
 attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attention_backward"))
-cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs))
+cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs)
+                                                  if "gemm_tune" not in name)
+gemms = lambda r: sum(step for n, (_, step) in r.items() if n.startswith(("linear", "lm_head_cross_entropy (")))
+tuned = [r for name, r in zip(labels, runs) if "gemm_tune" in name]
+tune = f"; GEMM ops a micro-step {gemms(first):.2f} ms, {gemms(tuned[0]):.2f} with gemm_tune" if tuned else ""
 lm = "; lm_head a call by rows a chunk: " + ", ".join(
     f"{n.split('rows=')[1] if 'rows=' in n else 'auto'} {ms:.2f}" for n, (ms, _) in first.items() if n.startswith("lm_head"))
 fused = next((l.split(":", 1)[1].strip() for l in open(sys.argv[1]) if l.startswith("fused epilogues:")), "?")
 emb = "; embedding_backward a call: " + ", ".join(
     f"{what} {first[n][0]:.3f} ms" for what, n in (("spread ids", "embedding_backward"),
                                                     ("text-like ids", "embedding_backward (text-like ids)")) if n in first)
-print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{lm}{emb}; cuBLASLt epilogues: {fused}")
+print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{tune}{lm}{emb}; cuBLASLt epilogues: {fused}")
 PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
@@ -211,7 +219,7 @@ row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FA
 # 4. throughput against the PyTorch reference
 frontend_log bench_train
 timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
-  --attention flash_mma,cudnn \
+  --modes cudnn,cudnn+graphs,cudnn+tune,cudnn+graphs+tune \
   > "$out/bench.json" 2> "$out/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys

@@ -44,7 +44,8 @@ void declare_train_flags(Flags* f) {
   f->value("dtype", "storage of parameters and activations: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
   f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation)");
   f->value("threads", "CPU threads (default: all cores)");
-  f->value("attention", "CUDA attention kernels: flash_mma (tensor cores, the default), flash (CUDA cores), cudnn (cuDNN SDPA) or thunderkittens");
+  f->value("attention", "CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN loads), flash_mma (tensor cores; the default otherwise), flash (CUDA cores) or thunderkittens");
+  f->value("gemm-tune", "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the fastest (the pick may differ from run to run); off: cuBLASLt's first pick (the library's default)");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op", "off");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
@@ -226,6 +227,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   c->matmul = f.get("matmul");
   c->threads = f.get("threads");
   c->attention = f.get("attention");
+  c->gemm_tune = f.get("gemm-tune");
   const std::string graphs = f.get("graphs");
   if (graphs != "on" && graphs != "off") {
     *error = "--graphs " + graphs + ": expected on or off";

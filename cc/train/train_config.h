@@ -32,7 +32,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   int sample_tokens = 0;
 
-  std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention;
+  std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune;
   bool graphs = false;  // replay the micro-step as a recorded graph (StepGraph)
   int checkpoint_version = 3;
   std::string output_dir, resume;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "cc/ckpt/checkpoint.h"
@@ -200,11 +201,13 @@ int run_training(const TrainConfig& c) {
   Backend backend;
   if (!open_backend(c.backend, c.tile_ops_lib, &backend, &error)) return fail(error);
   const nfn_op_table& ops = backend.lib.ops;
-  // Backend options, each passed to the op library as is: it refuses what it does not have.
-  const std::pair<const char*, const std::string*> options[] = {
-      {"threads", &c.threads}, {"matmul", &c.matmul}, {"attention", &c.attention}};
-  for (const auto& [flag, value] : options)
-    if (!value->empty() && ops.ctx_configure(backend.ctx, flag, value->c_str()) != NFN_OK)
+  // Backend options (flag, the library's key), each passed to the op library as is: it
+  // refuses what it does not have.
+  const std::tuple<const char*, const char*, const std::string*> options[] = {
+      {"threads", "threads", &c.threads}, {"matmul", "matmul", &c.matmul},
+      {"attention", "attention", &c.attention}, {"gemm-tune", "gemm_tune", &c.gemm_tune}};
+  for (const auto& [flag, key, value] : options)
+    if (!value->empty() && ops.ctx_configure(backend.ctx, key, value->c_str()) != NFN_OK)
       return fail(std::string("--") + flag + ": " + ops.ctx_last_error(backend.ctx));
   const std::string dtype_name = !c.dtype.empty() ? c.dtype : (backend.name == "cuda" ? "bf16" : "f32");
   const nfn_dtype dtype = dtype_name == "bf16" ? NFN_BF16 : NFN_F32;

@@ -89,7 +89,15 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
   if (out == nullptr || lse == nullptr || qkv == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_forward: null out, lse or qkv");
   if (use_mma(ctx, dtype, hd, {out, qkv})) return mma_forward(ctx, out, lse, qkv, B, T, C, NH);
-  if (use_cudnn(ctx, dtype, hd, T, {out, qkv, lse})) return nfn::cuda::cudnn_forward(ctx, out, lse, qkv, B, T, C, NH);
+  if (use_cudnn(ctx, dtype, hd, T, {out, qkv, lse})) {
+    const nfn_status s = nfn::cuda::cudnn_forward(ctx, out, lse, qkv, B, T, C, NH);
+    // cudnn by default (not configured) failing here, as where cuDNN loads but cannot build its
+    // graph (no NVRTC, say: nothing was enqueued): flash_mma takes over for good, and says why.
+    if (s != NFN_ERR_BACKEND || ctx->attention_configured) return s;
+    ctx->attention = nfn_attention_path::flash_mma;
+    ctx->attention_fallback = ctx->last_error;
+    return nfn_attention_forward(ctx, out, lse, qkv, B, T, C, NH, dtype);
+  }
   if (use_tk(ctx, dtype, hd, T, {out, qkv, lse}))  // TK reads lse in 8-byte pairs
     return nfn::cuda::check(ctx, static_cast<cudaError_t>(nfn_tk_attention_forward(out, lse, qkv, B, T, C, NH, ctx->stream)),
                             "attention_forward (thunderkittens)");

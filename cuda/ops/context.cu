@@ -100,6 +100,7 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
     delete ctx;
     return NFN_ERR_BACKEND;
   }
+  if (nfn::cuda::cudnn_unavailable_reason() == nullptr) ctx->attention = nfn_attention_path::cudnn;
   *out = ctx;
   return NFN_OK;
 }
@@ -130,7 +131,7 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
 }
 
 // Options: attention=flash|flash_mma|cudnn|thunderkittens (the kernels behind attention_forward/backward);
-// lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size).
+// lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size); gemm_tune=on|off.
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   if (key != nullptr && value != nullptr && std::strcmp(key, "lm_head_rows") == 0) {
@@ -142,7 +143,14 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     ctx->lm_head_rows = static_cast<int>(rows);
     return NFN_OK;
   }
+  if (key != nullptr && value != nullptr && std::strcmp(key, "gemm_tune") == 0) {
+    if (std::strcmp(value, "on") != 0 && std::strcmp(value, "off") != 0)
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: gemm_tune=%s is not on or off", value);
+    ctx->gemm_tune = std::strcmp(value, "on") == 0;
+    return NFN_OK;
+  }
   if (key != nullptr && value != nullptr && std::strcmp(key, "attention") == 0) {
+    ctx->attention_configured = true;
     if (std::strcmp(value, "flash") == 0) {
       ctx->attention = nfn_attention_path::flash_simt;
       return NFN_OK;
@@ -182,7 +190,10 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
   switch (ctx->attention) {
     case nfn_attention_path::thunderkittens: return "thunderkittens (nfn's wgmma kernels on ThunderKittens)";
     case nfn_attention_path::flash_mma:
-      return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
+      if (ctx->attention_fallback.empty())
+        return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
+      const_cast<nfn_ctx*>(ctx)->attention_report = "flash_mma (cuDNN, the default, failed: " + ctx->attention_fallback + ")";
+      return ctx->attention_report.c_str();
     case nfn_attention_path::cudnn: return nfn::cuda::cudnn_path_name();
     default: return "flash_simt (nfn's own kernel)";
   }

@@ -24,6 +24,10 @@ struct nfn_ctx {
   std::string last_error;
   void* cublaslt = nullptr;         // cublasLtHandle_t, created on first GEMM
   void* gemm_workspace = nullptr;   // cuBLASLt workspace (kGemmWorkspaceBytes)
+  void* gemm_algos = nullptr;       // cuBLASLt's kernel for each GEMM shape seen (cublaslt.cc)
+  // Option gemm_tune=on: a shape's first GEMM times cuBLASLt's first picks and keeps the
+  // fastest (cublaslt.cc). Off by default: the timing may pick differently from run to run.
+  bool gemm_tune = false;
   void* cudnn = nullptr;            // cuDNN handle and graphs (attention_cudnn.cc), on first use
   void* scratch = nullptr;          // stream-ordered scratch, grown on demand
   size_t scratch_bytes = 0;
@@ -35,9 +39,12 @@ struct nfn_ctx {
   // that ran the unfused form instead (linear.cu, nfn_cuda_fused_epilogues).
   unsigned long long epilogue_calls[8][2] = {};
   std::string epilogue_report;
-  // flash_mma: tensor cores where they apply (the issue asks for cuDNN or a kernel of our own,
-  // whichever is faster; flash_simt is neither); attention=flash for CUDA cores everywhere.
+  // Unless configured: cudnn where cuDNN loads (measured about twice flash_mma's speed at
+  // GPT-2 124M on an H200, docs/performance.md), else flash_mma (nfn_ctx_create).
   nfn_attention_path attention = nfn_attention_path::flash_mma;
+  bool attention_configured = false;  // set by configure(attention=...): no fallback then
+  std::string attention_fallback;     // why the default cudnn gave way to flash_mma, if it did
+  std::string attention_report;       // nfn_cuda_attention_path's string
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
 

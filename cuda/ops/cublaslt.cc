@@ -6,8 +6,10 @@
 
 #include <dlfcn.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -35,6 +37,8 @@ void gemm_release(nfn_ctx*) {}
 namespace {
 
 constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // Hopper kernels want up to 32 MiB
+constexpr int kTuneCandidates = 8;  // gemm_tune=on times cuBLASLt's first 8 picks of a shape
+constexpr int kTuneRuns = 3;        // each, after one untimed run
 
 // The cuBLASLt entry points nfn uses, typed from the real header.
 struct CublasLt {
@@ -187,6 +191,101 @@ nfn_status describe(nfn_ctx* ctx, const char* op, const GemmArgs& g, Descriptors
   return NFN_OK;
 }
 
+// A GEMM's shape, layouts, epilogue and operand alignments: what cuBLASLt picks a kernel by
+// (and gemm_tune, so that a tuned pick and the heuristic's live side by side).
+using AlgoKey = std::array<int64_t, 19>;
+
+AlgoKey key_of(const nfn_ctx* ctx, const GemmArgs& g) {
+  const void* c = g.c != nullptr ? g.c : g.d;
+  return {g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.ab, g.d_dtype,
+          static_cast<int64_t>(g.epilogue), g.beta != 0.f, alignment(g.a), alignment(g.b), alignment(c),
+          alignment(g.d), alignment(g.aux), alignment(g.bias), ctx->gemm_tune};
+}
+
+// The kernel picked for each key (ctx->gemm_algos): the heuristic is asked once a shape.
+struct AlgoCache {
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+};
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// gemm_tune=on: the fastest of the heuristic's `n` picks for `g` (CUDA events around
+// kTuneRuns runs after one untimed), each writing outputs of its own (D, and the GELU
+// input or bias gradient its epilogue writes), so the caller's buffers are only read. Where
+// that memory cannot be had, the heuristic's first pick.
+nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* picks,
+                   int n, cublasLtMatmulAlgo_t* best) {
+  *best = picks[0].algo;
+  const size_t size = g.d_dtype == NFN_BF16 ? 2 : 4;
+  const bool writes_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  const size_t d_bytes = round_up(size * g.ldd * g.n), aux_bytes = writes_aux ? round_up(size * g.m * g.n) : 0;
+  const size_t bgrad_bytes = g.epilogue == GemmEpilogue::bgradb ? round_up(size * g.n) : 0;
+  char* buf = nullptr;
+  if (cudaMalloc(&buf, d_bytes + aux_bytes + bgrad_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: the untuned pick will do
+    return NFN_OK;
+  }
+  GemmArgs t = g;
+  t.c = g.c != nullptr ? g.c : g.d;  // read where the call reads it
+  t.d = buf;
+  if (writes_aux) t.aux = buf + d_bytes;
+  if (bgrad_bytes > 0) t.bgrad = buf + d_bytes + aux_bytes;
+  Descriptors s;
+  nfn_status status = describe(ctx, op, t, &s);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (status == NFN_OK) status = check(ctx, cudaEventCreate(&start), op);
+  if (status == NFN_OK) status = check(ctx, cudaEventCreate(&stop), op);
+  const float alpha = 1.f, beta = g.beta;
+  float best_ms = 0.f;
+  for (int i = 0; i < n && status == NFN_OK; ++i) {
+    bool ran = true;
+    for (int run = 0; run <= kTuneRuns && ran; ++run) {
+      if (run == 1) status = check(ctx, cudaEventRecord(start, ctx->stream), op);
+      ran = status == NFN_OK &&
+            api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, t.a, s.a, t.b, s.b, &beta, t.c,
+                       s.d, t.d, s.d, &picks[i].algo, ctx->gemm_workspace, kGemmWorkspaceBytes,
+                       ctx->stream) == CUBLAS_STATUS_SUCCESS;
+    }
+    if (!ran || status != NFN_OK) continue;
+    float ms = 0.f;
+    status = check(ctx, cudaEventRecord(stop, ctx->stream), op);
+    if (status == NFN_OK) status = check(ctx, cudaEventSynchronize(stop), op);
+    if (status == NFN_OK) status = check(ctx, cudaEventElapsedTime(&ms, start, stop), op);
+    if (status == NFN_OK && (best_ms == 0.f || ms < best_ms)) best_ms = ms, *best = picks[i].algo;
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaFree(buf);  // synchronizes: the trials are done with it
+  return status;
+}
+
+// The kernel for `g`: cached, else the heuristic's first pick (gemm_tune=on, outside a graph
+// recording: the fastest of its first kTuneCandidates), then cached.
+nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descriptors& s, cublasLtMatmulAlgo_t* algo) {
+  if (ctx->gemm_algos == nullptr) ctx->gemm_algos = new AlgoCache();
+  auto& algos = static_cast<AlgoCache*>(ctx->gemm_algos)->algos;
+  const AlgoKey key = key_of(ctx, g);
+  if (auto hit = algos.find(key); hit != algos.end()) {
+    *algo = hit->second;
+    return NFN_OK;
+  }
+  cublasLtMatmulHeuristicResult_t picks[kTuneCandidates] = {};
+  const int want = ctx->gemm_tune && !ctx->recording ? kTuneCandidates : 1;
+  int found = 0;
+  const cublasStatus_t heuristic = api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, s.a, s.b,
+                                                 s.d, s.d, s.pref, want, picks, &found);
+  if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
+    return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmulAlgoGetHeuristic: %s", op,
+                api.status_string(heuristic));
+  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0)
+    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)",
+                op, g.m, g.n, g.k);
+  *algo = picks[0].algo;
+  if (found > 1) NFN_TRY(fastest(ctx, op, g, picks, found, algo));
+  algos.emplace(key, *algo);
+  return NFN_OK;
+}
+
 }  // namespace
 
 nfn_status check_gemm_descriptors(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
@@ -211,20 +310,12 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   }
   Descriptors s;
   NFN_TRY(describe(ctx, op, g, &s));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t heuristic = api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt),
-                                                 s.desc, s.a, s.b, s.d, s.d, s.pref, 1, &result, &found);
-  if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
-    return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmulAlgoGetHeuristic: %s", op,
-                api.status_string(heuristic));
-  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0)
-    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)",
-                op, g.m, g.n, g.k);
+  cublasLtMatmulAlgo_t algo;
+  NFN_TRY(pick(ctx, op, g, s, &algo));
   const float alpha = 1.f, beta = g.beta;
   const void* c = g.c != nullptr ? g.c : g.d;
   const cublasStatus_t st = api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
-                                       s.b, &beta, c, s.d, g.d, s.d, &result.algo, ctx->gemm_workspace,
+                                       s.b, &beta, c, s.d, g.d, s.d, &algo, ctx->gemm_workspace,
                                        kGemmWorkspaceBytes, ctx->stream);
   if (st != CUBLAS_STATUS_SUCCESS) return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmul: %s", op, api.status_string(st));
   return NFN_OK;
@@ -233,8 +324,10 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
 void gemm_release(nfn_ctx* ctx) {
   if (ctx->cublaslt != nullptr) api.destroy(static_cast<cublasLtHandle_t>(ctx->cublaslt));
   if (ctx->gemm_workspace != nullptr) cudaFree(ctx->gemm_workspace);
+  delete static_cast<AlgoCache*>(ctx->gemm_algos);
   ctx->cublaslt = nullptr;
   ctx->gemm_workspace = nullptr;
+  ctx->gemm_algos = nullptr;
 }
 
 #endif  // NFN_HAVE_CUBLASLT

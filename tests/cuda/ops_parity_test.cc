@@ -130,11 +130,11 @@ void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 }
 
 // Shapes: 16 bytes a load (C a whole number of 16-byte packs), one element a load (C = 75),
-// warps with several rows each in the backward (N = 2100 over its 256 blocks of 8 warps), and
+// warps with several rows each in the backward (N = 4200 over its 512 blocks of 8 warps), and
 // a LayerNorm row too wide for 48 KiB of column sums (C = 6200: one warp a block, opted in).
 void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int N, C; };
-  for (Shape s : {Shape{150, 200}, Shape{37, 75}, Shape{2100, 24}, Shape{3, 6200}})
+  for (Shape s : {Shape{150, 200}, Shape{37, 75}, Shape{4200, 24}, Shape{3, 6200}})
     check_norms(cpu, gpu, dt, s.N, s.C);
 }
 
@@ -572,12 +572,17 @@ void check_errors(const Backend& gpu) {
          "attention_forward with C % NH != 0: status " + std::to_string(s) + " '" + msg + "'");
   expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "warp-speed") == NFN_ERR_INVALID_ARGUMENT,
          "configure attention=warp-speed is refused");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "maybe") == NFN_ERR_INVALID_ARGUMENT,
+         "configure gemm_tune=maybe is refused");
   // The path's name for the runtime report (an extra export, outside the op table).
   using PathName = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
-    // main() calls this before any configure: a fresh context's default.
-    expect(std::string(path(gpu.ctx)).rfind("flash_mma", 0) == 0,
-           std::string("the default attention is reported as '") + path(gpu.ctx) + "'");
+    // main() calls this before any configure: a fresh context's default, cudnn where cuDNN
+    // loads (configure says), else flash_mma.
+    const std::string fresh = path(gpu.ctx);
+    const bool cudnn = gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") == NFN_OK;
+    expect(fresh.rfind(cudnn ? "cudnn" : "flash_mma", 0) == 0,
+           "the default attention is reported as '" + fresh + "' (cuDNN " + (cudnn ? "loads" : "does not load") + ")");
     expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash_mma") == NFN_OK, "configure attention=flash_mma");
     expect(std::string(path(gpu.ctx)).rfind("flash_mma", 0) == 0,
            std::string("attention=flash_mma is reported as '") + path(gpu.ctx) + "'");
@@ -625,6 +630,16 @@ int main(int argc, char** argv) {
     check_kv_cached(cpu, gpu, dt);
     check_softmax_and_loss(cpu, gpu, dt);
     check_adamw(cpu, gpu, dt);
+  }
+  // The GEMMs again with gemm_tune=on: a shape's first call times cuBLASLt's picks into
+  // outputs of its own, so the results (accumulating ones too) must not move.
+  if (!self_check) {
+    expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "on") == NFN_OK, "configure gemm_tune=on");
+    for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
+      check_linear(cpu, gpu, dt);
+      check_softmax_and_loss(cpu, gpu, dt);
+    }
+    expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "off") == NFN_OK, "configure gemm_tune=off");
   }
   // The attention of other people's code, never run before a GPU session: last, so that a
   // fault there (a sticky CUDA error ends the context) costs only its own checks.

@@ -59,11 +59,16 @@ def register(sub):
     opts.add_argument("--matmul", choices=["f32", "bf16"],
                      help="CPU GEMM compute (bf16: f32 accumulation, where the CPU has bf16 units)")
     opts.add_argument("--attention", choices=["flash", "flash_mma", "cudnn", "thunderkittens"],
-                     help="CUDA attention kernels: flash_mma (tensor cores, the default), flash (CUDA "
-                          "cores), cudnn (cuDNN SDPA) or thunderkittens (wgmma kernels on "
+                     help="CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN "
+                          "loads), flash_mma (nfn's tensor-core kernel; the default otherwise), "
+                          "flash (CUDA cores) or thunderkittens (wgmma kernels on "
                           "ThunderKittens, H100/H200, where the library was built with a "
                           "ThunderKittens tree; T a multiple of 64) where bf16 and head size 64 or "
                           "128, flash elsewhere")
+    opts.add_argument("--gemm-tune", choices=["on", "off"],
+                     help="CUDA: time cuBLASLt's first 8 kernels for each GEMM shape on its first "
+                          "call and keep the fastest (the pick may differ from run to run; "
+                          "default: off, cuBLASLt's first pick)")
     opts.add_argument("--graphs", choices=["on", "off"],
                      help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
                           "replay it after the first step (default: off)")
