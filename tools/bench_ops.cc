@@ -31,6 +31,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -279,6 +280,21 @@ int main(int argc, char** argv) {
   add("linear_backward proj", L, linear_back(C, C, false), 2 * gf(N, C, C));
   add("linear_backward fc", L, linear_back(C, 4 * C, false), 2 * gf(N, 4 * C, C));
   add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, true), 2 * gf(N, C, 4 * C));
+  // Each backward's products alone, outside the step total: the input gradient, the weight
+  // gradient, and the weight gradient with the bias gradient (bf16: cuBLASLt's BGRADB).
+  for (const auto& [name, IC, OC, gelu] : {std::tuple{"qkv", C, 3 * C, false}, std::tuple{"proj", C, C, false},
+                                          std::tuple{"fc", C, 4 * C, false}, std::tuple{"fcproj+gelu", 4 * C, C, true}}) {
+    const std::string at = std::string("linear_backward ") + name;
+    add(at + ": dinp", 0, [&, IC, OC, gelu] {
+      return o.linear_backward(ctx, y, nullptr, nullptr, dy, x, w, gelu ? pre : nullptr, N, IC, OC, 0, dtype);
+    }, gf(N, OC, IC));
+    add(at + ": dweight", 0, [&, IC, OC] {
+      return o.linear_backward(ctx, nullptr, dw, nullptr, dy, x, w, nullptr, N, IC, OC, 0, dtype);
+    }, gf(N, OC, IC));
+    add(at + ": dweight+dbias", 0, [&, IC, OC] {
+      return o.linear_backward(ctx, nullptr, dw, db, dy, x, w, nullptr, N, IC, OC, 0, dtype);
+    }, gf(N, OC, IC));
+  }
   add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);
   add("attention_backward", L, [&] { return o.attention_backward(ctx, dqkv, dy, qkv, y, lse, B, T, C, NH, dtype); }, 2 * attn_gf);
   auto lm_head = [&] { return o.lm_head_cross_entropy(ctx, losses, sumsq, x, dwte, y, wte, tokens, N, C, g.vocab, V, 1.f / N, dtype); };

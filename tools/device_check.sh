@@ -12,8 +12,9 @@
 #      sizes, so the next session knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention; with and without graphs and
 #      gemm_tune) and with the PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
-# Logs and JSON go to $OUT (or /tmp/nfn-device-out); a short table is printed last and kept in
-# $OUT/table.txt as it grows (so a run stopped early still returns its rows). Each step has its
+# Results go to $OUT (or /tmp/nfn-device-out): table.txt (the short table, kept as it grows,
+# so a run stopped early still returns its rows), parity.log, bench_ops.txt, bench.json, and
+# logs.tgz (every step's output and the libraries' logs; tools/device_env.sh). Each step has its
 # own time limit, 565 s in all at worst, so give the device tool timeout_s 600.
 # --quick runs steps 1 and 2 only (220 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
@@ -30,41 +31,7 @@ row() {
   printf '%s\n' "${rows[-1]}" >> "$out/table.txt"
 }
 
-if [ ! -d "$root/.device" ]; then
-  echo "device_check: no .device/ (run tools/prepare_device.sh here and carry .device)"; exit 1
-fi
-work=/tmp/nfn-device
-rm -rf "$work" && cp -r "$root/.device" "$work" && chmod -R u+w "$work"
-for f in "$work"/lib/*.xz; do [ -e "$f" ] && xz -d "$f"; done
-# cuBLASLt from the PyTorch venv's nvidia wheels (the op library opens it at run time).
-# cuBLASLt and cuDNN from the PyTorch venv's nvidia wheels (the op library opens them at run
-# time; cuDNN's own engine libraries are found on the loader path too), and NVRTC, which
-# cuDNN's SDPA engines need to compile their kernels.
-wheel_dir() {
-  python3 - "$@" <<'PY'
-import glob, site, sys
-for d in site.getsitepackages() + [site.getusersitepackages()]:
-    for pattern in sys.argv[1:]:
-        for hit in glob.glob(d + pattern):
-            print(hit.rsplit("/", 1)[0]); sys.exit(0)
-PY
-}
-cublas_dir=$(wheel_dir "/nvidia/cu13/lib/libcublasLt.so.13*" "/nvidia/cublas/lib/libcublasLt.so.13*")
-cudnn_dir=$(wheel_dir "/nvidia/cudnn/lib/libcudnn.so.9*")
-nvrtc_found=$(wheel_dir "/nvidia/cu13/lib/libnvrtc.so.13*" "/nvidia/cuda_nvrtc/lib/libnvrtc.so.13*")
-nvrtc_dir=$([ "$nvrtc_found" != "$cublas_dir" ] && echo "$nvrtc_found")
-export LD_LIBRARY_PATH="$work/lib${cublas_dir:+:$cublas_dir}${cudnn_dir:+:$cudnn_dir}${nvrtc_dir:+:$nvrtc_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# The libraries' own logs, for a failure the one-line message does not explain: cuBLASLt's
-# errors (a file per process), cuDNN's errors (on each step's stderr, before nfn's own line),
-# and cudnn-frontend's account of each graph it builds (a file per step, cudnn_frontend_*.log;
-# each process rewrites its file, so a step of several processes keeps its last).
-export CUBLASLT_LOG_LEVEL=1 CUBLASLT_LOG_FILE=$out/cublaslt.%i.log
-export CUDNN_LOGLEVEL_DBG=1 CUDNN_LOGDEST_DBG=stderr
-export CUDNN_FRONTEND_LOG_INFO=1
-frontend_log() { export CUDNN_FRONTEND_LOG_FILE=$out/cudnn_frontend_$1.log; }
-cpu_lib=$work/lib/libnfn_native_train_cpu_ops.so
-cuda_lib=$work/lib/libnfn_native_train_tile_ops.so
-gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+. "$root/tools/device_env.sh"
 echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}; NVRTC from ${nvrtc_found:-nowhere}"
 
 # 1. op parity
@@ -104,17 +71,17 @@ PY
   common=(--num-layers 2 --num-heads 2 --model-dim 128 --vocab-size 512 --train-data "$data"
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
-  timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$out/train_cpu.json" 2> "$out/train_cpu.err"
+  timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$logs/train_cpu.json" 2> "$logs/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs; do
     IFS=: read -r dt attn graphs <<< "$run"
     name=${dt}_$attn${graphs:+_graphs}
     frontend_log "train_$name"
     timeout 20 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --graphs "$([ -n "$graphs" ] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
-      > "$out/train_cuda_$name.json" 2> "$out/train_cuda_$name.err"
+      > "$logs/train_cuda_$name.json" 2> "$logs/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
-    verdict=$(python3 - "$out/train_cpu.json" "$out/train_cuda_$name.json" "$bound" "$status" <<'PY'
+    verdict=$(python3 - "$logs/train_cpu.json" "$logs/train_cuda_$name.json" "$bound" "$status" <<'PY'
 import json, sys
 
 def report(path, status):
@@ -140,7 +107,7 @@ PY
     row "train cuda $dt $attn${graphs:+ graphs} vs cpu" "${verdict%% *}" "${verdict#* }"
   done
   # Graphs replay the same kernels on the same buffers: the losses must agree bit for bit.
-  verdict=$(python3 - "$out/train_cuda_bf16_flash_mma.json" "$out/train_cuda_bf16_flash_mma_graphs.json" <<'PY'
+  verdict=$(python3 - "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_graphs.json" <<'PY'
 import json, statistics, sys
 try:
     eager, graphs = (json.load(open(p)) for p in sys.argv[1:3])
@@ -220,7 +187,7 @@ row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FA
 frontend_log bench_train
 timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   --modes cudnn,cudnn+graphs,cudnn+tune,cudnn+graphs+tune \
-  > "$out/bench.json" 2> "$out/bench.err"
+  > "$out/bench.json" 2> "$logs/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys
 try:
