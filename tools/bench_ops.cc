@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
   add("linear_backward fc", L, linear_back(C, 4 * C, false), 2 * gf(N, 4 * C, C));
   add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, true), 2 * gf(N, C, 4 * C));
   // Each backward's products alone, outside the step total: the input gradient, the weight
-  // gradient, and the weight gradient with the bias gradient (bf16: cuBLASLt's BGRADB).
+  // gradient, and the weight gradient with the bias gradient (our column sums of dout).
   for (const auto& [name, IC, OC, gelu] : {std::tuple{"qkv", C, 3 * C, false}, std::tuple{"proj", C, C, false},
                                           std::tuple{"fc", C, 4 * C, false}, std::tuple{"fcproj+gelu", 4 * C, C, true}}) {
     const std::string at = std::string("linear_backward ") + name;

@@ -1,8 +1,7 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
 // place of cublaslt.cc. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then
 // the epilogue (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with
-// cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux); BGRADB: bgrad = op(B)'s column sums over k,
-// in D's dtype), f32 accumulation, one rounding to the output dtype. Each matrix's extent is
+// cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux)), f32 accumulation, one rounding to the output dtype. Each matrix's extent is
 // checked against its device allocation, which catches a wrong leading dimension.
 #include <cmath>
 #include <vector>
@@ -44,7 +43,7 @@ float gelu_tanh_grad(float x) {
 }
 
 // D = op(A) op(B) + beta C and the epilogue, on the host (the checks are gemm()'s).
-void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux, bool with_bgrad) {
+void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux) {
   // op(A) as m rows of k, op(B) as n rows of k, in f32: every dot product is contiguous.
   const size_t K = static_cast<size_t>(g.k);
   std::vector<float> a(static_cast<size_t>(g.m) * K), b(static_cast<size_t>(g.n) * K);
@@ -56,11 +55,6 @@ void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux, bo
       b[j * K + p] = load(g.b, g.ab, g.trans_b ? p * static_cast<size_t>(g.ldb) + j : j * static_cast<size_t>(g.ldb) + p);
   for (int j = 0; j < g.n; ++j) {
     const float* bj = &b[j * K];
-    if (with_bgrad) {  // BGRADB: column j of op(B) summed over k
-      float sum = 0.f;
-      for (size_t p = 0; p < K; ++p) sum += bj[p];
-      store(g.bgrad, g.d_dtype, j, sum);
-    }
     for (int i = 0; i < g.m; ++i) {
       const float* ai = &a[i * K];
       float acc = 0.f;
@@ -101,14 +95,12 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (g.beta != 0.f && !nfn_emu::inside_device(c, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "C";
   if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
   if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
-  const bool with_bgrad = g.epilogue == GemmEpilogue::bgradb;
-  if (with_bgrad && !nfn_emu::inside_device(g.bgrad, g.n * dtype_size(g.d_dtype))) outside = "bgrad";
   if (outside != nullptr)
     return fail(ctx, NFN_ERR_BACKEND, "%s: cuBLASLt would read or write %s outside its allocation (m=%d n=%d k=%d)",
                 op, outside, g.m, g.n, g.k);
   // The product runs on the context's stream: now, or when a graph that captured it runs.
-  const cudaError_t err = nfn_emu::enqueue(ctx->stream, op, [g, c, with_bias, with_aux, with_bgrad] {
-    product(g, c, with_bias, with_aux, with_bgrad);
+  const cudaError_t err = nfn_emu::enqueue(ctx->stream, op, [g, c, with_bias, with_aux] {
+    product(g, c, with_bias, with_aux);
   });
   return err == cudaSuccess ? NFN_OK : fail(ctx, NFN_ERR_BACKEND, "%s: %s", op, cudaGetErrorString(err));
 }

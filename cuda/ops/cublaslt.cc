@@ -161,13 +161,10 @@ nfn_status describe(nfn_ctx* ctx, const char* op, const GemmArgs& g, Descriptors
     case GemmEpilogue::gelu_aux: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
     case GemmEpilogue::gelu_aux_bias: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
     case GemmEpilogue::dgelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
-    case GemmEpilogue::bgradb: epi = CUBLASLT_EPILOGUE_BGRADB; break;
   }
   LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias)
     LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-  if (g.epilogue == GemmEpilogue::bgradb)  // the bias-gradient output, in D's dtype
-    LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bgrad, sizeof g.bgrad));
   if (has_gelu_aux(g)) {
     int64_t ld_aux = g.m;
     LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
@@ -211,7 +208,7 @@ size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // gemm_tune=on: the fastest of the heuristic's `n` picks for `g` (CUDA events around
 // kTuneRuns runs after one untimed), each writing outputs of its own (D, and the GELU
-// input or bias gradient its epilogue writes), so the caller's buffers are only read. Where
+// input its epilogue writes), so the caller's buffers are only read. Where
 // that memory cannot be had, the heuristic's first pick.
 nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* picks,
                    int n, cublasLtMatmulAlgo_t* best) {
@@ -219,9 +216,8 @@ nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublas
   const size_t size = g.d_dtype == NFN_BF16 ? 2 : 4;
   const bool writes_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
   const size_t d_bytes = round_up(size * g.ldd * g.n), aux_bytes = writes_aux ? round_up(size * g.m * g.n) : 0;
-  const size_t bgrad_bytes = g.epilogue == GemmEpilogue::bgradb ? round_up(size * g.n) : 0;
   char* buf = nullptr;
-  if (cudaMalloc(&buf, d_bytes + aux_bytes + bgrad_bytes) != cudaSuccess) {
+  if (cudaMalloc(&buf, d_bytes + aux_bytes) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: the untuned pick will do
     return NFN_OK;
   }
@@ -229,7 +225,6 @@ nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublas
   t.c = g.c != nullptr ? g.c : g.d;  // read where the call reads it
   t.d = buf;
   if (writes_aux) t.aux = buf + d_bytes;
-  if (bgrad_bytes > 0) t.bgrad = buf + d_bytes + aux_bytes;
   Descriptors s;
   nfn_status status = describe(ctx, op, t, &s);
   cudaEvent_t start = nullptr, stop = nullptr;

@@ -6,13 +6,12 @@
 
 namespace nfn::cuda {
 
-enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgradb };
+enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu };
 
 // Column-major D (m,n) = op(A) op(B) + beta * C, C = D unless c is set (then c, laid out as D),
 // A (m,k) after op, B (k,n) after op, with
 // an optional epilogue: + bias (m), then GELU with the pre-activation stored in aux (ld m);
-// or (dgelu) D *= GELU'(aux), aux (ld m) the pre-activation a gelu_aux GEMM stored; or
-// (bgradb) bgrad (n, D's dtype) = op(B)'s column sums, the sum over k, written as B is read.
+// or (dgelu) D *= GELU'(aux), aux (ld m) the pre-activation a gelu_aux GEMM stored.
 // A and B are `ab` (f32 or bf16), D is `d` (f32 or bf16). f32 inputs use plain f32 math.
 // cuBLASLt wants the aux leading dimension divisible by 8 (gelu_aux_ld_ok); a GELU epilogue
 // without it, or a shape cuBLASLt has no kernel for, returns NFN_ERR_UNSUPPORTED.
@@ -31,7 +30,6 @@ struct GemmArgs {
   GemmEpilogue epilogue = GemmEpilogue::none;
   const void* bias = nullptr;
   void* aux = nullptr;
-  void* bgrad = nullptr;
 };
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);

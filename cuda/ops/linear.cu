@@ -14,15 +14,6 @@ using nfn::cuda::GemmEpilogue;
 
 namespace {
 
-template <typename T>
-struct ColumnOf {
-  const T* x;
-  int C;
-  __device__ void operator()(int r, int c, float* v) const {
-    v[0] = nfn::cuda::to_f32(x[static_cast<size_t>(r) * C + c]);
-  }
-};
-
 // Counts a call that wanted epilogue `e` as fused or not (nfn_cuda_fused_epilogues).
 void count_epilogue(nfn_ctx* ctx, GemmEpilogue e, bool fused) { ++ctx->epilogue_calls[static_cast<int>(e)][fused]; }
 
@@ -146,39 +137,24 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.d = dweight, g.ldd = IC;
     g.ab = g.d_dtype = dtype;
     g.beta = 1.f;
-    // bf16: dbias comes out of this GEMM (cuBLASLt's BGRADB sums dout^T over k = N as it reads
-    // it, so dout is not read again) into scratch, then is added to dbias. f32 keeps our
-    // column sums below (f32 partials in a fixed order), as does a shape with no fused kernel.
-    bool fused = false;
-    if (dbias != nullptr && dtype == NFN_BF16) {
-      GemmArgs f = g;
-      f.epilogue = GemmEpilogue::bgradb;
-      NFN_TRY(nfn::cuda::scratch(ctx, nfn::cuda::dtype_size(dtype) * OC, &f.bgrad, op));
-      NFN_TRY(try_fused(ctx, op, f, &fused));
-      if (fused) {
-        NFN_TRY(nfn_residual_forward(ctx, dbias, dbias, f.bgrad, nullptr, 1, OC, dtype));  // dbias += bgrad
-        dbias = nullptr;
-      }
-    }
-    if (!fused) NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
   }
-  if (dbias != nullptr) {
-    NFN_DISPATCH(dtype, E, {
-      E* const dsts[1] = {static_cast<E*>(dbias)};
-      NFN_TRY(nfn::cuda::add_column_sums(ctx, op, dsts, ColumnOf<E>{static_cast<const E*>(dout), OC}, N, OC));
-    });
-  }
+  // dbias += dout's column sums: our kernel, 16 bytes a load, in every dtype. (cuBLASLt's
+  // BGRADB epilogue ran as a kernel of its own, slower than this one: column_reduce.cuh.)
+  if (dbias != nullptr)
+    NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dbias),
+                                                              static_cast<const E*>(dout), N, OC)));
   return NFN_OK;
 }
 
 // Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,
-// e.g. "gelu_aux_bias 24/24, dgelu 12/12, bgradb 0/48 fused" ("" before any bf16 linear; the
+// e.g. "gelu_aux_bias 24/24, dgelu 12/12 fused" ("" before any bf16 linear; the
 // unfused form runs where cuBLASLt has no kernel or its rules refuse the shape). Valid until
 // the next call. Reports (the trainer's, bench_ops) look it up with dlsym.
 const char* nfn_cuda_fused_epilogues(nfn_ctx* ctx) {
-  static const char* const names[] = {"none", "bias", "gelu_aux", "gelu_aux_bias", "dgelu", "bgradb"};
+  static const char* const names[] = {"none", "bias", "gelu_aux", "gelu_aux_bias", "dgelu"};
   std::string out;
-  for (int e = 0; e < 6; ++e) {
+  for (int e = 0; e < static_cast<int>(sizeof names / sizeof *names); ++e) {
     const unsigned long long fused = ctx->epilogue_calls[e][1], all = fused + ctx->epilogue_calls[e][0];
     if (all == 0) continue;
     out += (out.empty() ? "" : ", ") + std::string(names[e]) + " " + std::to_string(fused) + "/" + std::to_string(all);

@@ -65,8 +65,7 @@ int main() {
   gelu.epilogue = GemmEpilogue::gelu_aux_bias, gelu.bias = at(4), gelu.aux = at(5);
   GemmArgs dgelu = input_grad(4 * C, C);
   dgelu.epilogue = GemmEpilogue::dgelu, dgelu.aux = at(5);
-  GemmArgs bgradb = weight_grad(C, 4 * C);
-  bgradb.epilogue = GemmEpilogue::bgradb, bgradb.bgrad = at(6);
+  GemmArgs weight = weight_grad(C, 4 * C);
   GemmArgs accumulate = input_grad(C, 3 * C);
   accumulate.beta = 1.f;
   // The LM head over one chunk of all N rows (softmax_loss.cu): logits (Vp, N) = wte (C, Vp)^T
@@ -82,7 +81,7 @@ int main() {
       {"bf16 projection + bias onto the residual, into another buffer", residual_apart},
       {"bf16 forward + bias + GELU (GELU_AUX_BIAS)", gelu},
       {"bf16 input gradient through the GELU (DGELU)", dgelu},
-      {"bf16 weight gradient with the bias gradient (BGRADB)", bgradb},
+      {"bf16 weight gradient, accumulated", weight},
       {"bf16 input gradient, accumulated", accumulate},
       {"LM head logits", logits},
       {"LM head dx", lm_dx},

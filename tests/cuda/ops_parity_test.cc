@@ -467,13 +467,16 @@ void check_events(const Backend& b, void* up, void* down, void* dev, const void*
 }
 
 void check_memory(const Backend& cpu, const Backend& gpu) {
-  for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
-    const size_t n = 100003;
-    Case fill{"fill", {output("dst", n)}, [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                return b.ops().fill(b.ctx, P(0), d, 0.7f, n);
-              }};
-    expect(run(cpu, fill, dt) == run(gpu, fill, dt), "fill differs from the CPU (dtype " + std::to_string(dt) + ")");
-  }
+  // 0.7, -0 (a kernel) and +0 (a memset); the outputs start poisoned, so every element is checked.
+  for (nfn_dtype dt : {NFN_F32, NFN_BF16})
+    for (float value : {0.7f, -0.f, 0.f}) {
+      const size_t n = 100003;
+      Case fill{"fill", {output("dst", n)}, [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                  return b.ops().fill(b.ctx, P(0), d, value, n);
+                }};
+      expect(run(cpu, fill, dt) == run(gpu, fill, dt),
+             "fill with " + std::to_string(value) + " differs from the CPU (dtype " + std::to_string(dt) + ")");
+    }
   const size_t n = 5001;
   const auto src = random_floats(n, rng, 3.f);
   auto bytes_of = [&](nfn_dtype d) {  // src stored in dtype d

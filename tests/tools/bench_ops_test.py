@@ -15,6 +15,9 @@ OPS = ["embedding_forward", "embedding_backward", "embedding_backward (text-like
        "linear_forward fcproj+residual 512->128", "linear_backward qkv", "linear_backward proj",
        "linear_backward fc", "linear_backward fcproj+gelu", "attention_forward", "attention_backward",
        "lm_head_cross_entropy (+backward)", "sum_squares_many", "adamw_step_many", "calibration: linear 256^3"]
+# Each linear backward's products alone (outside the step total).
+OPS += [f"linear_backward {name}: {part}" for name in ("qkv", "proj", "fc", "fcproj+gelu")
+        for part in ("dinp", "dweight", "dweight+dbias")]
 ROW = re.compile(r"(.+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+\S*\s+([\d.]+)$")
 
 
@@ -33,8 +36,8 @@ class BenchOpsTest(unittest.TestCase):
             self.assertGreater(float(m.group(3)), 0, name)
         calls = {name: int(m.group(2)) for name, m in rows.items()}
         self.assertEqual((calls["layernorm_forward"], calls["calibration: linear 256^3"],
-                          calls["embedding_backward (text-like ids)"]),
-                         (3, 0, 0))  # 2L + 1 norms at one layer; the last two are not step ops
+                          calls["embedding_backward (text-like ids)"], calls["linear_backward qkv: dinp"]),
+                         (3, 0, 0, 0))  # 2L + 1 norms at one layer; the others are not step ops
         self.assertTrue(lines[-1].startswith("ops per micro-step: "), lines[-1])
 
     def test_cpu_library(self):
@@ -49,7 +52,7 @@ class BenchOpsTest(unittest.TestCase):
         # Before the summary: how often the bf16 linears' cuBLASLt epilogues ran fused (all
         # of them under the emulator, whose GEMM has them).
         fused = proc.stdout.splitlines()[-2]
-        self.assertRegex(fused, r"^fused epilogues: gelu_aux_bias (\d+)/\1, dgelu (\d+)/\2, bgradb (\d+)/\3 fused$")
+        self.assertRegex(fused, r"^fused epilogues: gelu_aux_bias (\d+)/\1, dgelu (\d+)/\2 fused$")
 
     def test_lm_head_chunk_sizes(self):
         # --lm-head-rows times the LM head again at each chunk size, outside the step total.
