@@ -33,7 +33,9 @@ struct TrainConfig {
   int sample_tokens = 0;
 
   std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune;
-  bool graphs = false;  // replay the micro-step as a recorded graph (StepGraph)
+  // Replay the micro-step as a recorded graph (StepGraph): on, off, or auto (where the op
+  // library records graphs, and unless the first recording fails).
+  std::string graphs = "auto";
   int checkpoint_version = 3;
   std::string output_dir, resume;
   bool dry_run = false, json = false;

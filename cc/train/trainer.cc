@@ -212,7 +212,15 @@ int run_training(const TrainConfig& c) {
   const std::string dtype_name = !c.dtype.empty() ? c.dtype : (backend.name == "cuda" ? "bf16" : "f32");
   const nfn_dtype dtype = dtype_name == "bf16" ? NFN_BF16 : NFN_F32;
 
-  if (c.graphs && !StepGraph::supported(ops, backend.ctx, &error)) return fail("--graphs on: " + error);
+  // Graphs: on needs the library's; auto takes them where it has them (CUDA), and gives them
+  // up if the first recording fails (graphs_note says why).
+  bool graphs = false;
+  std::string graphs_note;
+  if (c.graphs != "off") {
+    graphs = StepGraph::supported(ops, backend.ctx, &error);
+    if (!graphs && c.graphs == "on") return fail("--graphs on: " + error);
+    error.clear();
+  }
   GPT model;
   if (!model.init(&ops, backend.ctx, c.model, dtype, &error, B, T)) return fail(error);
   StepGraph step_graph(&ops, backend.ctx);
@@ -350,11 +358,17 @@ int run_training(const TrainConfig& c) {
       if (!up) return fail(error);
       ph.data += seconds_since(t0);
       t0 = Clock::now();
-      // With --graphs on, the first step runs op by op (first-use setup cannot be recorded);
-      // later micro-steps replay its recording.
-      const bool ok = c.graphs && step > start.step
-                          ? step_graph.run(model.activations_version(), forward_backward, &error)
-                          : forward_backward(&error);
+      // With graphs, the first step runs op by op (first-use setup cannot be recorded); later
+      // micro-steps replay its recording. A recording runs nothing, so where auto's first
+      // one fails, the micro-step is issued op by op, as is the rest of the run.
+      bool ok = graphs && step > start.step ? step_graph.run(model.activations_version(), forward_backward, &error)
+                                            : forward_backward(&error);
+      if (!ok && graphs && c.graphs == "auto" && step_graph.recordings() == 0) {
+        graphs = false;
+        graphs_note = "graphs off: " + error;
+        std::fprintf(stderr, "nfn: %s; going on op by op\n", graphs_note.c_str());
+        ok = forward_backward(&error);
+      }
       if (!ok) return fail(error);
       ph.forward_backward += seconds_since(t0);
     }
@@ -440,7 +454,8 @@ int run_training(const TrainConfig& c) {
   lib.set("dtype", dtype_name);
   if (!device.empty()) lib.set("device", device);
   if (!backend.auto_note.empty()) lib.set("note", backend.auto_note);
-  lib.set("graphs", c.graphs);
+  lib.set("graphs", graphs);
+  if (!graphs_note.empty()) lib.set("graphs_note", graphs_note);
   lib.set("graph_recordings", step_graph.recordings());
   // The CUDA library names its attention kernel path (flash, thunderkittens) outside the ABI.
   using AttentionPath = const char* (*)(const nfn_ctx*);

@@ -69,9 +69,10 @@ def register(sub):
                      help="CUDA: time cuBLASLt's first 8 kernels for each GEMM shape on its first "
                           "call and keep the fastest (the pick may differ from run to run; "
                           "default: off, cuBLASLt's first pick)")
-    opts.add_argument("--graphs", choices=["on", "off"],
+    opts.add_argument("--graphs", choices=["on", "off", "auto"],
                      help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
-                          "replay it after the first step (default: off)")
+                          "replay it after the first step (default: auto, on where the op library "
+                          "records graphs, CUDA's; op by op if the first recording fails)")
     opts.add_argument("--output-dir", help="checkpoint directory (default: under the artifacts dir)")
     opts.add_argument("--resume", help="auto, or a checkpoint path")
     opts.add_argument("--dry-run", action="store_true", help="print the plan JSON without training")

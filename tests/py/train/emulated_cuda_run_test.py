@@ -5,8 +5,9 @@ tolerance), the report names the attention path, a resumed bf16 run is bitwise i
 to an uninterrupted one (bf16 weights, f32 master weights and moments round-trip through the
 checkpoint), and, from the emulator's trace of runtime calls, a steady-state step allocates
 nothing and is issued without waiting for the device (the host reads each step's loss once
-the next is queued). With --graphs on, the forward/backward is recorded once, after
-the first step, and replayed: bitwise the same run, one graph launch where the ops were.
+the next is queued). With graphs (--graphs auto, the default, turns them on here), the
+forward/backward is recorded once, after the first step, and replayed: bitwise the same run,
+one graph launch where the ops were; the resumed run, with graphs, is bitwise the run without.
 tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
@@ -66,10 +67,10 @@ class EmulatedCudaRunTest(unittest.TestCase):
             traced = {"NFN_EMU_TRACE": cls.trace} if attention == "flash_mma" else None
             cls.cuda[dtype, attention] = run(cls.common + [
                 "--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", dtype,
-                "--attention", attention, "--output-dir", out], traced)
+                "--attention", attention, "--graphs", "off", "--output-dir", out], traced)
         cls.graph_trace = os.path.join(cls.tmp, "graph_trace.txt")
         cls.graphs = run(cls.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
-                                       "--attention", "flash_mma", "--graphs", "on",
+                                       "--attention", "flash_mma",  # --graphs auto, the default: on
                                        "--output-dir", os.path.join(cls.tmp, "graphs")],
                          {"NFN_EMU_TRACE": cls.graph_trace})
 
