@@ -7,8 +7,8 @@
 #      caches left alone), then the second step's kernels summed by name (cuBLASLt's and
 #      cuDNN's kernel names say their tile shapes and split-K), the sum, and every kernel in order
 # Build and carry as for device_check.sh (tools/prepare_device.sh; carry [".device"]; timeout_s
-# 300: the steps stop by 250 s). Results in $OUT: profile.txt (the step's kernels), ncu.csv,
-# bench_ops.txt, logs.tgz; a short table last.
+# 300: the steps stop by 250 s). Results in $OUT: profile.txt (the step's kernels), bench_ops.txt,
+# logs.tgz (ncu.csv, the trainer's output); a short table last.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/nfn-device-out}
@@ -35,12 +35,12 @@ if [ -z "$ncu" ]; then
   echo "no ncu on this machine" > "$out/profile.txt"
 else
   timeout 180 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --cache-control none \
-    --log-file "$out/ncu.csv" "$work/bin/nfn_gpt_native_train" --template-name gpt2-124m --backend cuda \
+    --log-file "$logs/ncu.csv" "$work/bin/nfn_gpt_native_train" --template-name gpt2-124m --backend cuda \
     --tile-ops-lib "$cuda_lib" --dtype bf16 --train-data "$data" --train-seq-len 1024 --batch-size 16 \
     --train-batch-tokens 16384 --max-steps 3 --eval-every-steps 100 --eval-batches 0 \
     --output-dir /tmp/nfn-profile-out > "$logs/profile_train.out" 2>&1
   echo "ncu exit $?" >> "$logs/profile_train.out"
-  python3 - "$out/ncu.csv" > "$out/profile.txt" <<'PY'
+  python3 - "$logs/ncu.csv" > "$out/profile.txt" <<'PY'
 import collections, csv, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
 rows = []
