@@ -11,15 +11,11 @@ namespace nfn::cuda {
 
 constexpr int kColumnTile = 32, kRowThreads = 8, kMaxRowSlices = 128;
 
-// dst[c] += the sum over rows of x[r][c] (x is N x C). Block (tile, slice) sums the slice's
-// rows of the tile's columns into partials[slice][c]; a thread owns a pack of V adjacent
-// columns (16 bytes of bf16 or f32 where C and x allow, else one column), so a warp reads 32
-// packs of a row at once, and the block's 8 thread rows are added in order. The last block of
-// a tile to finish (done[tile] counts them; it leaves it 0 again) adds the tile's partials,
-// slice y, y + 8, ... by thread row y and then the 8 rows in order, to dst: the same order,
-// so the same bits, whichever block is last. done NULL: partials only (add_partials finishes).
+// partials[slice][c] = sum over the slice's rows of x[r][c] (x is N x C). A thread owns a pack
+// of V adjacent columns (16 bytes of bf16 or f32 where C and x allow, else one column), so a
+// warp reads 32 packs of a row at once; the block's 8 thread rows are added in order.
 template <int V, typename T>
-__global__ void column_sums_kernel(const T* x, int N, int C, float* partials, unsigned* done, T* dst) {
+__global__ void column_partials_kernel(const T* x, int N, int C, float* partials) {
   const int packs = C / V, p = blockIdx.x * kColumnTile + threadIdx.x, slices = gridDim.y;
   float acc[V] = {};
   if (p < packs) {
@@ -32,42 +28,15 @@ __global__ void column_sums_kernel(const T* x, int N, int C, float* partials, un
     }
   }
   __shared__ float sums[kRowThreads][V][kColumnTile];  // [.][j][lane]: lanes hit distinct banks
-  __shared__ bool last;
 #pragma unroll
   for (int j = 0; j < V; ++j) sums[threadIdx.y][j][threadIdx.x] = acc[j];
   __syncthreads();
-  if (threadIdx.y == 0 && p < packs) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      float s = 0.f;
-      for (int y = 0; y < kRowThreads; ++y) s += sums[y][j][threadIdx.x];
-      partials[static_cast<size_t>(blockIdx.y) * C + p * V + j] = s;
-    }
-    __threadfence();  // the partials are visible to every block before this block is counted
-  }
-  if (done == nullptr) return;
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(done + blockIdx.x, 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  // Every block of the tile has written its partials (volatile: past this SM's L1).
-  const volatile float* all = partials;
-  float total[V] = {};
-  if (p < packs)
-    for (int slice = threadIdx.y; slice < slices; slice += kRowThreads)
-#pragma unroll
-      for (int j = 0; j < V; ++j) total[j] += all[static_cast<size_t>(slice) * C + p * V + j];
-#pragma unroll
-  for (int j = 0; j < V; ++j) sums[threadIdx.y][j][threadIdx.x] = total[j];
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0) done[blockIdx.x] = 0;
   if (threadIdx.y != 0 || p >= packs) return;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     float s = 0.f;
     for (int y = 0; y < kRowThreads; ++y) s += sums[y][j][threadIdx.x];
-    T* d = dst + p * V + j;
-    *d = from_f32<T>(to_f32(*d) + s);
+    partials[static_cast<size_t>(blockIdx.y) * C + p * V + j] = s;
   }
 }
 
@@ -112,9 +81,11 @@ inline int row_slices(int N) {
   return s < 1 ? 1 : (s > kMaxRowSlices ? kMaxRowSlices : s);
 }
 
-// dst[c] += the sum over rows of x[r][c] (x is N x C), in a fixed order, so the same bits
-// every run: one launch of column_sums_kernel (add_partials after it where C has more than
-// kColumnCounters tiles).
+// dst[c] += the sum over rows of x[r][c] (x is N x C): f32 partials over row slices, then
+// add_partials, so the order is fixed and the result the same every run. (One launch, with the
+// last block of each column tile adding that tile's partials, was slower on an H200 at GPT-2
+// 124M, 2026-12-01: 134 us a layer's four bias gradients against 111, the last blocks' serial
+// tail costing more than add_partials' launch.)
 template <typename T>
 nfn_status add_column_sums(nfn_ctx* ctx, const char* op, T* dst, const T* x, int N, int C) {
   if (N <= 0 || C <= 0) return NFN_OK;
@@ -124,14 +95,13 @@ nfn_status add_column_sums(nfn_ctx* ctx, const char* op, T* dst, const T* x, int
   float* partials = static_cast<float*>(buf);
   const bool packed = rows_packed<T>(C, {x});
   const int V = packed ? Pack<T>::n : 1, tiles = (C / V + kColumnTile - 1) / kColumnTile;
-  unsigned* done = tiles <= kColumnCounters ? ctx->blocks_done + 1 : nullptr;
   const dim3 grid(tiles, slices), block(kColumnTile, kRowThreads);
   if (packed)
-    column_sums_kernel<Pack<T>::n><<<grid, block, 0, ctx->stream>>>(x, N, C, partials, done, dst);
+    column_partials_kernel<Pack<T>::n><<<grid, block, 0, ctx->stream>>>(x, N, C, partials);
   else
-    column_sums_kernel<1><<<grid, block, 0, ctx->stream>>>(x, N, C, partials, done, dst);
+    column_partials_kernel<1><<<grid, block, 0, ctx->stream>>>(x, N, C, partials);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
-  return done != nullptr ? NFN_OK : add_partials(ctx, op, ColumnDsts<T, 1>{{dst}}, partials, slices, C);
+  return add_partials(ctx, op, ColumnDsts<T, 1>{{dst}}, partials, slices, C);
 }
 
 }  // namespace nfn::cuda

@@ -91,9 +91,8 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
   if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, device);
   if (err == cudaSuccess) ctx->device_name = prop.name, ctx->cc_major = prop.major;
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
-  const size_t counters = sizeof(unsigned) * (1 + kColumnCounters);
-  if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&ctx->blocks_done), counters);
-  if (err == cudaSuccess) err = cudaMemsetAsync(ctx->blocks_done, 0, counters, ctx->stream);
+  if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&ctx->blocks_done), sizeof(unsigned));
+  if (err == cudaSuccess) err = cudaMemsetAsync(ctx->blocks_done, 0, sizeof(unsigned), ctx->stream);
   if (err != cudaSuccess) {
     create_error = std::string("CUDA context: ") + cudaGetErrorString(err);
     if (ctx->blocks_done != nullptr) cudaFree(ctx->blocks_done);

@@ -16,9 +16,6 @@
 // the rest).
 enum class nfn_attention_path { flash_simt, flash_mma, cudnn, thunderkittens };
 
-// add_column_sums finishes in one kernel up to this many column tiles (C up to 262,144 bf16).
-constexpr int kColumnCounters = 1024;
-
 struct nfn_ctx {
   int device = 0;
   std::string device_name;          // cudaDeviceProp::name, for reports
@@ -37,9 +34,7 @@ struct nfn_ctx {
   bool recording = false;           // between graph_begin and graph_end (graph.cu)
   int graphs = 0;                   // graphs alive: they hold the scratch pointers they saw
   std::vector<void*> retired_scratch;  // outgrown while graphs were alive; freed with them
-  // Counts of finished blocks, each 0 between calls: [0] sum_squares_many's, then one a
-  // column tile for add_column_sums (kColumnCounters of them; column_reduce.cuh).
-  unsigned* blocks_done = nullptr;
+  unsigned* blocks_done = nullptr;  // sum_squares_many's count of finished blocks, 0 between calls
   // linear_*'s fused cuBLASLt epilogues (by GemmEpilogue): calls that ran fused, and calls
   // that ran the unfused form instead (linear.cu, nfn_cuda_fused_epilogues).
   unsigned long long epilogue_calls[8][2] = {};

@@ -141,9 +141,8 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int N, IC, OC; };
   // IC 20: cuBLASLt's DGELU needs IC divisible by 8, so gelu_pre takes the unfused path there
-  // (as OC 75 does for linear_forward's GELU). OC 33,001: the bias gradient's columns, one a
-  // thread, span more tiles than add_column_sums has counters (it finishes with add_partials).
-  for (Shape s : {Shape{154, 96, 200}, Shape{33, 40, 75}, Shape{9, 20, 16}, Shape{3, 8, 33001}}) {
+  // (as OC 75 does for linear_forward's GELU).
+  for (Shape s : {Shape{154, 96, 200}, Shape{33, 40, 75}, Shape{9, 20, 16}}) {
     const int N = s.N, IC = s.IC, OC = s.OC;
     const std::string dims = " " + std::to_string(N) + "x" + std::to_string(IC) + "x" + std::to_string(OC);
     const auto inp = random_floats(N * IC, rng, 0.5f), w = random_floats(OC * IC, rng, 0.2f);
