@@ -95,7 +95,7 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
     // graph (no NVRTC, say: nothing was enqueued): flash_mma takes over for good, and says why.
     if (s != NFN_ERR_BACKEND || ctx->attention_configured) return s;
     ctx->attention = nfn_attention_path::flash_mma;
-    ctx->attention_fallback = ctx->last_error;
+    ctx->attention_fallback = "flash_mma (cuDNN, the default, failed: " + ctx->last_error + ")";
     return nfn_attention_forward(ctx, out, lse, qkv, B, T, C, NH, dtype);
   }
   if (use_tk(ctx, dtype, hd, T, {out, qkv, lse}))  // TK reads lse in 8-byte pairs

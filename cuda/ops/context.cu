@@ -150,30 +150,26 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     return NFN_OK;
   }
   if (key != nullptr && value != nullptr && std::strcmp(key, "attention") == 0) {
-    ctx->attention_configured = true;
+    nfn_attention_path path;
     if (std::strcmp(value, "flash") == 0) {
-      ctx->attention = nfn_attention_path::flash_simt;
-      return NFN_OK;
-    }
-    if (std::strcmp(value, "flash_mma") == 0) {
-      ctx->attention = nfn_attention_path::flash_mma;
-      return NFN_OK;
-    }
-    if (std::strcmp(value, "cudnn") == 0) {
+      path = nfn_attention_path::flash_simt;
+    } else if (std::strcmp(value, "flash_mma") == 0) {
+      path = nfn_attention_path::flash_mma;
+    } else if (std::strcmp(value, "cudnn") == 0) {
       if (const char* why = nfn::cuda::cudnn_unavailable_reason())
         return fail(ctx, NFN_ERR_UNSUPPORTED, "configure: attention=cudnn: %s", why);
-      ctx->attention = nfn_attention_path::cudnn;
-      return NFN_OK;
-    }
-    if (std::strcmp(value, "thunderkittens") == 0) {
-      const char* why = nfn_tk_unavailable_reason();
-      if (why != nullptr)
+      path = nfn_attention_path::cudnn;
+    } else if (std::strcmp(value, "thunderkittens") == 0) {
+      if (const char* why = nfn_tk_unavailable_reason())
         return fail(ctx, NFN_ERR_UNSUPPORTED, "configure: attention=thunderkittens: %s", why);
-      ctx->attention = nfn_attention_path::thunderkittens;
-      return NFN_OK;
+      path = nfn_attention_path::thunderkittens;
+    } else {
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                  "configure: attention=%s is not one of flash, flash_mma, cudnn, thunderkittens", value);
     }
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
-                "configure: attention=%s is not one of flash, flash_mma, cudnn, thunderkittens", value);
+    ctx->attention = path;
+    ctx->attention_configured = true;
+    return NFN_OK;
   }
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
               key ? key : "(null)", value ? value : "(null)");
@@ -190,10 +186,8 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
   switch (ctx->attention) {
     case nfn_attention_path::thunderkittens: return "thunderkittens (nfn's wgmma kernels on ThunderKittens)";
     case nfn_attention_path::flash_mma:
-      if (ctx->attention_fallback.empty())
-        return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
-      const_cast<nfn_ctx*>(ctx)->attention_report = "flash_mma (cuDNN, the default, failed: " + ctx->attention_fallback + ")";
-      return ctx->attention_report.c_str();
+      if (!ctx->attention_fallback.empty()) return ctx->attention_fallback.c_str();
+      return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
     case nfn_attention_path::cudnn: return nfn::cuda::cudnn_path_name();
     default: return "flash_simt (nfn's own kernel)";
   }

@@ -43,8 +43,8 @@ struct nfn_ctx {
   // GPT-2 124M on an H200, docs/performance.md), else flash_mma (nfn_ctx_create).
   nfn_attention_path attention = nfn_attention_path::flash_mma;
   bool attention_configured = false;  // set by configure(attention=...): no fallback then
-  std::string attention_fallback;     // why the default cudnn gave way to flash_mma, if it did
-  std::string attention_report;       // nfn_cuda_attention_path's string
+  // Where the default cudnn gave way to flash_mma: the report's name for the path, with why.
+  std::string attention_fallback;
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
 
