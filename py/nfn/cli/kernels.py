@@ -220,7 +220,7 @@ def format_report(r):
         f"cpu ops      {libs['cpu'] or 'not found'}",
         f"auto loads   {auto['would_load'] or 'nothing'}: {auto['reason']}",
         f"cuBLASLt     {runtime(rt['cublaslt'])}",
-        f"cuDNN        {runtime(rt['cudnn'])} (attention=cudnn)",
+        f"cuDNN        {runtime(rt['cudnn'])} (attention=cudnn: the default where cuDNN loads, else flash_mma)",
         f"tk attention {'available' if tk['available'] else tk['reason']} (attention=thunderkittens)",
         f"cpu          {cpu['model']} ({' '.join(cpu['features']) or 'none of ' + ' '.join(CPU_FEATURES)})",
         f"bf16 matmul  {bf16_text}" + (f" ({bf16['reason']})" if bf16["reason"] else ""),
