@@ -12,10 +12,13 @@
 #      sizes, so the next session knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention; with and without graphs and
 #      gemm_tune) and with the PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
+#   5. Nsight Compute over a GPT-2 124M step: every kernel's time (profile.txt)
 # Results go to $OUT (or /tmp/nfn-device-out): table.txt (the short table, kept as it grows,
-# so a run stopped early still returns its rows), parity.log, bench_ops.txt, bench.json, and
-# logs.tgz (every step's output and the libraries' logs; tools/device_env.sh). Each step has its
-# own time limit, 565 s in all at worst, so give the device tool timeout_s 600.
+# so a run stopped early still returns its rows), parity.log, bench_ops.txt, bench.json,
+# profile.txt, and logs.tgz (every step's output and the libraries' logs, ncu.csv;
+# tools/device_env.sh). Each step has its own time limit, 595 s in all at worst, so give the
+# device tool timeout_s 600 (a whole run took 111-139 s on an H200 without step 5, which adds
+# about 15 s).
 # --quick runs steps 1 and 2 only (220 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
@@ -185,7 +188,7 @@ row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FA
 
 # 4. throughput against the PyTorch reference
 frontend_log bench_train
-timeout 260 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 110 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   --modes cudnn,cudnn+graphs,cudnn+tune,cudnn+graphs+tune \
   > "$out/bench.json" 2> "$logs/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
@@ -204,6 +207,63 @@ print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pyt
 PY
 )
 row "gpt2-124m nfn vs torch" "${bench%% *}" "${bench#* }"
+
+# 5. every kernel of a GPT-2 124M step, timed by Nsight Compute (one metric, one pass; clocks
+# and caches left alone): the second of three steps (op by op), summed by name into
+# $out/profile.txt (cuBLASLt's and cuDNN's kernel names say their tile shapes and split-K)
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ -z "$ncu" ]; then
+  row "gpt2-124m step profile (ncu)" "SKIP" "no ncu on this machine"
+elif [ ! -x "$trainer" ]; then
+  row "gpt2-124m step profile (ncu)" "SKIP" "no nfn_gpt_native_train in .device/bin"
+else
+  data=/tmp/nfn-profile-data
+  mkdir -p "$data"
+  python3 - "$data" <<'PY'
+import array, random, sys
+rng = random.Random(0)
+for name, n in (("profile_train_000000.bin", 16 * 1024 * 4 + 1), ("profile_val_000000.bin", 16 * 1024 + 1)):
+    h = array.array("i", [0] * 256); h[0], h[1], h[2] = 20240520, 1, n
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        h.tofile(f); array.array("H", (rng.randrange(50257) for _ in range(n))).tofile(f)
+PY
+  frontend_log profile
+  timeout 40 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --cache-control none \
+    --log-file "$logs/ncu.csv" "$trainer" --template-name gpt2-124m --backend cuda --tile-ops-lib "$cuda_lib" \
+    --dtype bf16 --train-data "$data" --train-seq-len 1024 --batch-size 16 --train-batch-tokens 16384 \
+    --max-steps 3 --eval-every-steps 100 --eval-batches 0 --graphs off --output-dir /tmp/nfn-profile-out \
+    > "$logs/profile_train.out" 2>&1
+  echo "ncu exit $?" >> "$logs/profile_train.out"
+  profile=$(python3 - "$logs/ncu.csv" "$out/profile.txt" <<'PY'
+import collections, csv, sys
+rows = []
+for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"')):
+    if r.get("Metric Name") == "gpu__time_duration.sum":
+        scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}.get(r.get("Metric Unit"))
+        if scale is not None:
+            rows.append((r["Kernel Name"], float(r["Metric Value"].replace(",", "")) * scale))  # name, ms
+starts = [i for i, (name, _) in enumerate(rows) if "embedding_forward_kernel" in name]
+if len(starts) < 3:
+    print(f"FAIL {len(rows)} kernels profiled, {len(starts)} step starts (embedding_forward) found, 3 wanted"); sys.exit()
+step = rows[starts[-2]:starts[-1]]  # the second step (the first sets up), embedding to embedding
+short = lambda n: n.replace("(anonymous namespace)::", "").replace("void ", "").split("(")[0][:110]
+by = collections.defaultdict(lambda: [0, 0.0])
+for name, ms in step:
+    by[short(name)][0] += 1
+    by[short(name)][1] += ms
+total = sum(ms for _, ms in step)
+ranked = sorted(by.items(), key=lambda kv: -kv[1][1])
+with open(sys.argv[2], "w") as f:
+    f.write(f"step 2: {len(step)} kernels, {total:.2f} ms of kernel time\n{'ms':>8} {'calls':>5}  kernel\n")
+    f.writelines(f"{ms:8.3f} {n:5d}  {name}\n" for name, (n, ms) in ranked)
+    f.write("\nthe step's kernels in order (ms):\n")
+    f.writelines(f"{ms:8.3f}  {short(name)}\n" for name, ms in step)
+top = ", ".join(f"{name[:40]} {ms:.2f}" for name, (_, ms) in ranked[:3])
+print("PASS", f"{len(step)} kernels, {total:.2f} ms of kernel time a step; top ms: {top} (profile.txt)")
+PY
+)
+  row "gpt2-124m step profile (ncu)" "${profile%% *}" "${profile#* }"
+fi
 
 echo
 echo "== device_check $(date -u +%FT%TZ) on ${gpu%%,*}"

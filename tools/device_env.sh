@@ -1,4 +1,4 @@
-# Sourced by the device scripts (device_check.sh, device_profile.sh) on the GPU machine, with
+# Sourced by tools/device_check.sh on the GPU machine, with
 # $root (the checkout) and $out (results) set: unpacks the carried .device/ under /tmp, puts
 # the op libraries and the PyTorch venv's cuBLASLt, cuDNN and NVRTC on the loader path, turns
 # the libraries' own error logs on (into $logs, which pack_logs folds into $out/logs.tgz: the
