@@ -219,13 +219,13 @@ elif [ ! -x "$trainer" ]; then
 else
   data=/tmp/nfn-profile-data
   mkdir -p "$data"
-  python3 - "$data" <<'PY'
-import array, random, sys
+  python3 - "$root/tools" "$data" <<'PY'
+import random, sys
+sys.path.insert(0, sys.argv[1])
+from bench_train import write_shard  # uniform tokens of GPT-2's vocabulary, as bench_train's
 rng = random.Random(0)
-for name, n in (("profile_train_000000.bin", 16 * 1024 * 4 + 1), ("profile_val_000000.bin", 16 * 1024 + 1)):
-    h = array.array("i", [0] * 256); h[0], h[1], h[2] = 20240520, 1, n
-    with open(f"{sys.argv[1]}/{name}", "wb") as f:
-        h.tofile(f); array.array("H", (rng.randrange(50257) for _ in range(n))).tofile(f)
+write_shard(sys.argv[2] + "/profile_train_000000.bin", 16 * 1024 * 4 + 1, rng)
+write_shard(sys.argv[2] + "/profile_val_000000.bin", 16 * 1024 + 1, rng)
 PY
   frontend_log profile
   timeout 40 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --cache-control none \
