@@ -212,6 +212,9 @@ class EmulatedCudaRunTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, proc.stderr)
         self.assertIn("--graphs on: graph_begin: the CPU library runs each op as it is issued", lines[0])
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "cpu_graphs", "report.json")))
+        # Where --graphs auto, the default, ran the CPU: op by op, and nothing to say about it.
+        lib = self.cpu["op_library"]
+        self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (False, 0, False))
 
     def test_bf16_resume_is_bitwise_identical(self):
         full = os.path.join(self.tmp, "bf16_flash_mma")
