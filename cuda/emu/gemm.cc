@@ -1,8 +1,9 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
 // place of cublaslt.cc. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then
 // the epilogue (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with
-// cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux)), f32 accumulation, one rounding to the output dtype. Each matrix's extent is
-// checked against its device allocation, which catches a wrong leading dimension.
+// cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux)), f32 accumulation, one rounding to the
+// output dtype. Each matrix's extent is checked against its device allocation, which catches
+// a wrong leading dimension.
 #include <cmath>
 #include <vector>
 
