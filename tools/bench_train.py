@@ -40,9 +40,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per mode, the reference)")
     p.add_argument("--modes", default="cudnn,cudnn+graphs",
                    help="cuda: nfn runs, comma-separated, each the trainer's --attention path (cudnn, "
-                        "flash_mma, thunderkittens, flash) with +graphs (--graphs on) and +tune "
-                        "(--gemm-tune on) as wanted; the fastest that finishes is nfn's number "
-                        "(default: cudnn,cudnn+graphs)")
+                        "flash_mma, thunderkittens, flash) with +graphs (--graphs on), +tune "
+                        "(--gemm-tune on) and +nondet (--deterministic off) as wanted, else off; "
+                        "the fastest that finishes is nfn's number (default: cudnn,cudnn+graphs)")
     p.add_argument("--rounds", type=int, default=7,
                    help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
     p.add_argument("--skip-torch", action="store_true", help="measure nfn only")
@@ -96,8 +96,8 @@ def run_nfn_modes(args, workdir):
 
 def run_nfn(args, workdir, mode):
     attention, *extras = mode.split("+")
-    if set(extras) - {"graphs", "tune"}:
-        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune]"}
+    if set(extras) - {"graphs", "tune", "nondet"}:
+        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune][+nondet]"}
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
@@ -113,6 +113,7 @@ def run_nfn(args, workdir, mode):
            "--max-steps", str(CUDA_WARMUP_STEPS + args.steps), "--eval-every-steps", str(CUDA_WARMUP_STEPS + args.steps),
            "--eval-batches", "1", "--attention", attention,
            "--graphs", "on" if "graphs" in extras else "off", "--gemm-tune", "on" if "tune" in extras else "off",
+           "--deterministic", "off" if "nondet" in extras else "on",
            "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]

@@ -8,10 +8,11 @@
 #      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
 #      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
-#      again with gemm_tune=on, attention on all four paths and the LM head at four chunk
-#      sizes, so the next session knows where a step's time goes
-#   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention; with and without graphs and
-#      gemm_tune) and with the PyTorch reference, tokens/s, MFU and the ratio of nfn's fastest
+#      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off)
+#      and the LM head at four chunk sizes, so the next session knows where a step's time goes
+#   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
+#      gemm_tune and deterministic=off) and with the PyTorch reference, tokens/s, MFU and the
+#      ratio of nfn's fastest
 #   5. Nsight Compute over a GPT-2 124M step: every kernel's time (profile.txt)
 # Results go to $OUT (or /tmp/nfn-device-out): table.txt (the short table, kept as it grows,
 # so a run stopped early still returns its rows), parity.log, bench_ops.txt, bench.json,
@@ -145,8 +146,9 @@ ops_status=$?
 echo "== attention=cudnn gemm_tune=on" >> "$ops_log"
 timeout 40 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
   --configure attention=cudnn --configure gemm_tune=on >> "$ops_log" 2>&1 || echo "bench_ops gemm_tune=on failed" >> "$ops_log"
-# Attention alone on the other paths (a path that cannot run says why in the log).
-for attn in flash flash_mma thunderkittens; do
+# Attention alone on the other paths (a path that cannot run says why in the log), and cuDNN's
+# backward with atomic dQ (deterministic=off).
+for attn in flash flash_mma thunderkittens "cudnn --configure deterministic=off"; do
   echo "== attention=$attn" >> "$ops_log"
   timeout 15 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
     --configure attention=$attn --only attention >> "$ops_log" 2>&1 || echo "bench_ops attention=$attn failed" >> "$ops_log"
@@ -156,7 +158,7 @@ import re, sys
 runs, rows, label, labels = [], None, "", []
 for line in open(sys.argv[1]).read().splitlines():
     if line.startswith("== attention="):
-        label = line.split("attention=", 1)[1]
+        label = line.split("attention=", 1)[1].replace(" --configure ", " ")
     elif line.startswith("cuda ("):  # a run's header
         rows = {}
         runs.append(rows)
@@ -189,7 +191,7 @@ row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FA
 # 4. throughput against the PyTorch reference
 frontend_log bench_train
 timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
-  --modes cudnn,cudnn+graphs,cudnn+tune,cudnn+graphs+tune \
+  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+tune+nondet \
   > "$out/bench.json" 2> "$logs/bench.err"
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys

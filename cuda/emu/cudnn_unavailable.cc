@@ -10,6 +10,7 @@ constexpr const char* kReason = "cuDNN cannot run under the CUDA emulator (its k
 
 const char* cudnn_unavailable_reason() { return kReason; }
 const char* cudnn_path_name() { return "cudnn (unavailable)"; }
+bool cudnn_deterministic(const nfn_ctx* ctx) { return ctx->deterministic; }
 
 nfn_status cudnn_forward(nfn_ctx* ctx, void*, float*, const void*, int, int, int, int) {
   return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_forward: %s", kReason);

@@ -16,6 +16,14 @@
 #include <cstdlib>
 #include <string>
 
+namespace nfn::cuda {
+
+// No deterministic backward on sm_100 (the frontend refuses it there): B200s get cuDNN's
+// atomic dQ rather than a failure.
+bool cudnn_deterministic(const nfn_ctx* ctx) { return ctx->deterministic && ctx->cc_major != 10; }
+
+}  // namespace nfn::cuda
+
 #ifndef NFN_HAVE_CUDNN
 
 namespace nfn::cuda {
@@ -118,7 +126,7 @@ struct Plan {
 
 struct State {
   cudnnHandle_t handle = nullptr;
-  std::map<std::array<int, 5>, Plan> plans;  // (backward, B, T, NH, HS)
+  std::map<std::array<int, 6>, Plan> plans;  // (backward, B, T, NH, HS, deterministic)
 };
 
 // The frontend's message, then cuDNN's own last error, which names what is missing where the
@@ -192,9 +200,7 @@ nfn_status build(nfn_ctx* ctx, const char* op, State* s, bool backward, int B, i
                        .set_name("attention_backward")
                        .set_attn_scale(scale)
                        .set_causal_mask(true)
-                       // No deterministic backward on sm_100 (the frontend refuses it there):
-                       // B200s get cuDNN's atomic dQ rather than a failure.
-                       .set_deterministic_algorithm(ctx->cc_major != 10);
+                       .set_deterministic_algorithm(cudnn_deterministic(ctx));
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
     dq->set_output(true).set_uid(kDQ).set_dim(dims).set_stride(qkv_stride);
     dk->set_output(true).set_uid(kDK).set_dim(dims).set_stride(qkv_stride);
@@ -222,7 +228,7 @@ nfn_status run_graph(nfn_ctx* ctx, const char* op, bool backward, int B, int T, 
   State* s = nullptr;
   NFN_TRY(state_of(ctx, op, &s));
   const int HS = C / NH;
-  const std::array<int, 5> key{backward, B, T, NH, HS};
+  const std::array<int, 6> key{backward, B, T, NH, HS, backward && cudnn_deterministic(ctx)};
   auto found = s->plans.find(key);
   if (found == s->plans.end()) {
     if (ctx->recording)

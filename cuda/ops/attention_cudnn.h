@@ -24,9 +24,13 @@ NFN_CUDNN_API nfn_status cudnn_forward(nfn_ctx* ctx, void* out, float* lse, cons
                          int NH);
 
 // dqkv (B,T,3C, overwritten) from dout, qkv, out and lse; same conditions. Deterministic
-// (cuDNN's deterministic backward: no atomics in dQ).
+// (cuDNN's two-kernel backward: no atomics in dQ) where cudnn_deterministic says so.
 NFN_CUDNN_API nfn_status cudnn_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
                           const void* out, const float* lse, int B, int T, int C, int NH);
+
+// Whether cudnn_backward repeats bit for bit: the context's option deterministic (on unless
+// configured off), except on sm_100 (B200s), where cuDNN has only its atomic dQ.
+NFN_CUDNN_API bool cudnn_deterministic(const nfn_ctx* ctx);
 
 // Frees the context's cuDNN handle and cached graphs (ctx_destroy).
 NFN_CUDNN_API void cudnn_release(nfn_ctx* ctx);

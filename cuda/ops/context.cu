@@ -1,6 +1,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <new>
+#include <utility>
 
 #include <cstdlib>
 #include <cstring>
@@ -131,7 +132,8 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
 }
 
 // Options: attention=flash|flash_mma|cudnn|thunderkittens (the kernels behind attention_forward/backward);
-// lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size); gemm_tune=on|off.
+// lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size); gemm_tune=on|off;
+// deterministic=on|off.
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   if (key != nullptr && value != nullptr && std::strcmp(key, "lm_head_rows") == 0) {
@@ -143,10 +145,11 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     ctx->lm_head_rows = static_cast<int>(rows);
     return NFN_OK;
   }
-  if (key != nullptr && value != nullptr && std::strcmp(key, "gemm_tune") == 0) {
+  for (auto [name, flag] : {std::pair{"gemm_tune", &ctx->gemm_tune}, std::pair{"deterministic", &ctx->deterministic}}) {
+    if (key == nullptr || value == nullptr || std::strcmp(key, name) != 0) continue;
     if (std::strcmp(value, "on") != 0 && std::strcmp(value, "off") != 0)
-      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: gemm_tune=%s is not on or off", value);
-    ctx->gemm_tune = std::strcmp(value, "on") == 0;
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: %s=%s is not on or off", name, value);
+    *flag = std::strcmp(value, "on") == 0;
     return NFN_OK;
   }
   if (key != nullptr && value != nullptr && std::strcmp(key, "attention") == 0) {
@@ -188,7 +191,11 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
     case nfn_attention_path::flash_mma:
       if (!ctx->attention_fallback.empty()) return ctx->attention_fallback.c_str();
       return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
-    case nfn_attention_path::cudnn: return nfn::cuda::cudnn_path_name();
+    case nfn_attention_path::cudnn:
+      ctx->attention_report = nfn::cuda::cudnn_path_name();
+      if (!nfn::cuda::cudnn_deterministic(ctx))
+        ctx->attention_report += "; its backward adds dQ with atomics, so runs do not repeat bit for bit";
+      return ctx->attention_report.c_str();
     default: return "flash_simt (nfn's own kernel)";
   }
 }

@@ -28,6 +28,9 @@ struct nfn_ctx {
   // Option gemm_tune=on: a shape's first GEMM times cuBLASLt's first picks and keeps the
   // fastest (cublaslt.cc). Off by default: the timing may pick differently from run to run.
   bool gemm_tune = false;
+  // Option deterministic=off: cuDNN's attention backward may add dQ with atomics (its faster
+  // form), so runs no longer repeat bit for bit. On by default: every kernel repeats exactly.
+  bool deterministic = true;
   void* cudnn = nullptr;            // cuDNN handle and graphs (attention_cudnn.cc), on first use
   void* scratch = nullptr;          // stream-ordered scratch, grown on demand
   size_t scratch_bytes = 0;
@@ -45,6 +48,7 @@ struct nfn_ctx {
   bool attention_configured = false;  // set by configure(attention=...): no fallback then
   // Where the default cudnn gave way to flash_mma: the report's name for the path, with why.
   std::string attention_fallback;
+  mutable std::string attention_report;  // nfn_cuda_attention_path's answer, built on the call
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
 

@@ -309,6 +309,20 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
   if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
 
+// attention=cudnn with deterministic=off: cuDNN's backward adding dQ with atomics, within the
+// same bounds, and the runtime report saying so. Where cuDNN does not load, nothing to run.
+void check_cudnn_atomic(const Backend& cpu, const Backend& gpu) {
+  if (gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") != NFN_OK) return;
+  gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "off"), "configure deterministic=off");
+  using PathName = const char* (*)(const nfn_ctx*);
+  if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path")))
+    expect(std::string(path(gpu.ctx)).find("atomics") != std::string::npos,
+           std::string("attention=cudnn deterministic=off is reported as '") + path(gpu.ctx) + "'");
+  for (int T : {200, 1024}) check_attention_shape(cpu, gpu, NFN_BF16, 2, T, 128, 2, "cudnn", " deterministic=off");
+  gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "on"), "configure deterministic=on");
+  gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
+}
+
 void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, T, C, NH; };
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
@@ -577,6 +591,8 @@ void check_errors(const Backend& gpu) {
          "configure attention=warp-speed is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "maybe") == NFN_ERR_INVALID_ARGUMENT,
          "configure gemm_tune=maybe is refused");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "maybe") == NFN_ERR_INVALID_ARGUMENT,
+         "configure deterministic=maybe is refused");
   // The path's name for the runtime report (an extra export, outside the op table).
   using PathName = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
@@ -651,6 +667,7 @@ int main(int argc, char** argv) {
   if (!self_check)
     for (const char* path : {"cudnn", "thunderkittens"})
       for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_attention_path(cpu, gpu, dt, path);
+  if (!self_check) check_cudnn_atomic(cpu, gpu);
   // Which fused cuBLASLt epilogues ran fused over the suite (the unfused forms run too).
   using Epilogues = const char* (*)(nfn_ctx*);
   if (auto fused = reinterpret_cast<Epilogues>(dlsym(gpu.lib.handle, "nfn_cuda_fused_epilogues")))

@@ -62,6 +62,11 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     ctx->matmul_bf16 = v == "bf16";
     return NFN_OK;
   }
+  if (k == "deterministic") {  // accepted either way: every CPU kernel repeats bit for bit
+    if (v != "on" && v != "off")
+      return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: deterministic=%s is not on or off", v.c_str());
+    return NFN_OK;
+  }
   return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: unknown option %s", k.c_str());
 }
 

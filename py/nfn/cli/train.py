@@ -69,6 +69,9 @@ def register(sub):
                      help="CUDA: time cuBLASLt's first 8 kernels for each GEMM shape on its first "
                           "call and keep the fastest (the pick may differ from run to run; "
                           "default: off, cuBLASLt's first pick)")
+    opts.add_argument("--deterministic", choices=["on", "off"],
+                     help="on: every kernel repeats bit for bit (default); off: CUDA's cuDNN "
+                          "attention backward may add dQ with atomics, its faster form")
     opts.add_argument("--graphs", choices=["on", "off", "auto"],
                      help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
                           "replay it after the first step (default: auto, on where the op library "

@@ -9,9 +9,12 @@
 using namespace nfn_test;
 
 // Everything a training step's reductions touch, from one fresh context.
-static std::vector<float> run_once() {
+// deterministic=off is accepted and changes nothing: every CPU kernel repeats bit for bit.
+static std::vector<float> run_once(const char* deterministic) {
   nfn_ctx* ctx = nullptr;
-  if (nfn_ctx_create(0, &ctx) != NFN_OK || nfn_ctx_configure(ctx, "threads", "5") != NFN_OK) return {};
+  if (nfn_ctx_create(0, &ctx) != NFN_OK || nfn_ctx_configure(ctx, "threads", "5") != NFN_OK ||
+      nfn_ctx_configure(ctx, "deterministic", deterministic) != NFN_OK)
+    return {};
   const int B = 2, T = 80, C = 32, NH = 2, N = B * T, V = 300;
   std::vector<float> qkv = random_vec(N * 3 * C, 1), out(N * C), lse(B * NH * T), dqkv(N * 3 * C);
   std::vector<float> dout = random_vec(N * C, 2), x = random_vec(N * C, 3), w = random_vec(3 * C * C, 4);
@@ -46,8 +49,12 @@ static std::vector<float> run_once() {
 }
 
 int main() {
-  std::vector<float> a = run_once(), b = run_once();
+  std::vector<float> a = run_once("on"), b = run_once("off");
   EXPECT(!a.empty() && a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0,
-         "two identical runs differ in some bit");
+         "two identical runs (deterministic=on, then off) differ in some bit");
+  nfn_ctx* ctx = nullptr;
+  EXPECT(nfn_ctx_create(0, &ctx) == NFN_OK && nfn_ctx_configure(ctx, "deterministic", "maybe") == NFN_ERR_INVALID_ARGUMENT,
+         "configure deterministic=maybe is refused");
+  nfn_ctx_destroy(ctx);
   return finish("determinism_test");
 }
