@@ -35,6 +35,9 @@ def parse_args(argv):
     p.add_argument("--tile-ops-lib", default="", help="op library for the trainer (default: its own search)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--accum", type=int, default=1,
+                   help="cuda: micro-batches an optimizer step on both sides (32 makes GPT-2's "
+                        "524,288-token batch at B=16; 1: an optimizer step every micro-batch)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
     p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per mode, the reference)")
@@ -101,7 +104,8 @@ def run_nfn(args, workdir, mode):
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
-    ntok = args.batch_size * args.seq_len * (CUDA_WARMUP_STEPS + args.steps + 2) + 1
+    step_tokens = args.batch_size * args.seq_len * args.accum
+    ntok = step_tokens * (CUDA_WARMUP_STEPS + args.steps + 2) + 1
     data = os.path.join(workdir, "data")
     os.makedirs(data, exist_ok=True)
     write_shard(os.path.join(data, "bench_train_000000.bin"), ntok, rng)
@@ -109,7 +113,7 @@ def run_nfn(args, workdir, mode):
     cmd = [args.trainer, "--template-name", "gpt2-124m", "--backend", args.backend,
            "--dtype", "bf16", "--train-data", data, "--train-seq-len", str(args.seq_len),
            "--batch-size", str(args.batch_size),
-           "--train-batch-tokens", str(args.batch_size * args.seq_len),
+           "--train-batch-tokens", str(step_tokens),
            "--max-steps", str(CUDA_WARMUP_STEPS + args.steps), "--eval-every-steps", str(CUDA_WARMUP_STEPS + args.steps),
            "--eval-batches", "1", "--attention", attention,
            "--graphs", "on" if "graphs" in extras else "off", "--gemm-tune", "on" if "tune" in extras else "off",
@@ -129,7 +133,7 @@ def run_nfn(args, workdir, mode):
         times = timed_steps(report, CUDA_WARMUP_STEPS)
     except ValueError as e:
         return {"error": str(e)}
-    tps = args.batch_size * args.seq_len * len(times) / sum(times)
+    tps = step_tokens * len(times) / sum(times)
     # Host time to issue a step against the step: near 1, launches bound the step (graphs pay).
     enqueue = (report.get("enqueue_seconds") or [])[CUDA_WARMUP_STEPS:]
     return {"impl": "nfn", "tokens_per_s": tps, "step_ms": 1e3 * sum(times) / len(times),
@@ -141,7 +145,7 @@ def run_nfn(args, workdir, mode):
 
 def run_torch(args):
     cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cuda.py"), "--json",
-           "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+           "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--accum", str(args.accum),
            "--warmup", str(CUDA_WARMUP_STEPS), "--steps", str(args.steps), "--peak-tflops", str(args.peak_tflops)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -163,6 +167,9 @@ def default_trainer():
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     args.trainer = os.path.abspath(args.trainer or default_trainer())
+    if args.accum < 1:
+        print(f"bench_train: --accum {args.accum} must be at least 1", file=sys.stderr)
+        return 2
     if args.steps is None:
         args.steps = 10 if args.backend == "cpu" else 30
     if args.backend == "cpu":
@@ -187,7 +194,7 @@ def main(argv=None):
     ratio = None
     if nfn.get("tokens_per_s") and ref.get("tokens_per_s"):
         ratio = nfn["tokens_per_s"] / ref["tokens_per_s"]
-    result = {"model": "gpt2-124m", "batch_size": args.batch_size, "seq_len": args.seq_len,
+    result = {"model": "gpt2-124m", "batch_size": args.batch_size, "seq_len": args.seq_len, "accum": args.accum,
               "steps": args.steps, "nfn": nfn, "pytorch": ref, "ratio": ratio}
     if args.json:
         print(json.dumps(result))

@@ -23,6 +23,8 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=16, help="micro-batch rows B")
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per row T")
     p.add_argument("--steps", type=int, default=30, help="timed optimizer steps")
+    p.add_argument("--accum", type=int, default=1,
+                   help="micro-batches a step, their gradients summed (GPT-2's 524,288-token batch: 32 at B=16)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
@@ -55,10 +57,11 @@ def main(argv=None):
     batches = [torch.randint(0, 50257, (B, T + 1), device=dev) for _ in range(4)]
 
     def step(i):
-        data = batches[i % len(batches)]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(data[:, :-1], data[:, 1:])
-        loss.backward()
+        for j in range(args.accum):
+            data = batches[(i * args.accum + j) % len(batches)]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = step_model(data[:, :-1], data[:, 1:])
+            (loss / args.accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -74,7 +77,7 @@ def main(argv=None):
     end.record()
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1e3
-    tokens_per_s = B * T * args.steps / seconds
+    tokens_per_s = B * T * args.accum * args.steps / seconds
     # FLOPs per token: 6 per parameter (forward + backward) plus attention's 6 * L * T * C
     # (llm.c's accounting: the causal half; nanoGPT's PaLM formula counts 12 * L * T * C).
     non_embedding = params - args.vocab * args.channels - args.seq_len * args.channels
@@ -87,6 +90,7 @@ def main(argv=None):
         "parameters": params,
         "batch_size": B,
         "seq_len": T,
+        "accum": args.accum,
         "steps": args.steps,
         "step_ms": seconds / args.steps * 1e3,
         "tokens_per_s": tokens_per_s,

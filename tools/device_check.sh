@@ -12,14 +12,16 @@
 #      and the LM head at four chunk sizes, so the next session knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
 #      gemm_tune and deterministic=off) and with the PyTorch reference, tokens/s, MFU and the
-#      ratio of nfn's fastest
+#      ratio of nfn's fastest, with the SM clock and the board's power sampled meanwhile;
+#      then (4b) nfn's fastest mode and the reference again at GPT-2's own batch of 524,288
+#      tokens an optimizer step (32 micro-batches), where the optimizer's step is paid once in 32
 #   5. Nsight Compute over a GPT-2 124M step: every kernel's time (profile.txt)
 # Results go to $OUT (or /tmp/nfn-device-out): table.txt (the short table, kept as it grows,
 # so a run stopped early still returns its rows), parity.log, bench_ops.txt, bench.json,
 # profile.txt, and logs.tgz (every step's output and the libraries' logs, ncu.csv;
-# tools/device_env.sh). Each step has its own time limit, 595 s in all at worst, so give the
-# device tool timeout_s 600 (a whole run took 111-139 s on an H200 without step 5, which adds
-# about 15 s).
+# tools/device_env.sh). Each step has its own time limit; steps 4b and 5 run only where they
+# would still end by 590 s, so give the device tool timeout_s 600 (a whole run took 111-139 s
+# on an H200 before steps 4b and 5, which should add about 60 s and 15 s).
 # --quick runs steps 1 and 2 only (220 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
@@ -29,6 +31,14 @@ out=${OUT:-/tmp/nfn-device-out}
 mkdir -p "$out" && : > "$out/table.txt"
 export PYTHONUNBUFFERED=1
 declare -a rows
+
+# Whether a step that may take $1 s still ends inside the device tool's 600 s (with margin);
+# else its row says it was skipped.
+time_for() {
+  if [ $((SECONDS + $1)) -le 590 ]; then return 0; fi
+  row "$2" "SKIP" "no time left for it (${SECONDS} s gone, up to $1 s needed)"
+  return 1
+}
 
 row() {
   rows+=("$(printf '%-40s %-6s %s' "$1" "$2" "$3")")
@@ -188,11 +198,37 @@ PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
 
-# 4. throughput against the PyTorch reference
+# 4. throughput against the PyTorch reference, with the SM clock and the board's power sampled
+# every 250 ms meanwhile (is a sustained step slowed by its clocks? docs/performance.md)
 frontend_log bench_train
-timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+smi_fields=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits > /dev/null 2>&1 || smi_fields=clocks.sm,power.draw,temperature.gpu
+nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits -lms 250 > "$logs/smi.csv" 2>&1 &
+smi_pid=$!
+timeout 220 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+tune+nondet \
   > "$out/bench.json" 2> "$logs/bench.err"
+kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
+clocks=$(python3 - "$logs/smi.csv" <<'PY'
+import statistics, sys
+busy = []  # samples with the board above 300 W: a step running, not a process starting
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        mhz, watts, temp = float(f[0]), float(f[1]), float(f[2])
+    except (ValueError, IndexError):
+        continue
+    if watts > 300:
+        busy.append((mhz, watts, temp, f[3] if len(f) > 3 else "?"))
+if not busy:
+    print("no samples above 300 W (nvidia-smi: smi.csv in logs.tgz)"); sys.exit()
+mhz = sorted(b[0] for b in busy)
+reasons = sorted({b[3] for b in busy})
+print(f"under load ({len(busy)} samples): SM clock median {statistics.median(mhz):.0f} MHz "
+      f"(min {mhz[0]:.0f}, max {mhz[-1]:.0f}), power median {statistics.median(b[1] for b in busy):.0f} W "
+      f"(max {max(b[1] for b in busy):.0f}), max {max(b[2] for b in busy):.0f} C; clock event reasons {' '.join(reasons)}")
+PY
+)
 bench=$(python3 - "$out/bench.json" <<'PY'
 import json, sys
 try:
@@ -209,6 +245,29 @@ print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pyt
 PY
 )
 row "gpt2-124m nfn vs torch" "${bench%% *}" "${bench#* }"
+row "gpt2-124m clocks and power" "INFO" "$clocks"
+
+# 4b. the same at GPT-2's own batch, 524,288 tokens an optimizer step (32 micro-batches of 16),
+# so the optimizer's step (about 1 ms) is paid once in 32, on both sides; nfn in step 4's
+# fastest mode
+best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nfn"].get("mode") or "")' "$out/bench.json" 2>/dev/null)
+if [ -z "$best" ]; then
+  row "gpt2-124m at 0.5M tokens a step" "SKIP" "step 4 gave no nfn mode"
+elif time_for 130 "gpt2-124m at 0.5M tokens a step"; then
+  timeout 130 python3 "$root/tools/bench_train.py" --json --accum 32 --steps 5 --timeout 60 --trainer "$trainer" \
+    --tile-ops-lib "$cuda_lib" --modes "$best" > "$logs/bench_accum.json" 2> "$logs/bench_accum.err"
+  accum=$(python3 - "$logs/bench_accum.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"FAIL no result ({e})"); sys.exit()
+cell = lambda x: f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%" if "tokens_per_s" in x else x.get("error", "?")[:120]
+print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {r['nfn'].get('mode', '')} {cell(r['nfn'])} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
+PY
+)
+  row "gpt2-124m at 0.5M tokens a step" "${accum%% *}" "${accum#* }"
+fi
 
 # 5. every kernel of a GPT-2 124M step, timed by Nsight Compute (one metric, one pass; clocks
 # and caches left alone): the second of three steps (op by op), summed by name into
@@ -218,7 +277,7 @@ if [ -z "$ncu" ]; then
   row "gpt2-124m step profile (ncu)" "SKIP" "no ncu on this machine"
 elif [ ! -x "$trainer" ]; then
   row "gpt2-124m step profile (ncu)" "SKIP" "no nfn_gpt_native_train in .device/bin"
-else
+elif time_for 45 "gpt2-124m step profile (ncu)"; then
   data=/tmp/nfn-profile-data
   mkdir -p "$data"
   python3 - "$root/tools" "$data" <<'PY'

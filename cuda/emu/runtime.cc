@@ -590,6 +590,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "nfn CUDA emulator");
   prop->major = 9;
+  prop->multiProcessorCount = 132;  // an H200's, so grids sized by it are the H200's
   return cudaSuccess;
 }
 

@@ -91,6 +91,7 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
   cudaDeviceProp prop;
   if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, device);
   if (err == cudaSuccess) ctx->device_name = prop.name, ctx->cc_major = prop.major;
+  if (err == cudaSuccess && prop.multiProcessorCount > 0) ctx->sm_count = prop.multiProcessorCount;
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&ctx->blocks_done), sizeof(unsigned));
   if (err == cudaSuccess) err = cudaMemsetAsync(ctx->blocks_done, 0, sizeof(unsigned), ctx->stream);

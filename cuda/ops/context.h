@@ -20,6 +20,7 @@ struct nfn_ctx {
   int device = 0;
   std::string device_name;          // cudaDeviceProp::name, for reports
   int cc_major = 0;                 // compute capability's major version
+  int sm_count = 132;               // multiprocessors (cudaDeviceProp; 132, an H200's, if it says none)
   cudaStream_t stream = nullptr;
   std::string last_error;
   void* cublaslt = nullptr;         // cublasLtHandle_t, created on first GEMM

@@ -1,6 +1,9 @@
 // LayerNorm and RMSNorm, one kernel template each way (kCentered: LayerNorm, which subtracts
 // the mean and may add a bias). A warp owns a row; statistics are f32; rows move 16 bytes a
-// load where C and the pointers allow it (Pack), one element a load otherwise.
+// load where C and the pointers allow it (Pack), one element a load otherwise. Where a lane
+// has few packs of a bf16 row (at most 4 forward, 3 backward: C up to 1,024 and 768), it
+// loads them all at once and keeps them in registers (P, its packs); otherwise (P = 0) each
+// pass over the row loads it again, the passes after the first from L1.
 //
 // The backward reads dout and inp once: each warp adds its rows' input gradient to dinp and
 // sums the weight and bias gradient terms of its rows into its own columns in shared memory;
@@ -8,6 +11,7 @@
 // kernel adds the blocks' partials, in a fixed order, to dweight and dbias (column_reduce.cuh).
 // Rows go to blocks and warps by a fixed rule, so the result is deterministic.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/ops/column_reduce.cuh"
 #include "cuda/ops/context.h"
@@ -23,46 +27,80 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;            // warps per block, one row at a time each
-// At most, in the backward: one wave of 4 per SM on an H200 (132 SMs; 48 KiB of shared memory
-// and 256 threads of at most 56 registers a block fit 4). 256 (2 per SM) ran GPT-2's
-// 16384 x 768 rows in 57 us on an H200 (2026-11-30), 1.75 TB/s: too few loads in flight.
-constexpr int kBackwardBlocks = 512;
+// The backward's grid, at most: one wave, of 4 blocks an SM where each streams its rows (48
+// KiB of shared memory and 256 threads of at most 64 registers a block fit 4), 3 where its
+// lanes hold their packs (up to 85 registers). 256 blocks (2 an SM) ran GPT-2's 16384 x 768
+// rows in 57 us on an H200 (2026-11-30), 1.75 TB/s: too few loads in flight; 512, 45 us.
+constexpr int kBackwardBlocksPerSm = 4, kHeldBackwardBlocksPerSm = 2;
 constexpr size_t kDefaultShared = 48 << 10;  // dynamic shared memory without opting in
+
+// f(k, i) for each pack i of a row that lane `lane` owns (lane, lane + 32, ...; k counts them):
+// P > 0 unrolled over the lane's at most P packs, P = 0 a loop.
+template <int P, typename F>
+__device__ __forceinline__ void lane_packs(int lane, int packs, F&& f) {
+  if constexpr (P > 0) {
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+      if (lane + 32 * k < packs) f(k, lane + 32 * k);
+  } else {
+    for (int i = lane; i < packs; i += 32) f(0, i);
+  }
+}
+
+// A row's packs as a lane holds them: with P > 0, loaded once (load) and read from registers
+// (get); with P = 0, get loads pack i again each time it is asked.
+template <int P, int V, typename T>
+struct RowPacks {
+  Pack<T, V> held[P > 0 ? P : 1];
+  __device__ __forceinline__ void load(const T* row, int k, int i) {
+    if constexpr (P > 0) held[k] = reinterpret_cast<const Pack<T, V>*>(row)[i];
+  }
+  __device__ __forceinline__ void get(const T* row, int k, int i, float (&out)[V]) const {
+    if constexpr (P > 0) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] = nfn::cuda::to_f32(held[k].v[j]);
+    } else {
+      load_pack(row, i, out);
+    }
+  }
+};
 
 // Forward: out = (x - mean) * rstd * weight + bias (LayerNorm) or x * rstd * weight
 // (RMSNorm, mean 0, no bias); weight NULL reads as 1, bias NULL as 0. V elements a load.
-template <bool kCentered, int V, typename T>
+template <bool kCentered, int V, int P, typename T>
 __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* inp, const T* weight,
                                     const T* bias, int N, int C) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x, packs = C / V;
   if (row >= N) return;
   const T* x = inp + static_cast<size_t>(row) * C;
+  RowPacks<P, V, T> xs;
+  lane_packs<P>(lane, packs, [&](int k, int i) { xs.load(x, k, i); });
   float mean = 0.f;
   if constexpr (kCentered) {
     float sum = 0.f;
-    for (int i = lane; i < packs; i += 32) {
+    lane_packs<P>(lane, packs, [&](int k, int i) {
       float v[V];
-      load_pack(x, i, v);
+      xs.get(x, k, i, v);
       for (int j = 0; j < V; ++j) sum += v[j];
-    }
+    });
     mean = warp_sum(sum) / C;
   }
   float sq = 0.f;
-  for (int i = lane; i < packs; i += 32) {
+  lane_packs<P>(lane, packs, [&](int k, int i) {
     float v[V];
-    load_pack(x, i, v);
+    xs.get(x, k, i, v);
     for (int j = 0; j < V; ++j) sq += (v[j] - mean) * (v[j] - mean);
-  }
+  });
   const float rstd = rsqrtf(warp_sum(sq) / C + kEps);
   T* y = out + static_cast<size_t>(row) * C;
-  for (int i = lane; i < packs; i += 32) {
+  lane_packs<P>(lane, packs, [&](int k, int i) {
     float v[V], w[V], b[V];
-    load_pack(x, i, v);
+    xs.get(x, k, i, v);
     load_pack(weight, i, w, 1.f);
     load_pack(bias, i, b);
     for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * rstd * w[j] + b[j];
     store_pack(y, i, v);
-  }
+  });
   if (lane == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
@@ -75,9 +113,12 @@ __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, co
 // partials (NULL: no parameter gradients) gets, for each term k and block b, the sum over
 // the block's rows at [k][b][c]. Shared memory holds K * C floats a warp; column c sits at
 // (c % V) * (C / V) + c / V, so the lanes of a warp touch consecutive words.
-template <bool kCentered, int V, typename T>
-__global__ void norm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
-                                     const float* mean, const float* rstd, int N, int C) {
+// With P > 0 a lane loads its packs of dout, inp and dinp at once, before any arithmetic, so
+// every load of the row is in flight together (3 blocks an SM: at 4, GPT-2's 3 packs spilled).
+template <bool kCentered, int V, int P, typename T>
+__global__ void __launch_bounds__(P > 0 ? 32 * kRowsPerBlock : 1024, P > 0 ? kHeldBackwardBlocksPerSm : 1)
+    norm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
+                         const float* mean, const float* rstd, int N, int C) {
   constexpr int K = kCentered ? 2 : 1;
   extern __shared__ float cols[];
   const int warps = blockDim.y, lane = threadIdx.x, packs = C / V;
@@ -88,27 +129,33 @@ __global__ void norm_backward_kernel(T* dinp, float* partials, const T* dout, co
         for (int j = 0; j < V; ++j) mine[k * C + j * packs + i] = 0.f;
   for (int row = blockIdx.x * warps + threadIdx.y; row < N; row += gridDim.x * warps) {
     const size_t off = static_cast<size_t>(row) * C;
+    RowPacks<P, V, T> gs, xs, ds;
+    lane_packs<P>(lane, packs, [&](int k, int i) {
+      gs.load(dout + off, k, i);
+      xs.load(inp + off, k, i);
+      if (dinp != nullptr) ds.load(dinp + off, k, i);
+    });
     const float m = kCentered ? mean[row] : 0.f, r = rstd[row];
     float dnorm_sum = 0.f, dnorm_xhat_sum = 0.f;
-    for (int i = lane; i < packs; i += 32) {
+    lane_packs<P>(lane, packs, [&](int k, int i) {
       float g[V], x[V], w[V];
-      load_pack(dout + off, i, g);
-      load_pack(inp + off, i, x);
+      gs.get(dout + off, k, i, g);
+      xs.get(inp + off, k, i, x);
       load_pack(weight, i, w, 1.f);
       for (int j = 0; j < V; ++j) {
         dnorm_sum += g[j] * w[j];
         dnorm_xhat_sum += g[j] * w[j] * (x[j] - m) * r;
       }
-    }
+    });
     const float dnorm_mean = kCentered ? warp_sum(dnorm_sum) / C : 0.f;
     const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / C;
-    for (int i = lane; i < packs; i += 32) {  // the row again, from L1
+    lane_packs<P>(lane, packs, [&](int k, int i) {  // the row again: registers, or L1
       float g[V], x[V], w[V], d[V];
-      load_pack(dout + off, i, g);
-      load_pack(inp + off, i, x);
+      gs.get(dout + off, k, i, g);
+      xs.get(inp + off, k, i, x);
       load_pack(weight, i, w, 1.f);
       if (dinp != nullptr) {
-        load_pack(dinp + off, i, d);
+        ds.get(dinp + off, k, i, d);
         for (int j = 0; j < V; ++j)
           d[j] += (g[j] * w[j] - dnorm_mean - (x[j] - m) * r * dnorm_xhat_mean) * r;
         store_pack(dinp + off, i, d);
@@ -118,7 +165,7 @@ __global__ void norm_backward_kernel(T* dinp, float* partials, const T* dout, co
           mine[j * packs + i] += g[j] * (x[j] - m) * r;
           if (kCentered) mine[C + j * packs + i] += g[j];
         }
-    }
+    });
   }
   if (partials == nullptr) return;
   __syncthreads();
@@ -136,11 +183,33 @@ nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int C) {
   return NFN_OK;
 }
 
-template <bool kCentered, int V, typename T>
-void launch_forward(nfn_ctx* ctx, T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
-                    int N, int C) {
-  norm_forward_kernel<kCentered, V><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, dim3(32, kRowsPerBlock), 0,
-                                      ctx->stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+// The packs a lane keeps in registers for rows of C elements moved as Pack<T> (packed): 1 to
+// kMost for bf16 rows (8 elements a pack), else 0 (none: each pass loads again). f32 rows
+// (CUDA's precision mode, not its fast one) always stream. The forward holds up to 4 (rows
+// of 1,024), the backward, which holds dout, inp and dinp, up to 3 (768: at 4 it spills).
+constexpr int kForwardHeld = 4, kBackwardHeld = 3;
+
+template <int P>
+using HeldPacks = std::integral_constant<int, P>;
+
+// Calls launch(HeldPacks<P>{}) with P the packs a lane holds (above), 0 to kMost.
+template <int kMost, typename T, typename L>
+void with_held_packs(bool packed, int C, L&& launch) {
+  const int per_lane = (C / Pack<T>::n + 31) / 32;
+  if constexpr (std::is_same_v<T, nfn::cuda::bf16>) {
+    if (packed && per_lane <= kMost) {
+      static_assert(kMost >= 3 && kMost <= 4);
+      switch (per_lane) {
+        case 1: launch(HeldPacks<1>{}); return;
+        case 2: launch(HeldPacks<2>{}); return;
+        case 3: launch(HeldPacks<3>{}); return;
+        default:
+          if constexpr (kMost == 4) launch(HeldPacks<4>{});
+          return;
+      }
+    }
+  }
+  launch(HeldPacks<0>{});
 }
 
 template <bool kCentered, typename T>
@@ -148,23 +217,28 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
                         const void* weight, const void* bias, int N, int C) {
   auto* y = static_cast<T*>(out);
   const auto *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight), *b = static_cast<const T*>(bias);
-  if (nfn::cuda::rows_packed<T>(C, {out, inp, weight, bias}))
-    launch_forward<kCentered, Pack<T>::n>(ctx, y, mean, rstd, x, w, b, N, C);
+  const dim3 grid((N + kRowsPerBlock - 1) / kRowsPerBlock), block(32, kRowsPerBlock);
+  const bool packed = nfn::cuda::rows_packed<T>(C, {out, inp, weight, bias});
+  if (packed)
+    with_held_packs<kForwardHeld, T>(packed, C, [&](auto p) {
+      constexpr int V = Pack<T>::n, P = decltype(p)::value;
+      norm_forward_kernel<kCentered, V, P><<<grid, block, 0, ctx->stream>>>(y, mean, rstd, x, w, b, N, C);
+    });
   else
-    launch_forward<kCentered, 1>(ctx, y, mean, rstd, x, w, b, N, C);
+    norm_forward_kernel<kCentered, 1, 0><<<grid, block, 0, ctx->stream>>>(y, mean, rstd, x, w, b, N, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
 
-template <bool kCentered, int V, typename T>
+template <bool kCentered, int V, int P, typename T>
 nfn_status launch_backward(nfn_ctx* ctx, const char* op, int blocks, int warps, size_t shared, T* dinp,
                            float* partials, const T* dout, const T* inp, const T* weight, const float* mean,
                            const float* rstd, int N, int C) {
   if (shared > kDefaultShared)
-    NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(norm_backward_kernel<kCentered, V, T>,
+    NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(norm_backward_kernel<kCentered, V, P, T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
                  op);
-  norm_backward_kernel<kCentered, V, T><<<blocks, dim3(32, warps), shared, ctx->stream>>>(
+  norm_backward_kernel<kCentered, V, P, T><<<blocks, dim3(32, warps), shared, ctx->stream>>>(
       dinp, partials, dout, inp, weight, mean, rstd, N, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
@@ -183,7 +257,11 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   const int warps =
       params ? static_cast<int>(std::clamp<size_t>(kDefaultShared / warp_bytes, 1, kRowsPerBlock)) : kRowsPerBlock;
   const size_t shared = warp_bytes * warps;
-  const int blocks = std::min((N + warps - 1) / warps, kBackwardBlocks);
+  const bool packed = nfn::cuda::rows_packed<T>(C, {dinp, dout, inp, weight});
+  bool held = false;
+  with_held_packs<kBackwardHeld, T>(packed, C, [&](auto p) { held = decltype(p)::value > 0; });
+  const int blocks = std::min((N + warps - 1) / warps,
+                              ctx->sm_count * (held ? kHeldBackwardBlocksPerSm : kBackwardBlocksPerSm));
   float* partials = nullptr;
   if (params) {
     void* buf = nullptr;
@@ -192,11 +270,15 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   }
   auto* di = static_cast<T*>(dinp);
   const auto *g = static_cast<const T*>(dout), *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight);
-  if (nfn::cuda::rows_packed<T>(C, {dinp, dout, inp, weight}))
-    NFN_TRY((launch_backward<kCentered, Pack<T>::n>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean,
-                                                    rstd, N, C)));
+  nfn_status s = NFN_OK;
+  if (packed)
+    with_held_packs<kBackwardHeld, T>(packed, C, [&](auto p) {
+      constexpr int V = Pack<T>::n, P = decltype(p)::value;
+      s = launch_backward<kCentered, V, P>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C);
+    });
   else
-    NFN_TRY((launch_backward<kCentered, 1>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C)));
+    s = launch_backward<kCentered, 1, 0>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C);
+  NFN_TRY(s);
   if (!params) return NFN_OK;
   nfn::cuda::ColumnDsts<T, K> dsts{{static_cast<T*>(dweight)}};
   if constexpr (kCentered) dsts.p[1] = static_cast<T*>(dbias);

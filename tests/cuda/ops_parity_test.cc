@@ -134,7 +134,10 @@ void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 // a LayerNorm row too wide for 48 KiB of column sums (C = 6200: one warp a block, opted in).
 void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int N, C; };
-  for (Shape s : {Shape{150, 200}, Shape{37, 75}, Shape{4200, 24}, Shape{3, 6200}})
+  // bf16 rows of up to 1,024 in 16-byte packs are held in registers, 1 to 4 packs a lane
+  // (200 and 24: 1; 392: 2; 520 and GPT-2's 768: 3; 1,024: 4); 75 and 6,200 stream.
+  for (Shape s : {Shape{150, 200}, Shape{37, 75}, Shape{4200, 24}, Shape{3, 6200}, Shape{33, 392}, Shape{9, 520},
+                  Shape{130, 768}, Shape{45, 1024}})
     check_norms(cpu, gpu, dt, s.N, s.C);
 }
 

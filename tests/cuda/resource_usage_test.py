@@ -2,7 +2,8 @@
 kept by tools/cuda.bzl beside each object): no kernel of the tensor-core attention (flash_mma)
 spills or uses a stack frame on sm_90a or sm_120, the ThunderKittens attention kernels (when
 the library was built with a ThunderKittens tree; sm_90a only) do not spill, none needs more
-than 255 registers, and none declares more than 48 KiB of static shared memory. Spills there are silent slowdowns a
+than 255 registers, none declares more than 48 KiB of static shared memory, and the norm kernels
+that hold a row's packs in registers do not spill. Spills there are silent slowdowns a
 GPU-less machine can still catch. The table of every kernel is printed."""
 import re
 import shutil
@@ -84,6 +85,16 @@ class ResourceUsageTest(unittest.TestCase):
         for key in tk:
             r = self.found[key]
             self.assertEqual((r["spill_stores"], r["spill_loads"]), (0, 0), self.names[key])
+
+    def test_norm_rows_held_in_registers_do_not_spill(self):
+        # norm_{forward,backward}_kernel<kCentered, V, P, T> with P > 0 holds P packs a lane:
+        # a spill would put the row back in memory
+        held = [k for k in self.found if re.match(r"norm_\w+_kernel<\w+, \d+, [1-9]", self.names[k])]
+        self.assertEqual(len(held), 2 * 2 * (4 + 3))  # two archs, LayerNorm and RMSNorm, P 1-4 and 1-3
+        for key in held:
+            r = self.found[key]
+            self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
+                             f"{self.names[key]} on {key[1]}")
 
     def test_limits(self):
         for key, r in self.found.items():

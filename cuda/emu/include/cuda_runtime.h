@@ -94,6 +94,7 @@ enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 struct cudaDeviceProp {
   char name[256];
   int major, minor;
+  int multiProcessorCount;
 };
 
 namespace nfn_emu {
