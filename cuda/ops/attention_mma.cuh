@@ -7,11 +7,15 @@
 #include <cstdint>
 
 #include "cuda/ops/attention_common.cuh"
+#include "cuda/ops/cp_async.cuh"
 #include "cuda/ops/mma_layout.h"
 
 namespace nfn::cuda::attention::mma_path {
 
 using namespace nfn::cuda::mma;
+using nfn::cuda::cp_async_16;  // cp_async.cuh, as mma_path's own
+using nfn::cuda::cp_async_commit;
+using nfn::cuda::cp_async_wait;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -86,38 +90,6 @@ __device__ __forceinline__ void load_b_transposed(uint32_t (&b)[2][2], const uin
 __device__ __forceinline__ void load_b(uint32_t (&b)[2][2], const uint16_t* m, int stride, int k0, int n0,
                                        int lane) {
   load_b_pair<true>(b, m + b_ldsm_offset(lane, stride, k0, n0));
-}
-
-// cp.async.cg.shared.global: 16 bytes from global to shared memory without passing through
-// registers, zeros when !valid (src is then not read). Nothing lands until a cp_async_wait
-// covers the copy's group, and other threads see it only after a barrier after that.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-#ifdef NFN_CUDA_EMULATION
-  ::nfn_emu::cp_async(dst, src, valid ? 16 : 0);
-#else
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-#endif
-}
-
-// Closes the group of this thread's copies issued since the last commit (possibly empty).
-__device__ __forceinline__ void cp_async_commit() {
-#ifdef NFN_CUDA_EMULATION
-  ::nfn_emu::cp_async_commit();
-#else
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits until every group this thread committed, except the newest N, has landed.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#ifdef NFN_CUDA_EMULATION
-  ::nfn_emu::cp_async_wait(N);
-#else
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
 }
 
 // Starts copying ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld; t0 < T) into

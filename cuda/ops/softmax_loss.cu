@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/ops/context.h"
+#include "cuda/ops/cp_async.cuh"
 #include "cuda/ops/cublaslt.h"
 #include "cuda/ops/dtype.cuh"
 
@@ -97,29 +98,49 @@ __device__ __forceinline__ void row_exp2_sums(const T* row, int V, float& m, flo
   }
 }
 
-// row[c] = f(row[c] as f32, c) for every column c < width (the row stride: padding too), in
-// packs of N as row_exp2_sums reads them. Its stores are streaming (evict first): the
-// gradient is next read by the dx GEMM after every row is done, so L2 is better spent on the
-// logits other blocks have yet to reread.
+// dst[c] = f(src[c] as f32, c) for every column c < width (the row stride: padding too), in
+// packs of N as row_exp2_sums reads them; src is dst (in place) or the row's copy in shared
+// memory. Its stores are streaming (evict first): the gradient is next read by the dx GEMM
+// after every row is done, so L2 is better spent on the logits other blocks have yet to read.
 template <int N, typename T, typename F>
-__device__ __forceinline__ void rewrite_row(T* row, int width, F&& f) {
+__device__ __forceinline__ void rewrite_row(T* dst, const T* src, int width, F&& f) {
   using P = Pack<T, N>;
-  auto* packs = reinterpret_cast<P*>(row);
+  auto* out = reinterpret_cast<P*>(dst);
+  const auto* in = reinterpret_cast<const P*>(src);
   const int units = width / N, step = blockDim.x;
   for (int i = threadIdx.x; i < units; i += kLoads * step) {
     P p[kLoads];
 #pragma unroll
     for (int b = 0; b < kLoads; ++b)
-      if (i + b * step < units) p[b] = packs[i + b * step];
+      if (i + b * step < units) p[b] = in[i + b * step];
 #pragma unroll
     for (int b = 0; b < kLoads; ++b) {
       const int k = i + b * step;
       if (k >= units) break;
 #pragma unroll
       for (int j = 0; j < N; ++j) p[b].v[j] = from_f32<T>(f(to_f32(p[b].v[j]), k * N + j));
-      store_streaming(packs + k, p[b]);
+      store_streaming(out + k, p[b]);
     }
   }
+}
+
+// A row's loss and, when `backward`, its gradient written to dst, from the row's logits at
+// src (dst itself, or its copy in shared memory): the body of both cross-entropy kernels.
+template <int N, typename T>
+__device__ __forceinline__ void row_loss_and_gradient(float* shared, float* loss, T* dst, const T* src, int target,
+                                                      int V, int Vp, float grad_scale, bool backward) {
+  const float target_logit = threadIdx.x == 0 ? to_f32(src[target]) : 0.f;  // read before any write
+  // In base 2 (logits times log2 e), so each exponential is one exp2f, as flash_mma's are.
+  float m = -INFINITY, s = 0.f;
+  row_exp2_sums<N>(src, V, m, s);
+  const float row_max = block_max(m, shared);
+  const float sum = block_sum(m == -INFINITY ? 0.f : s * exp2f(m - row_max), shared);
+  if (threadIdx.x == 0) *loss = row_max * kLn2 + logf(sum) - target_logit;
+  if (!backward) return;
+  const float scale = grad_scale / sum;
+  rewrite_row<N>(dst, src, Vp, [&](float v, int c) {
+    return c < V ? exp2f(v * kLog2e - row_max) * scale - (c == target ? grad_scale : 0.f) : 0.f;
+  });
 }
 
 // One block per row of the chunk, last row first (the GEMM wrote those last, so they are the
@@ -138,21 +159,51 @@ __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
   const int target = targets[r];
   if (target < 0) {
     if (threadIdx.x == 0) row_loss[r] = 0.f;
-    if (backward) rewrite_row<N>(x, Vp, [](float, int) { return 0.f; });
+    if (backward) rewrite_row<N>(x, x, Vp, [](float, int) { return 0.f; });
     return;
   }
-  const float target_logit = threadIdx.x == 0 ? to_f32(x[target]) : 0.f;  // read before any write
-  // In base 2 (logits times log2 e), so each exponential is one exp2f, as flash_mma's are.
-  float m = -INFINITY, s = 0.f;
-  row_exp2_sums<N>(x, V, m, s);
-  const float row_max = block_max(m, shared);
-  const float sum = block_sum(m == -INFINITY ? 0.f : s * exp2f(m - row_max), shared);
-  if (threadIdx.x == 0) row_loss[r] = row_max * kLn2 + logf(sum) - target_logit;
-  if (!backward) return;
-  const float scale = grad_scale / sum;
-  rewrite_row<N>(x, Vp, [&](float v, int c) {
-    return c < V ? exp2f(v * kLog2e - row_max) * scale - (c == target ? grad_scale : 0.f) : 0.f;
-  });
+  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward);
+}
+
+// The same where a row's logits fit in shared memory twice over an SM (bf16 GPT-2: 100.6 KB
+// a row, 2 rows on an H200): the row is copied there once with cp.async (every 16 bytes of
+// it in flight at once, no registers held), and both passes read the copy, so the logits
+// cross HBM once each way instead of leaning on L2 for the second read. One block per row,
+// last row first; rows 16-byte aligned, a whole number of packs.
+constexpr int kStagedBlock = 512;
+
+template <typename T>
+__global__ void __launch_bounds__(kStagedBlock, 2)
+    cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
+                                float grad_scale, bool backward) {
+  constexpr int N = Pack<T>::n;
+  extern __shared__ uint4 staged[];  // 16-byte units
+  __shared__ float shared[32];
+  auto* row = reinterpret_cast<T*>(staged);
+  const int r = gridDim.x - 1 - blockIdx.x;
+  T* x = logits + static_cast<size_t>(r) * Vp;
+  const int target = targets[r];
+  if (target < 0) {
+    if (threadIdx.x == 0) row_loss[r] = 0.f;
+    if (backward) rewrite_row<N>(x, x, Vp, [](float, int) { return 0.f; });
+    return;
+  }
+  for (int i = threadIdx.x; i < Vp / N; i += blockDim.x) nfn::cuda::cp_async_16(row + i * N, x + i * N, true);
+  nfn::cuda::cp_async_commit();
+  nfn::cuda::cp_async_wait<0>();
+  __syncthreads();
+  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, grad_scale, backward);
+}
+
+// Whether rows of Vp logits of T (16-byte aligned: vec) go to cross_entropy_staged_kernel:
+// two rows' copies must fit an SM's shared memory (half the opt-in limit a block, so that 2
+// blocks run on an SM). Where they do not (larger vocabularies, sm_120's 99 KiB), the
+// streaming kernel.
+nfn_status staged_rows(nfn_ctx* ctx, const char* op, bool vec, size_t row_bytes, bool* staged) {
+  int optin = 0;
+  NFN_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device), op);
+  *staged = vec && row_bytes + 1024 <= static_cast<size_t>(optin) / 2;  // 1 KiB: the block's own shared
+  return NFN_OK;
 }
 
 // losses[i] = row_loss[i] and *loss_sum += sum of row_loss, in a fixed order (one block).
@@ -213,6 +264,9 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   void* logits = buf;  // the chunk's logits, then (backward) their gradient in place
   auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes);
   const bool vec = es * Vp % 16 == 0;  // every row starts 16-byte aligned (scratch is 256-aligned)
+  const size_t row_bytes = es * static_cast<size_t>(Vp);
+  bool staged = false;
+  NFN_TRY(staged_rows(ctx, op, vec, row_bytes, &staged));
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = std::min(rows, N - r0);
     const char* xr = static_cast<const char*>(x) + es * r0 * C;
@@ -226,7 +280,15 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_TRY(nfn::cuda::gemm(ctx, op, g));
     NFN_DISPATCH(dtype, E, {
       auto* l = static_cast<E*>(logits);
-      if (vec)
+      if (staged) {
+        if (row_bytes > 48 * 1024)
+          NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(cross_entropy_staged_kernel<E>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(row_bytes)),
+                       op);
+        cross_entropy_staged_kernel<E><<<R, kStagedBlock, row_bytes, ctx->stream>>>(
+            row_loss + r0, l, targets + r0, V, Vp, grad_scale, backward);
+      } else if (vec)
         cross_entropy_kernel<E, Pack<E>::n><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
                                                                                Vp, grad_scale, backward);
       else

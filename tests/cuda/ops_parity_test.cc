@@ -377,10 +377,13 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
   // Vocabularies (V in the softmax, Vp rows of wte) and rows R: 515 of 515 (rows of logits not
   // 16-byte aligned: one logit a load), 515 of 520 (16 bytes a load, the padded columns left
   // out) and 520 of 520, 100 rows; 20,001 of 20,001 and of 20,008, 24 rows, so that each of the
-  // kernel's 1,024 threads loads several batches of packs a row, the last pack ragged. Chunk
-  // sizes: the default (one chunk here) and 16 rows (chunks and a ragged last).
+  // kernel's threads loads several batches of packs a row, the last pack ragged. Aligned rows
+  // that fit twice in an SM's shared memory are staged there (520, 20,008); 60,000 (120 KB
+  // in bf16) streams, as rows not 16-byte aligned do. Chunk sizes: the default (one chunk
+  // here) and 16 rows (chunks and a ragged last).
   for (auto [Vh, Vp, R] : {std::tuple{515, 515, 100}, std::tuple{515, 520, 100}, std::tuple{520, 520, 100},
-                           std::tuple{20001, 20001, 24}, std::tuple{20001, 20008, 24}}) {
+                           std::tuple{20001, 20001, 24}, std::tuple{20001, 20008, 24},
+                           std::tuple{59999, 60000, 6}}) {
     const auto wte = random_floats(Vp * C, rng, 0.3f);
     const auto targets = random_ids(R, Vh, true);
     for (int rows : {0, 16}) {
