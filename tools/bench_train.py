@@ -44,7 +44,8 @@ def parse_args(argv):
     p.add_argument("--modes", default="cudnn,cudnn+graphs",
                    help="cuda: nfn runs, comma-separated, each the trainer's --attention path (cudnn, "
                         "flash_mma, thunderkittens, flash) with +graphs (--graphs on), +tune "
-                        "(--gemm-tune on) and +nondet (--deterministic off) as wanted, else off; "
+                        "(--gemm-tune on), +nondet (--deterministic off) and +overlap (--overlap on) "
+                        "as wanted, else off; "
                         "the fastest that finishes is nfn's number (default: cudnn,cudnn+graphs)")
     p.add_argument("--rounds", type=int, default=7,
                    help="cpu: rounds of nfn and PyTorch back to back; the ratio is the median of the rounds' ratios")
@@ -99,8 +100,8 @@ def run_nfn_modes(args, workdir):
 
 def run_nfn(args, workdir, mode):
     attention, *extras = mode.split("+")
-    if set(extras) - {"graphs", "tune", "nondet"}:
-        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune][+nondet]"}
+    if set(extras) - {"graphs", "tune", "nondet", "overlap"}:
+        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune][+nondet][+overlap]"}
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
@@ -117,7 +118,7 @@ def run_nfn(args, workdir, mode):
            "--max-steps", str(CUDA_WARMUP_STEPS + args.steps), "--eval-every-steps", str(CUDA_WARMUP_STEPS + args.steps),
            "--eval-batches", "1", "--attention", attention,
            "--graphs", "on" if "graphs" in extras else "off", "--gemm-tune", "on" if "tune" in extras else "off",
-           "--deterministic", "off" if "nondet" in extras else "on",
+           "--deterministic", "off" if "nondet" in extras else "on", "--overlap", "on" if "overlap" in extras else "off",
            "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]

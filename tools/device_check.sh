@@ -8,10 +8,11 @@
 #      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
 #      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
-#      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off)
-#      and the LM head at four chunk sizes, so the next session knows where a step's time goes
+#      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
+#      the linear backwards with overlap=on, and the LM head at four chunk sizes, so the next
+#      session knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
-#      gemm_tune and deterministic=off) and with the PyTorch reference, tokens/s, MFU and the
+#      gemm_tune, deterministic=off and overlap=on) and with the PyTorch reference, tokens/s, MFU and the
 #      ratio of nfn's fastest, with the SM clock and the board's power sampled meanwhile;
 #      then (4b) nfn's fastest mode and the reference again at GPT-2's own batch of 524,288
 #      tokens an optimizer step (32 micro-batches), where the optimizer's step is paid once in 32
@@ -163,6 +164,11 @@ for attn in flash flash_mma thunderkittens "cudnn --configure deterministic=off"
   timeout 15 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
     --configure attention=$attn --only attention >> "$ops_log" 2>&1 || echo "bench_ops attention=$attn failed" >> "$ops_log"
 done
+# The linear backwards with overlap=on (weight and bias gradients on a second stream).
+echo "== attention=cudnn overlap=on" >> "$ops_log"
+timeout 20 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
+  --configure attention=cudnn --configure overlap=on --only linear_backward >> "$ops_log" 2>&1 \
+  || echo "bench_ops overlap=on failed" >> "$ops_log"
 ops=$(python3 - "$ops_log" <<'PY'
 import re, sys
 runs, rows, label, labels = [], None, "", []
@@ -183,7 +189,10 @@ total = sum(step for _, step in first.values())
 top = ", ".join(f"{n} {s:.1f}" for n, (_, s) in sorted(first.items(), key=lambda kv: -kv[1][1])[:3])
 attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attention_backward"))
 cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs)
-                                                  if "gemm_tune" not in name)
+                                                  if "gemm_tune" not in name and "attention_forward" in r)
+backs = lambda r: sum(step for n, (_, step) in r.items() if n.startswith("linear_backward") and ":" not in n)
+over = [r for name, r in zip(labels, runs) if "overlap" in name]
+over = f"; linear_backward a micro-step {backs(first):.2f} ms, {backs(over[0]):.2f} with overlap" if over and backs(over[0]) else ""
 gemms = lambda r: sum(step for n, (_, step) in r.items() if n.startswith(("linear", "lm_head_cross_entropy (")))
 tuned = [r for name, r in zip(labels, runs) if "gemm_tune" in name]
 tune = f"; GEMM ops a micro-step {gemms(first):.2f} ms, {gemms(tuned[0]):.2f} with gemm_tune" if tuned else ""
@@ -193,7 +202,7 @@ fused = next((l.split(":", 1)[1].strip() for l in open(sys.argv[1]) if l.startsw
 emb = "; embedding_backward a call: " + ", ".join(
     f"{what} {first[n][0]:.3f} ms" for what, n in (("spread ids", "embedding_backward"),
                                                     ("text-like ids", "embedding_backward (text-like ids)")) if n in first)
-print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{tune}{lm}{emb}; cuBLASLt epilogues: {fused}")
+print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{tune}{over}{lm}{emb}; cuBLASLt epilogues: {fused}")
 PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
@@ -206,7 +215,7 @@ nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits > /dev/null 2>&
 nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits -lms 250 > "$logs/smi.csv" 2>&1 &
 smi_pid=$!
 timeout 220 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
-  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+tune+nondet \
+  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+tune+nondet+overlap \
   > "$out/bench.json" 2> "$logs/bench.err"
 kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
 clocks=$(python3 - "$logs/smi.csv" <<'PY'

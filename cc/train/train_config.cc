@@ -47,6 +47,7 @@ void declare_train_flags(Flags* f) {
   f->value("attention", "CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN loads), flash_mma (tensor cores; the default otherwise), flash (CUDA cores) or thunderkittens");
   f->value("gemm-tune", "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the fastest (the pick may differ from run to run); off: cuBLASLt's first pick (the library's default)");
   f->value("deterministic", "on: every kernel repeats bit for bit (the libraries' default); off: CUDA's cuDNN attention backward may add dQ with atomics, its faster form");
+  f->value("overlap", "CUDA: on runs each linear backward's weight and bias gradients on a second stream beside its input gradient (the same results); off: one stream (the library's default)");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the first recording fails", "auto");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
@@ -230,6 +231,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   c->attention = f.get("attention");
   c->gemm_tune = f.get("gemm-tune");
   c->deterministic = f.get("deterministic");
+  c->overlap = f.get("overlap");
   c->graphs = f.get("graphs");
   if (c->graphs != "on" && c->graphs != "off" && c->graphs != "auto") {
     *error = "--graphs " + c->graphs + ": expected on, off or auto";

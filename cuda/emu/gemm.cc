@@ -76,6 +76,9 @@ void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux) {
 
 }  // namespace
 
+// The emulated GEMM needs no workspace; the side stream's is a token allocation.
+size_t gemm_workspace_bytes() { return 256; }
+
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return NFN_OK;
   NFN_TRY(check_gelu_aux(ctx, op, g));

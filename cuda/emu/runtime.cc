@@ -105,10 +105,15 @@ thread_local cudaError_t last_error = cudaSuccess;
 // Stream capture, in global mode (one at a time, and work a capture cannot hold fails
 // wherever it is issued): the work recorded so far, and whether something has invalidated
 // it. A graph is the recorded work; launching it runs the work again, `replaying`.
+// Other streams join a capture by waiting on an event recorded in it (a fork), and must
+// rejoin it before it ends: the origin stream waits on an event recorded on them after their
+// last work (a join), or the end fails, as CUDA's does (cudaErrorStreamCaptureUnjoined).
 struct Capture {
   cudaStream_t stream = nullptr;
   std::vector<std::function<void()>> work;
   bool invalid = false;
+  std::map<cudaStream_t, uint64_t> issued;    // each stream in the capture: work it issued
+  std::map<cudaStream_t, uint64_t> rejoined;  // each other stream: its work the origin waited for
 };
 std::unique_ptr<Capture> capture;
 bool replaying = false;
@@ -329,11 +334,12 @@ cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()>
     work();
     return cudaSuccess;
   }
-  if (stream != capture->stream) {
-    trace("capture refused %s (another stream)", what);
+  if (capture->issued.count(stream) == 0) {
+    trace("capture refused %s (a stream outside the capture)", what);
     capture->invalid = true;
     return last_error = cudaErrorStreamCaptureUnsupported;
   }
+  ++capture->issued[stream];
   if (!capture->invalid) capture->work.push_back(std::move(work));
   return capture->invalid ? (last_error = cudaErrorStreamCaptureInvalidated) : cudaSuccess;
 }
@@ -612,6 +618,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnjoined: return "capture ended with streams whose work it has not rejoined";
   }
   return "unknown error";
 }
@@ -792,6 +799,10 @@ struct nfn_emu_stream {
 struct nfn_emu_event {
   uint64_t record = 0;
   uint64_t copies_before = 0;
+  // Recorded inside a capture: which capture, on which stream, after how much of its work.
+  const void* capture = nullptr;
+  cudaStream_t stream = nullptr;
+  uint64_t issued = 0;
 };
 
 namespace {
@@ -806,10 +817,22 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
   return cudaSuccess;
 }
 
-// nfn never records an event inside a capture; the emulator refuses it, stricter than CUDA.
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+// Inside a capture an event marks a point of a captured stream, for other streams to wait on
+// (a fork or a join); outside, a point the host may wait for.
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
-  if (refused_in_capture("cudaEventRecord")) return cudaErrorStreamCaptureUnsupported;
+  if (nfn_emu::capture) {
+    auto& c = *nfn_emu::capture;
+    if (c.issued.count(stream) == 0) {
+      nfn_emu::trace("capture refused cudaEventRecord (a stream outside the capture)");
+      c.invalid = true;
+      return nfn_emu::last_error = cudaErrorStreamCaptureUnsupported;
+    }
+    event->capture = &c, event->stream = stream, event->issued = c.issued[stream];
+    nfn_emu::trace("event record (captured)");
+    return cudaSuccess;
+  }
+  event->capture = nullptr;
   event->record = ++records;
   event->copies_before = copies_issued;
   nfn_emu::trace("event record");
@@ -833,6 +856,28 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   complete_pending_copies("the event wait", event->copies_before);
   completed_records = std::max(completed_records, event->record);
   nfn_emu::trace("event wait");
+  return cudaSuccess;
+}
+
+// Work runs in the order it is issued, so outside a capture a wait has nothing to do. Inside
+// one, a stream waiting on an event recorded in it joins the capture, and the origin waiting
+// on another stream's event rejoins that stream's work up to the event.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (event == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (!nfn_emu::capture) {
+    nfn_emu::trace("stream wait");
+    return cudaSuccess;
+  }
+  auto& c = *nfn_emu::capture;
+  if (event->capture != &c) {
+    nfn_emu::trace("capture refused cudaStreamWaitEvent (an event recorded outside the capture)");
+    c.invalid = true;
+    return nfn_emu::last_error = cudaErrorStreamCaptureUnsupported;
+  }
+  c.issued.emplace(stream, 0);
+  if (stream == c.stream && event->stream != c.stream)
+    c.rejoined[event->stream] = std::max(c.rejoined[event->stream], event->issued);
+  nfn_emu::trace("stream wait (captured)");
   return cudaSuccess;
 }
 
@@ -868,6 +913,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   if (nfn_emu::capture || mode != cudaStreamCaptureModeGlobal) return nfn_emu::last_error = cudaErrorInvalidValue;
   nfn_emu::capture = std::make_unique<nfn_emu::Capture>();
   nfn_emu::capture->stream = stream;
+  nfn_emu::capture->issued[stream] = 0;
   return cudaSuccess;
 }
 
@@ -876,6 +922,12 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   if (!nfn_emu::capture || nfn_emu::capture->stream != stream) return nfn_emu::last_error = cudaErrorInvalidValue;
   std::unique_ptr<nfn_emu::Capture> done = std::move(nfn_emu::capture);
   if (done->invalid) return nfn_emu::last_error = cudaErrorStreamCaptureInvalidated;
+  for (const auto& [other, issued] : done->issued)
+    if (other != stream && issued > done->rejoined[other]) {
+      nfn_emu::trace("capture unjoined: a stream's last %llu items were not waited for",
+                     static_cast<unsigned long long>(issued - done->rejoined[other]));
+      return nfn_emu::last_error = cudaErrorStreamCaptureUnjoined;
+    }
   nfn_emu::trace("capture %zu", done->work.size());
   *graph = new nfn_emu_graph{std::make_shared<const std::vector<std::function<void()>>>(std::move(done->work))};
   return cudaSuccess;

@@ -9,6 +9,7 @@
 #include "cuda/ops/attention_cudnn.h"
 #include "cuda/ops/context.h"
 #include "cuda/ops/cublaslt.h"
+#include "cuda/ops/side_stream.h"
 #include "cuda/tk/bridge.h"
 
 namespace nfn::cuda {
@@ -116,6 +117,7 @@ void nfn_ctx_destroy(nfn_ctx* ctx) {
   }
   // Work still queued may use the cuDNN plans and the GEMM workspace: finish it first.
   if (ctx->stream != nullptr) cudaStreamSynchronize(ctx->stream);
+  nfn::cuda::side_release(ctx);
   nfn::cuda::gemm_release(ctx);
   nfn::cuda::cudnn_release(ctx);
   if (ctx->scratch != nullptr) cudaFreeAsync(ctx->scratch, ctx->stream);
@@ -134,7 +136,7 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
 
 // Options: attention=flash|flash_mma|cudnn|thunderkittens (the kernels behind attention_forward/backward);
 // lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size); gemm_tune=on|off;
-// deterministic=on|off.
+// deterministic=on|off; overlap=on|off.
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   if (key != nullptr && value != nullptr && std::strcmp(key, "lm_head_rows") == 0) {
@@ -146,7 +148,8 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     ctx->lm_head_rows = static_cast<int>(rows);
     return NFN_OK;
   }
-  for (auto [name, flag] : {std::pair{"gemm_tune", &ctx->gemm_tune}, std::pair{"deterministic", &ctx->deterministic}}) {
+  for (auto [name, flag] : {std::pair{"gemm_tune", &ctx->gemm_tune}, std::pair{"deterministic", &ctx->deterministic},
+                            std::pair{"overlap", &ctx->overlap}}) {
     if (key == nullptr || value == nullptr || std::strcmp(key, name) != 0) continue;
     if (std::strcmp(value, "on") != 0 && std::strcmp(value, "off") != 0)
       return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: %s=%s is not on or off", name, value);

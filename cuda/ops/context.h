@@ -32,6 +32,14 @@ struct nfn_ctx {
   // Option deterministic=off: cuDNN's attention backward may add dQ with atomics (its faster
   // form), so runs no longer repeat bit for bit. On by default: every kernel repeats exactly.
   bool deterministic = true;
+  // Option overlap=on: linear_backward runs the weight and bias gradients on a second stream,
+  // beside the input gradient, and joins it before returning (side_stream.h). Off by default
+  // until a GPU has measured it. The stream, its events and its own cuBLASLt workspace are
+  // made on first use (outside a graph recording).
+  bool overlap = false;
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t side_fork = nullptr, side_join = nullptr;
+  void* side_gemm_workspace = nullptr;
   void* cudnn = nullptr;            // cuDNN handle and graphs (attention_cudnn.cc), on first use
   void* scratch = nullptr;          // stream-ordered scratch, grown on demand
   size_t scratch_bytes = 0;

@@ -19,6 +19,10 @@
 
 namespace nfn::cuda {
 
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // Hopper kernels want up to 32 MiB
+
+size_t gemm_workspace_bytes() { return kGemmWorkspaceBytes; }
+
 #ifndef NFN_HAVE_CUBLASLT
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs&) {
@@ -36,7 +40,6 @@ void gemm_release(nfn_ctx*) {}
 
 namespace {
 
-constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // Hopper kernels want up to 32 MiB
 constexpr int kTuneCandidates = 8;  // gemm_tune=on times cuBLASLt's first 8 picks of a shape
 constexpr int kTuneRuns = 3;        // each, after one untimed run
 

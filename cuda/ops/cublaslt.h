@@ -63,6 +63,10 @@ inline nfn_status check_gemm_setup(nfn_ctx* ctx, const char* op) {
 // a product: NFN_OK, or the call cuBLASLt refused and why. For tests.
 nfn_status check_gemm_descriptors(nfn_ctx* ctx, const char* op, const GemmArgs& g);
 
+// The bytes of cuBLASLt workspace a GEMM is given (ctx->gemm_workspace; side_stream.cu
+// gives its stream as much).
+size_t gemm_workspace_bytes();
+
 // Frees the context's cuBLASLt handle and workspace.
 void gemm_release(nfn_ctx* ctx);
 

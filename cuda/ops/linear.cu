@@ -7,6 +7,7 @@
 #include "cuda/ops/context.h"
 #include "cuda/ops/cublaslt.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/side_stream.h"
 
 using nfn::cuda::fail;
 using nfn::cuda::GemmArgs;
@@ -100,6 +101,9 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight needs inp", op);
   if (gelu_pre != nullptr && (dinp == nullptr || accumulate_dinp != 0))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: gelu_pre needs dinp and no accumulate_dinp", op);
+  // overlap=on: the weight and bias gradients on the side stream, beside the input gradient.
+  bool forked = false;
+  if (dinp != nullptr && (dweight != nullptr || dbias != nullptr)) NFN_TRY(nfn::cuda::side_fork(ctx, op, &forked));
   if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
     GemmArgs g;
     g.m = IC, g.n = N, g.k = OC;
@@ -128,6 +132,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
         NFN_TRY(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
     }
   }
+  nfn::cuda::SideSection side(ctx, forked);
   if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
     GemmArgs g;
     g.trans_b = true;
@@ -144,7 +149,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   if (dbias != nullptr)
     NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dbias),
                                                               static_cast<const E*>(dout), N, OC)));
-  return NFN_OK;
+  return side.join(op);
 }
 
 // Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,

@@ -599,6 +599,8 @@ void check_errors(const Backend& gpu) {
          "configure gemm_tune=maybe is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "maybe") == NFN_ERR_INVALID_ARGUMENT,
          "configure deterministic=maybe is refused");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "maybe") == NFN_ERR_INVALID_ARGUMENT,
+         "configure overlap=maybe is refused");
   // The path's name for the runtime report (an extra export, outside the op table).
   using PathName = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
@@ -667,6 +669,14 @@ int main(int argc, char** argv) {
       check_softmax_and_loss(cpu, gpu, dt);
     }
     expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "off") == NFN_OK, "configure gemm_tune=off");
+  }
+  // The linear ops again with overlap=on: the weight and bias gradients on a second stream,
+  // joined before each call returns, so the results must not move (under the emulator too,
+  // whose streams run in issue order: there it checks the fork and join are issued).
+  if (!self_check) {
+    expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "on") == NFN_OK, "configure overlap=on");
+    for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_linear(cpu, gpu, dt);
+    expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "off") == NFN_OK, "configure overlap=off");
   }
   // The attention of other people's code, never run before a GPU session: last, so that a
   // fault there (a sticky CUDA error ends the context) costs only its own checks.

@@ -72,6 +72,9 @@ def register(sub):
     opts.add_argument("--deterministic", choices=["on", "off"],
                      help="on: every kernel repeats bit for bit (default); off: CUDA's cuDNN "
                           "attention backward may add dQ with atomics, its faster form")
+    opts.add_argument("--overlap", choices=["on", "off"],
+                     help="CUDA: run each linear backward's weight and bias gradients on a second "
+                          "stream beside its input gradient (the same results; default: off)")
     opts.add_argument("--graphs", choices=["on", "off", "auto"],
                      help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
                           "replay it after the first step (default: auto, on where the op library "

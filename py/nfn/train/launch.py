@@ -29,7 +29,7 @@ PASSTHROUGH = [
     ("tile_ops_lib", "--tile-ops-lib"), ("resume", "--resume"), ("sample_tokens", "--sample-tokens"),
     ("checkpoint_every", "--checkpoint-every"), ("dtype", "--dtype"), ("threads", "--threads"),
     ("matmul", "--matmul"), ("attention", "--attention"), ("graphs", "--graphs"),
-    ("gemm_tune", "--gemm-tune"), ("deterministic", "--deterministic"),
+    ("gemm_tune", "--gemm-tune"), ("deterministic", "--deterministic"), ("overlap", "--overlap"),
 ]
 
 

@@ -1,7 +1,8 @@
 // The CUDA emulator (cuda/emu) against what CUDA specifies: warp shuffles, barriers,
 // ldmatrix (per the PTX ISA), cp.async groups, the mma.sync m16n8k16 product (through the attention kernels'
 // fragment loads, whose addressing tests/cuda:mma_layout_test checks against the PTX ISA),
-// launch limits, copy bounds, CUB's sort, the two block orders; and that it stops with a
+// launch limits, copy bounds, CUB's sort, the two block orders, capture across streams (fork
+// and join); and that it stops with a
 // message naming the kernel on a deadlock, an access past an allocation, a shuffle after lanes
 // exited, an ldmatrix row address that is misaligned or not in shared memory, and cp.async
 // copies never waited for or aimed outside shared memory. Independent references: closed-form
@@ -171,6 +172,19 @@ struct Failure {
   const char* why;
 };
 
+// Stream capture across streams, as CUDA specifies it: a stream that waits on an event
+// recorded in the capture joins it; the capture ends only once the origin has waited on the
+// joined stream's work (else cudaErrorStreamCaptureUnjoined, 904); a stream that never joined
+// cannot issue work inside it (cudaErrorStreamCaptureUnsupported, 900).
+void check_capture_fork() {
+  int outside = 0;
+  const int joined = emu_probe::capture_fork(true, &outside);
+  EXPECT(joined == 0 && outside == 900, "a fork then a join: end %d (want 0); a stream outside: %d (want 900)",
+         joined, outside);
+  const int unjoined = emu_probe::capture_fork(false, &outside);
+  EXPECT(unjoined == 904, "a fork never joined: end %d (want 904)", unjoined);
+}
+
 void check_failures_are_reported() {
   const Failure failures[] = {
       {"deadlock", emu_probe::deadlock, SIGABRT, "deadlock_kernel",
@@ -215,6 +229,7 @@ int main() {
   check_launch_limits();
   check_sort();
   check_block_order();
+  check_capture_fork();
   check_failures_are_reported();
   return nfn_test::finish("emu_test");
 }

@@ -341,6 +341,38 @@ void shuffle_after_exit() {
   exit_then_shuffle_kernel<<<1, 32>>>(out);
 }
 
+int capture_fork(bool join, int* outside) {
+  cudaStream_t origin = nullptr, side = nullptr, third = nullptr;
+  cudaEvent_t fork = nullptr, joined = nullptr;
+  cudaStreamCreateWithFlags(&origin, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&third, cudaStreamNonBlocking);
+  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+  cudaEventCreateWithFlags(&joined, cudaEventDisableTiming);
+  void* p = nullptr;
+  cudaMalloc(&p, 16);
+  cudaStreamBeginCapture(origin, cudaStreamCaptureModeGlobal);
+  cudaEventRecord(fork, origin);
+  cudaStreamWaitEvent(side, fork, 0);
+  cudaMemsetAsync(p, 0, 16, side);
+  if (join) {
+    cudaEventRecord(joined, side);
+    cudaStreamWaitEvent(origin, joined, 0);
+  }
+  cudaGraph_t graph = nullptr;
+  const int ended = cudaStreamEndCapture(origin, &graph);
+  (void)cudaGetLastError();
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamBeginCapture(origin, cudaStreamCaptureModeGlobal);
+  *outside = cudaMemsetAsync(p, 0, 16, third);
+  cudaStreamEndCapture(origin, &graph);
+  (void)cudaGetLastError();
+  cudaFree(p);
+  for (cudaEvent_t e : {fork, joined}) cudaEventDestroy(e);
+  for (cudaStream_t s : {origin, side, third}) cudaStreamDestroy(s);
+  return ended;
+}
+
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values) {
   const int n = static_cast<int>(keys.size());
   std::vector<int32_t> iota(keys.size());

@@ -54,6 +54,12 @@ int copy_from_64_bytes(int bytes);
 // returns the second synchronize's result).
 int pinned_upload(bool rewrite_after_sync);
 
+// A capture on one stream that forks a second (it waits on an event recorded in the capture)
+// and sets 16 bytes there: cudaStreamEndCapture's result, with the origin waiting on an event
+// recorded on the second stream after that (`join`) or not; and in *outside, the result of
+// the same memset on a third stream, which never joined.
+int capture_fork(bool join, int* outside);
+
 // A download into page-locked memory, an event recorded after it: the last byte the host
 // sees before and after cudaEventSynchronize, and cudaEventQuery's answer before and after.
 void pinned_download(int* before, int* after, int* query_before, int* query_after);

@@ -7,8 +7,9 @@ checkpoint), and, from the emulator's trace of runtime calls, a steady-state ste
 nothing and is issued without waiting for the device (the host reads each step's loss once
 the next is queued). With graphs (--graphs auto, the default, turns them on here), the
 forward/backward is recorded once, after the first step, and replayed: bitwise the same run,
-one graph launch where the ops were; the resumed run, with graphs, is bitwise the run without.
-tools/device_check.sh makes the comparison on a real GPU."""
+one graph launch where the ops were; the resumed run, with graphs, is bitwise the run without;
+with --overlap on (a second stream for the weight and bias gradients, inside the graph) the
+run is bitwise the same again. tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
 import re
@@ -73,6 +74,11 @@ class EmulatedCudaRunTest(unittest.TestCase):
                                        "--attention", "flash_mma",  # --graphs auto, the default: on
                                        "--output-dir", os.path.join(cls.tmp, "graphs")],
                          {"NFN_EMU_TRACE": cls.graph_trace})
+        # --overlap on: each linear backward's weight and bias gradients on a second stream,
+        # forked and joined inside the recorded graph too.
+        cls.overlap = run(cls.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
+                                        "--attention", "flash_mma", "--overlap", "on",
+                                        "--output-dir", os.path.join(cls.tmp, "overlap")])
 
     @classmethod
     def tearDownClass(cls):
@@ -201,6 +207,19 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertNotIn("free", step)
             self.assertNotIn("sync", step)
         self.assertEqual(graph_steps[2], graph_steps[3])
+
+    def test_overlap_is_the_same_run(self):
+        # A second stream changes when the weight and bias gradients run, not what they are;
+        # the graph holds the fork and the join (the emulator refuses a capture that would
+        # end with the side stream's work not rejoined).
+        eager = self.cuda["bf16", "flash_mma"]
+        self.assertEqual(self.overlap["train_losses"], eager["train_losses"])
+        last = f"model_{STEPS:08d}.bin"
+        with open(os.path.join(self.tmp, "overlap", last), "rb") as a, \
+                open(os.path.join(self.tmp, "bf16_flash_mma", last), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        lib = self.overlap["op_library"]
+        self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (True, 1, False))
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
         proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,

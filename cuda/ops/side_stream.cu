@@ -1,0 +1,68 @@
+// The context's second stream: side_stream.h.
+#include "cuda/ops/side_stream.h"
+
+#include <string>
+#include <utility>
+
+#include "cuda/ops/cublaslt.h"
+
+namespace nfn::cuda {
+
+nfn_status side_fork(nfn_ctx* ctx, const char* op, bool* forked) {
+  *forked = false;
+  if (!ctx->overlap) return NFN_OK;
+  if (ctx->side_stream == nullptr) {
+    if (ctx->recording) return NFN_OK;  // one stream this time; the next call outside makes it
+    NFN_CUDA_TRY(ctx, cudaStreamCreateWithFlags(&ctx->side_stream, cudaStreamNonBlocking), op);
+    NFN_CUDA_TRY(ctx, cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming), op);
+    NFN_CUDA_TRY(ctx, cudaEventCreateWithFlags(&ctx->side_join, cudaEventDisableTiming), op);
+    NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->side_gemm_workspace, gemm_workspace_bytes()), op);
+  }
+  NFN_CUDA_TRY(ctx, cudaEventRecord(ctx->side_fork, ctx->stream), op);
+  NFN_CUDA_TRY(ctx, cudaStreamWaitEvent(ctx->side_stream, ctx->side_fork, 0), op);
+  *forked = true;
+  return NFN_OK;
+}
+
+// Only once the context has its GEMM handle: the first GEMM makes it and the main workspace.
+SideSection::SideSection(nfn_ctx* ctx, bool forked)
+    : ctx_(ctx), open_(forked), swapped_(forked && ctx->cublaslt != nullptr) {
+  if (!swapped_) return;
+  std::swap(ctx_->stream, ctx_->side_stream);
+  std::swap(ctx_->gemm_workspace, ctx_->side_gemm_workspace);
+}
+
+nfn_status SideSection::join(const char* op) {
+  if (!open_) return NFN_OK;
+  open_ = false;
+  if (swapped_) {
+    std::swap(ctx_->stream, ctx_->side_stream);
+    std::swap(ctx_->gemm_workspace, ctx_->side_gemm_workspace);
+    swapped_ = false;
+  }
+  NFN_CUDA_TRY(ctx_, cudaEventRecord(ctx_->side_join, ctx_->side_stream), op);
+  NFN_CUDA_TRY(ctx_, cudaStreamWaitEvent(ctx_->stream, ctx_->side_join, 0), op);
+  return NFN_OK;
+}
+
+SideSection::~SideSection() {
+  if (!open_) return;
+  const std::string error = ctx_->last_error;  // the op's own failure is the one to report
+  (void)join("side stream");
+  ctx_->last_error = error;
+}
+
+void side_release(nfn_ctx* ctx) {
+  if (ctx->side_stream != nullptr) {
+    cudaStreamSynchronize(ctx->side_stream);
+    cudaStreamDestroy(ctx->side_stream);
+  }
+  if (ctx->side_fork != nullptr) cudaEventDestroy(ctx->side_fork);
+  if (ctx->side_join != nullptr) cudaEventDestroy(ctx->side_join);
+  if (ctx->side_gemm_workspace != nullptr) cudaFree(ctx->side_gemm_workspace);
+  ctx->side_stream = nullptr;
+  ctx->side_fork = ctx->side_join = nullptr;
+  ctx->side_gemm_workspace = nullptr;
+}
+
+}  // namespace nfn::cuda
