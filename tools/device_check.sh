@@ -5,8 +5,9 @@
 #      library can run: thunderkittens where prepare_device.sh built it with a tree)
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
 #      tensor-core attention: flash_mma, cudnn, thunderkittens) against the same run on cpu, and the
-#      flash_mma run again with --graphs on: the same losses bit for bit, and its step time
-#      against op by op (skipped, and said so, when .device/bin/nfn_gpt_native_train is absent)
+#      flash_mma run again with --graphs on, and with --graphs on --overlap on: the same losses
+#      bit for bit, and the step time against op by op (skipped, and said so, when
+#      .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
 #      the linear backwards with overlap=on, and the LM head at four chunk sizes, so the next
@@ -87,12 +88,14 @@ PY
           --train-seq-len 64 --batch-size 8 --train-batch-tokens 1024 --max-steps 30
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$logs/train_cpu.json" 2> "$logs/train_cpu.err"
-  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs; do
-    IFS=: read -r dt attn graphs <<< "$run"
-    name=${dt}_$attn${graphs:+_graphs}
+  for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs \
+             bf16:flash_mma:graphs+overlap; do
+    IFS=: read -r dt attn extras <<< "$run"
+    name=${dt}_$attn${extras:+_${extras//+/_}}
     frontend_log "train_$name"
     timeout 20 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
-      --graphs "$([ -n "$graphs" ] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
+      --graphs "$([[ "$extras" == *graphs* ]] && echo on || echo off)" \
+      --overlap "$([[ "$extras" == *overlap* ]] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
       > "$logs/train_cuda_$name.json" 2> "$logs/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
@@ -119,10 +122,12 @@ ok = worst < float(sys.argv[3]) and b[-1] < b[0]
 print("PASS" if ok else "FAIL", f"loss {b[0]:.3f}->{b[-1]:.3f}, worst step rel diff vs cpu {worst:.2e} (bound {sys.argv[3]})")
 PY
 )
-    row "train cuda $dt $attn${graphs:+ graphs} vs cpu" "${verdict%% *}" "${verdict#* }"
+    row "train cuda $dt $attn${extras:+ ${extras//+/ }} vs cpu" "${verdict%% *}" "${verdict#* }"
   done
-  # Graphs replay the same kernels on the same buffers: the losses must agree bit for bit.
-  verdict=$(python3 - "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_graphs.json" <<'PY'
+  # Graphs replay the same kernels on the same buffers, and overlap runs them on two streams:
+  # the losses must agree bit for bit.
+  for extras in graphs graphs_overlap; do
+  verdict=$(python3 - "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json" <<'PY'
 import json, statistics, sys
 try:
     eager, graphs = (json.load(open(p)) for p in sys.argv[1:3])
@@ -136,7 +141,8 @@ print("PASS" if same and graphs["op_library"]["graph_recordings"] == 1 else "FAI
       f"{ms(eager, 'enqueue_seconds'):.2f} ms)")
 PY
 )
-  row "train graphs vs op by op" "${verdict%% *}" "${verdict#* }"
+  row "train ${extras//_/+} vs op by op" "${verdict%% *}" "${verdict#* }"
+  done
 fi
 
 if [ -n "$quick" ]; then
