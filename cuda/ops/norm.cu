@@ -28,8 +28,9 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;            // warps per block, one row at a time each
 // The backward's grid, at most: one wave, of 4 blocks an SM where each streams its rows (48
-// KiB of shared memory and 256 threads of at most 64 registers a block fit 4), 3 where its
-// lanes hold their packs (up to 85 registers). 256 blocks (2 an SM) ran GPT-2's 16384 x 768
+// KiB of shared memory and 256 threads of at most 64 registers a block fit 4), 2 where its
+// lanes hold their packs (up to 128 registers: at the 64 or 80 of 4 or 3 blocks an SM, ptxas
+// spilled GPT-2's 3 packs a lane). Streaming, 256 blocks (2 an SM) ran GPT-2's 16384 x 768
 // rows in 57 us on an H200 (2026-11-30), 1.75 TB/s: too few loads in flight; 512, 45 us.
 constexpr int kBackwardBlocksPerSm = 4, kHeldBackwardBlocksPerSm = 2;
 constexpr size_t kDefaultShared = 48 << 10;  // dynamic shared memory without opting in
@@ -114,7 +115,7 @@ __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, co
 // the block's rows at [k][b][c]. Shared memory holds K * C floats a warp; column c sits at
 // (c % V) * (C / V) + c / V, so the lanes of a warp touch consecutive words.
 // With P > 0 a lane loads its packs of dout, inp and dinp at once, before any arithmetic, so
-// every load of the row is in flight together (3 blocks an SM: at 4, GPT-2's 3 packs spilled).
+// every load of the row is in flight together (2 blocks an SM: kHeldBackwardBlocksPerSm).
 template <bool kCentered, int V, int P, typename T>
 __global__ void __launch_bounds__(P > 0 ? 32 * kRowsPerBlock : 1024, P > 0 ? kHeldBackwardBlocksPerSm : 1)
     norm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
