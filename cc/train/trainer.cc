@@ -458,6 +458,10 @@ int run_training(const TrainConfig& c) {
   lib.set("graphs", graphs);
   if (!graphs_note.empty()) lib.set("graphs_note", graphs_note);
   lib.set("graph_recordings", step_graph.recordings());
+  Json configured = Json::object();  // the backend options given, by the library's keys
+  for (const auto& [flag, key, value] : options)
+    if (!value->empty()) configured.set(key, *value);
+  lib.set("options", configured);
   // The CUDA library names its attention kernel path (flash, thunderkittens) outside the ABI.
   using AttentionPath = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<AttentionPath>(dlsym(backend.lib.handle, "nfn_cuda_attention_path")))

@@ -220,6 +220,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertEqual(a.read(), b.read())
         lib = self.overlap["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (True, 1, False))
+        self.assertEqual(lib["options"], {"attention": "flash_mma", "overlap": "on"})
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
         proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,
