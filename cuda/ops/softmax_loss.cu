@@ -143,6 +143,15 @@ __device__ __forceinline__ void row_loss_and_gradient(float* shared, float* loss
   });
 }
 
+// A masked row (target < 0): loss 0 and, when `backward`, gradient 0; true if it was one.
+template <int N, typename T>
+__device__ __forceinline__ bool masked_row(float* loss, T* x, int target, int Vp, bool backward) {
+  if (target >= 0) return false;
+  if (threadIdx.x == 0) *loss = 0.f;
+  if (backward) rewrite_row<N>(x, x, Vp, [](float, int) { return 0.f; });
+  return true;
+}
+
 // One block per row of the chunk, last row first (the GEMM wrote those last, so they are the
 // likeliest still in L2), Vp logits a row, the first V in the softmax: the row's loss from its
 // logits (storage dtype, f32 math: one pass keeps a running max and a sum rescaled to it),
@@ -157,11 +166,7 @@ __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
-  if (target < 0) {
-    if (threadIdx.x == 0) row_loss[r] = 0.f;
-    if (backward) rewrite_row<N>(x, x, Vp, [](float, int) { return 0.f; });
-    return;
-  }
+  if (masked_row<N>(row_loss + r, x, target, Vp, backward)) return;
   row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward);
 }
 
@@ -183,11 +188,7 @@ __global__ void __launch_bounds__(kStagedBlock, 2)
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
-  if (target < 0) {
-    if (threadIdx.x == 0) row_loss[r] = 0.f;
-    if (backward) rewrite_row<N>(x, x, Vp, [](float, int) { return 0.f; });
-    return;
-  }
+  if (masked_row<N>(row_loss + r, x, target, Vp, backward)) return;
   for (int i = threadIdx.x; i < Vp / N; i += blockDim.x) nfn::cuda::cp_async_16(row + i * N, x + i * N, true);
   nfn::cuda::cp_async_commit();
   nfn::cuda::cp_async_wait<0>();

@@ -175,14 +175,19 @@ class EmulatedCudaRunTest(unittest.TestCase):
         self.assertEqual(steps[3][0], ["event query busy"])
         self.assertEqual(after[:3], ["event wait", "event query busy", "event wait"])
 
-    def test_graphs_replay_the_step_bitwise(self):
+    def assert_same_run(self, report, out):
+        """report (its checkpoints in out) is bitwise the op-by-op bf16 flash_mma run."""
         eager = self.cuda["bf16", "flash_mma"]
-        self.assertEqual(self.graphs["train_losses"], eager["train_losses"])
-        self.assertEqual(self.graphs["final_validation_loss"], eager["final_validation_loss"])
+        self.assertEqual(report["train_losses"], eager["train_losses"])
+        self.assertEqual(report["final_validation_loss"], eager["final_validation_loss"])
         last = f"model_{STEPS:08d}.bin"
-        with open(os.path.join(self.tmp, "graphs", last), "rb") as a, \
+        with open(os.path.join(self.tmp, out, last), "rb") as a, \
                 open(os.path.join(self.tmp, "bf16_flash_mma", last), "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_graphs_replay_the_step_bitwise(self):
+        eager = self.cuda["bf16", "flash_mma"]
+        self.assert_same_run(self.graphs, "graphs")
         lib = self.graphs["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"]), (True, 1))
         self.assertEqual((eager["op_library"]["graphs"], eager["op_library"]["graph_recordings"]), (False, 0))
@@ -212,12 +217,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
         # A second stream changes when the weight and bias gradients run, not what they are;
         # the graph holds the fork and the join (the emulator refuses a capture that would
         # end with the side stream's work not rejoined).
-        eager = self.cuda["bf16", "flash_mma"]
-        self.assertEqual(self.overlap["train_losses"], eager["train_losses"])
-        last = f"model_{STEPS:08d}.bin"
-        with open(os.path.join(self.tmp, "overlap", last), "rb") as a, \
-                open(os.path.join(self.tmp, "bf16_flash_mma", last), "rb") as b:
-            self.assertEqual(a.read(), b.read())
+        self.assert_same_run(self.overlap, "overlap")
         lib = self.overlap["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (True, 1, False))
         self.assertEqual(lib["options"], {"attention": "flash_mma", "overlap": "on"})
