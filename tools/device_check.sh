@@ -213,6 +213,25 @@ PY
 )
 row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
 
+# One line from a bench_train.py JSON: PASS/FAIL, each nfn mode's tokens/s and MFU (and the
+# host's time to issue a step against the step), the reference's, the ratio.
+bench_summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"FAIL no result ({e})"); sys.exit()
+def cell(x):
+    if "tokens_per_s" not in x:
+        return x.get("error", "?")[:120]
+    host = f" host {x['enqueue_ms']:.1f}/{x['step_ms']:.1f} ms" if x.get("enqueue_ms") else ""  # launch-bound if near
+    return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%{host}"
+paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
+print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
+PY
+}
+
 # 4. throughput against the PyTorch reference, with the SM clock and the board's power sampled
 # every 250 ms meanwhile (is a sustained step slowed by its clocks? docs/performance.md)
 frontend_log bench_train
@@ -244,21 +263,7 @@ print(f"under load ({len(busy)} samples): SM clock median {statistics.median(mhz
       f"(max {max(b[1] for b in busy):.0f}), max {max(b[2] for b in busy):.0f} C; clock event reasons {' '.join(reasons)}")
 PY
 )
-bench=$(python3 - "$out/bench.json" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"FAIL no result ({e})"); sys.exit()
-def cell(x):
-    if "tokens_per_s" not in x:
-        return x.get("error", "?")[:120]
-    host = f" host {x['enqueue_ms']:.1f}/{x['step_ms']:.1f} ms" if x.get("enqueue_ms") else ""  # launch-bound if near
-    return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%{host}"
-paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
-print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
-PY
-)
+bench=$(bench_summary "$out/bench.json")
 row "gpt2-124m nfn vs torch" "${bench%% *}" "${bench#* }"
 row "gpt2-124m clocks and power" "INFO" "$clocks"
 
@@ -271,16 +276,7 @@ if [ -z "$best" ]; then
 elif time_for 130 "gpt2-124m at 0.5M tokens a step"; then
   timeout 130 python3 "$root/tools/bench_train.py" --json --accum 32 --steps 5 --timeout 60 --trainer "$trainer" \
     --tile-ops-lib "$cuda_lib" --modes "$best" > "$logs/bench_accum.json" 2> "$logs/bench_accum.err"
-  accum=$(python3 - "$logs/bench_accum.json" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"FAIL no result ({e})"); sys.exit()
-cell = lambda x: f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%" if "tokens_per_s" in x else x.get("error", "?")[:120]
-print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {r['nfn'].get('mode', '')} {cell(r['nfn'])} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
-PY
-)
+  accum=$(bench_summary "$logs/bench_accum.json")
   row "gpt2-124m at 0.5M tokens a step" "${accum%% *}" "${accum#* }"
 fi
 

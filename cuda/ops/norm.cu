@@ -190,24 +190,27 @@ nfn_status check_shape(nfn_ctx* ctx, const char* op, int N, int C) {
 // of 1,024), the backward, which holds dout, inp and dinp, up to 3 (768: at 4 it spills).
 constexpr int kForwardHeld = 4, kBackwardHeld = 3;
 
+template <int kMost, typename T>
+int held_packs(bool packed, int C) {
+  const int per_lane = (C / Pack<T>::n + 31) / 32;
+  return std::is_same_v<T, nfn::cuda::bf16> && packed && per_lane <= kMost ? per_lane : 0;
+}
+
 template <int P>
 using HeldPacks = std::integral_constant<int, P>;
 
-// Calls launch(HeldPacks<P>{}) with P the packs a lane holds (above), 0 to kMost.
+// Calls launch(HeldPacks<P>{}) with P = held (held_packs<kMost, T>: 0 to kMost) as a constant.
 template <int kMost, typename T, typename L>
-void with_held_packs(bool packed, int C, L&& launch) {
-  const int per_lane = (C / Pack<T>::n + 31) / 32;
+void with_held_packs(int held, L&& launch) {
+  static_assert(kMost >= 3 && kMost <= 4);
   if constexpr (std::is_same_v<T, nfn::cuda::bf16>) {
-    if (packed && per_lane <= kMost) {
-      static_assert(kMost >= 3 && kMost <= 4);
-      switch (per_lane) {
-        case 1: launch(HeldPacks<1>{}); return;
-        case 2: launch(HeldPacks<2>{}); return;
-        case 3: launch(HeldPacks<3>{}); return;
-        default:
-          if constexpr (kMost == 4) launch(HeldPacks<4>{});
-          return;
-      }
+    switch (held) {
+      case 1: launch(HeldPacks<1>{}); return;
+      case 2: launch(HeldPacks<2>{}); return;
+      case 3: launch(HeldPacks<3>{}); return;
+      case 4:
+        if constexpr (kMost == 4) launch(HeldPacks<4>{});
+        return;
     }
   }
   launch(HeldPacks<0>{});
@@ -221,7 +224,7 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
   const dim3 grid((N + kRowsPerBlock - 1) / kRowsPerBlock), block(32, kRowsPerBlock);
   const bool packed = nfn::cuda::rows_packed<T>(C, {out, inp, weight, bias});
   if (packed)
-    with_held_packs<kForwardHeld, T>(packed, C, [&](auto p) {
+    with_held_packs<kForwardHeld, T>(held_packs<kForwardHeld, T>(packed, C), [&](auto p) {
       constexpr int V = Pack<T>::n, P = decltype(p)::value;
       norm_forward_kernel<kCentered, V, P><<<grid, block, 0, ctx->stream>>>(y, mean, rstd, x, w, b, N, C);
     });
@@ -259,10 +262,9 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
       params ? static_cast<int>(std::clamp<size_t>(kDefaultShared / warp_bytes, 1, kRowsPerBlock)) : kRowsPerBlock;
   const size_t shared = warp_bytes * warps;
   const bool packed = nfn::cuda::rows_packed<T>(C, {dinp, dout, inp, weight});
-  bool held = false;
-  with_held_packs<kBackwardHeld, T>(packed, C, [&](auto p) { held = decltype(p)::value > 0; });
+  const int held = held_packs<kBackwardHeld, T>(packed, C);
   const int blocks = std::min((N + warps - 1) / warps,
-                              ctx->sm_count * (held ? kHeldBackwardBlocksPerSm : kBackwardBlocksPerSm));
+                              ctx->sm_count * (held > 0 ? kHeldBackwardBlocksPerSm : kBackwardBlocksPerSm));
   float* partials = nullptr;
   if (params) {
     void* buf = nullptr;
@@ -273,7 +275,7 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   const auto *g = static_cast<const T*>(dout), *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight);
   nfn_status s = NFN_OK;
   if (packed)
-    with_held_packs<kBackwardHeld, T>(packed, C, [&](auto p) {
+    with_held_packs<kBackwardHeld, T>(held, [&](auto p) {
       constexpr int V = Pack<T>::n, P = decltype(p)::value;
       s = launch_backward<kCentered, V, P>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C);
     });
