@@ -48,6 +48,15 @@ row() {
   printf '%s\n' "${rows[-1]}" >> "$out/table.txt"
 }
 
+# A row whose verdict and text come from tools/device_rows.py KIND FILES... (its first word is
+# the verdict).
+summary_row() {
+  local name=$1 line
+  shift
+  line=$(python3 "$root/tools/device_rows.py" "$@")
+  row "$name" "${line%% *}" "${line#* }"
+}
+
 . "$root/tools/device_env.sh"
 echo "device_check: $(date -u +%F) GPU: $gpu; cuBLASLt from ${cublas_dir:-nowhere}; cuDNN from ${cudnn_dir:-nowhere}; NVRTC from ${nvrtc_found:-nowhere}"
 
@@ -100,49 +109,14 @@ PY
       > "$logs/train_cuda_$name.json" 2> "$logs/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
-    verdict=$(python3 - "$logs/train_cpu.json" "$logs/train_cuda_$name.json" "$bound" "$status" <<'PY'
-import json, sys
-
-def report(path, status):
-    """The run's JSON report, or a FAIL line saying why there is none."""
-    try:
-        return json.load(open(path))
-    except Exception as e:
-        err = open(path[:-len(".json")] + ".err").read().strip().splitlines()
-        why = "ran past its time limit" if status == "124" else "no report"
-        print("FAIL", f"{path.rsplit('/', 1)[-1][:-5]}: {why}: {err[-1][:160] if err else e}")
-        sys.exit()
-
-cpu = report(sys.argv[1], "")
-gpu = report(sys.argv[2], sys.argv[4])
-a, b = cpu["train_losses"], gpu["train_losses"]
-a = [loss for _, loss in a]  # rows are [step, loss]
-b = [loss for _, loss in b]
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
-ok = worst < float(sys.argv[3]) and b[-1] < b[0]
-print("PASS" if ok else "FAIL", f"loss {b[0]:.3f}->{b[-1]:.3f}, worst step rel diff vs cpu {worst:.2e} (bound {sys.argv[3]})")
-PY
-)
-    row "train cuda $dt $attn${extras:+ ${extras//+/ }} vs cpu" "${verdict%% *}" "${verdict#* }"
+    summary_row "train cuda $dt $attn${extras:+ ${extras//+/ }} vs cpu" \
+      train "$logs/train_cpu.json" "$logs/train_cuda_$name.json" "$bound" "$status"
   done
   # Graphs replay the same kernels on the same buffers, and overlap runs them on two streams:
   # the losses must agree bit for bit.
   for extras in graphs graphs_overlap; do
-  verdict=$(python3 - "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json" <<'PY'
-import json, statistics, sys
-try:
-    eager, graphs = (json.load(open(p)) for p in sys.argv[1:3])
-except Exception as e:
-    print("FAIL", f"no report ({e})"); sys.exit()
-same = eager["train_losses"] == graphs["train_losses"]
-ms = lambda r, key: 1e3 * statistics.median(r[key][1:])  # steady state: the first step is op by op
-print("PASS" if same and graphs["op_library"]["graph_recordings"] == 1 else "FAIL",
-      f"losses {'bitwise equal' if same else 'DIFFER'}; median step {ms(graphs, 'step_seconds'):.2f} ms with graphs, "
-      f"{ms(eager, 'step_seconds'):.2f} ms op by op (enqueue {ms(graphs, 'enqueue_seconds'):.2f} vs "
-      f"{ms(eager, 'enqueue_seconds'):.2f} ms)")
-PY
-)
-  row "train ${extras//_/+} vs op by op" "${verdict%% *}" "${verdict#* }"
+    summary_row "train ${extras//_/+} vs op by op" \
+      same "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json"
   done
 fi
 
@@ -176,62 +150,8 @@ echo "== attention=cudnn overlap=on" >> "$ops_log"
 timeout 20 "$work/bin/bench_ops" --lib "$cuda_lib" --geometry gpt2 --dtype bf16 --reps 10 \
   --configure attention=cudnn --configure overlap=on --only linear_backward >> "$ops_log" 2>&1 \
   || echo "bench_ops overlap=on failed" >> "$ops_log"
-ops=$(python3 - "$ops_log" <<'PY'
-import re, sys
-runs, rows, label, labels = [], None, "", []
-for line in open(sys.argv[1]).read().splitlines():
-    if line.startswith("== attention="):
-        label = line.split("attention=", 1)[1].replace(" --configure ", " ")
-    elif line.startswith("cuda ("):  # a run's header
-        rows = {}
-        runs.append(rows)
-        labels.append(label)
-    elif rows is not None and (m := re.match(r"(.+?)\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+\S*\s+([\d.]+)$", line)):
-        rows[m.group(1).strip()] = (float(m.group(3)), float(m.group(4)))  # ms a call, ms a micro-step
-if not runs or not runs[0]:
-    last = [l for l in open(sys.argv[1]).read().splitlines() if l.strip()]
-    print(last[-1][:200] if last else "no output"); sys.exit()
-first = runs[0]
-total = sum(step for _, step in first.values())
-top = ", ".join(f"{n} {s:.1f}" for n, (_, s) in sorted(first.items(), key=lambda kv: -kv[1][1])[:3])
-attn = lambda r: sum(r.get(k, (0, 0))[0] for k in ("attention_forward", "attention_backward"))
-cmp = "; attention fwd+bwd a call: " + ", ".join(f"{name} {attn(r):.2f} ms" for name, r in zip(labels, runs)
-                                                  if "gemm_tune" not in name and "attention_forward" in r)
-backs = lambda r: sum(step for n, (_, step) in r.items() if n.startswith("linear_backward") and ":" not in n)
-over = [r for name, r in zip(labels, runs) if "overlap" in name]
-over = f"; linear_backward a micro-step {backs(first):.2f} ms, {backs(over[0]):.2f} with overlap" if over and backs(over[0]) else ""
-gemms = lambda r: sum(step for n, (_, step) in r.items() if n.startswith(("linear", "lm_head_cross_entropy (")))
-tuned = [r for name, r in zip(labels, runs) if "gemm_tune" in name]
-tune = f"; GEMM ops a micro-step {gemms(first):.2f} ms, {gemms(tuned[0]):.2f} with gemm_tune" if tuned else ""
-lm = "; lm_head a call by rows a chunk: " + ", ".join(
-    f"{n.split('rows=')[1] if 'rows=' in n else 'auto'} {ms:.2f}" for n, (ms, _) in first.items() if n.startswith("lm_head"))
-fused = next((l.split(":", 1)[1].strip() for l in open(sys.argv[1]) if l.startswith("fused epilogues:")), "?")
-emb = "; embedding_backward a call: " + ", ".join(
-    f"{what} {first[n][0]:.3f} ms" for what, n in (("spread ids", "embedding_backward"),
-                                                    ("text-like ids", "embedding_backward (text-like ids)")) if n in first)
-print(f"{total:.1f} ms a micro-step of 16384 tokens; top ms: {top}{cmp}{tune}{over}{lm}{emb}; cuBLASLt epilogues: {fused}")
-PY
-)
-row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo PASS || echo FAIL)" "$ops"
-
-# One line from a bench_train.py JSON: PASS/FAIL, each nfn mode's tokens/s and MFU (and the
-# host's time to issue a step against the step), the reference's, the ratio.
-bench_summary() {
-  python3 - "$1" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"FAIL no result ({e})"); sys.exit()
-def cell(x):
-    if "tokens_per_s" not in x:
-        return x.get("error", "?")[:120]
-    host = f" host {x['enqueue_ms']:.1f}/{x['step_ms']:.1f} ms" if x.get("enqueue_ms") else ""  # launch-bound if near
-    return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%{host}"
-paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
-print(("PASS" if r.get("ratio") else "FAIL"), f"nfn {paths} | torch {cell(r['pytorch'])} | ratio {r.get('ratio')}")
-PY
-}
+ops=$(python3 "$root/tools/device_rows.py" ops "$ops_log")
+row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo "${ops%% *}" || echo FAIL)" "${ops#* }"
 
 # 4. throughput against the PyTorch reference, with the SM clock and the board's power sampled
 # every 250 ms meanwhile (is a sustained step slowed by its clocks? docs/performance.md)
@@ -244,47 +164,26 @@ timeout 220 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100
   --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+tune+nondet+overlap \
   > "$out/bench.json" 2> "$logs/bench.err"
 kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
-clocks=$(python3 - "$logs/smi.csv" <<'PY'
-import statistics, sys
-busy = []  # samples with the board above 300 W: a step running, not a process starting
-for line in open(sys.argv[1]):
-    f = [x.strip() for x in line.split(",")]
-    try:
-        mhz, watts, temp = float(f[0]), float(f[1]), float(f[2])
-    except (ValueError, IndexError):
-        continue
-    if watts > 300:
-        busy.append((mhz, watts, temp, f[3] if len(f) > 3 else "?"))
-if not busy:
-    print("no samples above 300 W (nvidia-smi: smi.csv in logs.tgz)"); sys.exit()
-mhz = sorted(b[0] for b in busy)
-reasons = sorted({b[3] for b in busy})
-print(f"under load ({len(busy)} samples): SM clock median {statistics.median(mhz):.0f} MHz "
-      f"(min {mhz[0]:.0f}, max {mhz[-1]:.0f}), power median {statistics.median(b[1] for b in busy):.0f} W "
-      f"(max {max(b[1] for b in busy):.0f}), max {max(b[2] for b in busy):.0f} C; clock event reasons {' '.join(reasons)}")
-PY
-)
-bench=$(bench_summary "$out/bench.json")
-row "gpt2-124m nfn vs torch" "${bench%% *}" "${bench#* }"
-row "gpt2-124m clocks and power" "INFO" "$clocks"
+summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json"
+summary_row "gpt2-124m clocks and power" clocks "$logs/smi.csv"
 
 # 4b. the same as llm.c trains GPT-2 124M (-b 64, 524,288 tokens an optimizer step): micro-batch
 # 64, 8 micro-batches, on both sides, nfn in step 4's fastest mode. Against step 4 it shows what
 # 4x taller GEMMs and an optimizer step (about 1.1 ms with the gradient norm and zeroing) paid once
 # in 8 micro-steps buy.
-best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nfn"].get("mode") or "")' "$out/bench.json" 2>/dev/null)
+best=$(python3 "$root/tools/device_rows.py" best "$out/bench.json")
 if [ -z "$best" ]; then
   row "gpt2-124m at B=64, 0.5M tokens a step" "SKIP" "step 4 gave no nfn mode"
 elif time_for 150 "gpt2-124m at B=64, 0.5M tokens a step"; then
   timeout 150 python3 "$root/tools/bench_train.py" --json --batch-size 64 --accum 8 --steps 5 --timeout 70 \
     --trainer "$trainer" --tile-ops-lib "$cuda_lib" --modes "$best" > "$logs/bench_b64.json" 2> "$logs/bench_b64.err"
-  b64=$(bench_summary "$logs/bench_b64.json")
-  row "gpt2-124m at B=64, 0.5M tokens a step" "${b64%% *}" "${b64#* }"
+  summary_row "gpt2-124m at B=64, 0.5M tokens a step" bench "$logs/bench_b64.json"
 fi
 
 # 5. every kernel of a GPT-2 124M step, timed by Nsight Compute (one metric, one pass; clocks
-# and caches left alone): the second of three steps (op by op), summed by name into
-# $out/profile.txt (cuBLASLt's and cuDNN's kernel names say their tile shapes and split-K)
+# and caches left alone): the second of three steps (op by op), in step 4's fastest mode
+# (its attention path, gemm_tune and deterministic), summed by name into $out/profile.txt
+# (cuBLASLt's and cuDNN's kernel names say their tile shapes and split-K)
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then
   row "gpt2-124m step profile (ncu)" "SKIP" "no ncu on this machine"
@@ -302,41 +201,16 @@ write_shard(sys.argv[2] + "/profile_train_000000.bin", 16 * 1024 * 4 + 1, rng)
 write_shard(sys.argv[2] + "/profile_val_000000.bin", 16 * 1024 + 1, rng)
 PY
   frontend_log profile
+  mode=${best:-cudnn}
   timeout 40 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --cache-control none \
     --log-file "$logs/ncu.csv" "$trainer" --template-name gpt2-124m --backend cuda --tile-ops-lib "$cuda_lib" \
     --dtype bf16 --train-data "$data" --train-seq-len 1024 --batch-size 16 --train-batch-tokens 16384 \
+    --attention "${mode%%+*}" --gemm-tune "$([[ "$mode" == *+tune* ]] && echo on || echo off)" \
+    --deterministic "$([[ "$mode" == *+nondet* ]] && echo off || echo on)" \
     --max-steps 3 --eval-every-steps 100 --eval-batches 0 --graphs off --output-dir /tmp/nfn-profile-out \
     > "$logs/profile_train.out" 2>&1
   echo "ncu exit $?" >> "$logs/profile_train.out"
-  profile=$(python3 - "$logs/ncu.csv" "$out/profile.txt" <<'PY'
-import collections, csv, sys
-rows = []
-for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"')):
-    if r.get("Metric Name") == "gpu__time_duration.sum":
-        scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}.get(r.get("Metric Unit"))
-        if scale is not None:
-            rows.append((r["Kernel Name"], float(r["Metric Value"].replace(",", "")) * scale))  # name, ms
-starts = [i for i, (name, _) in enumerate(rows) if "embedding_forward_kernel" in name]
-if len(starts) < 3:
-    print(f"FAIL {len(rows)} kernels profiled, {len(starts)} step starts (embedding_forward) found, 3 wanted"); sys.exit()
-step = rows[starts[-2]:starts[-1]]  # the second step (the first sets up), embedding to embedding
-short = lambda n: n.replace("(anonymous namespace)::", "").replace("void ", "").split("(")[0][:110]
-by = collections.defaultdict(lambda: [0, 0.0])
-for name, ms in step:
-    by[short(name)][0] += 1
-    by[short(name)][1] += ms
-total = sum(ms for _, ms in step)
-ranked = sorted(by.items(), key=lambda kv: -kv[1][1])
-with open(sys.argv[2], "w") as f:
-    f.write(f"step 2: {len(step)} kernels, {total:.2f} ms of kernel time\n{'ms':>8} {'calls':>5}  kernel\n")
-    f.writelines(f"{ms:8.3f} {n:5d}  {name}\n" for name, (n, ms) in ranked)
-    f.write("\nthe step's kernels in order (ms):\n")
-    f.writelines(f"{ms:8.3f}  {short(name)}\n" for name, ms in step)
-top = ", ".join(f"{name[:40]} {ms:.2f}" for name, (_, ms) in ranked[:3])
-print("PASS", f"{len(step)} kernels, {total:.2f} ms of kernel time a step; top ms: {top} (profile.txt)")
-PY
-)
-  row "gpt2-124m step profile (ncu)" "${profile%% *}" "${profile#* }"
+  summary_row "gpt2-124m step profile (ncu, $mode op by op)" profile "$logs/ncu.csv" "$out/profile.txt"
 fi
 
 echo
