@@ -67,6 +67,16 @@ def write_shard(path, ntok, rng):
     write_shard_tokens(path, [rng.randrange(50257) for _ in range(ntok)])
 
 
+def successor_tokens(n, succ, rng, noise=0.1):
+    """A learnable stream of n tokens (tools/device_check.sh's tiny training runs): each follows
+    the last by the fixed table succ, except with probability noise, when it is uniform."""
+    t, out = 0, []
+    for _ in range(n):
+        t = succ[t] if rng.random() > noise else rng.randrange(len(succ))
+        out.append(t)
+    return out
+
+
 def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
     """6 FLOPs per parameter per token plus attention, as the reference counts them."""
     per_layer = 12 * channels * channels + 13 * channels

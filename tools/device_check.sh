@@ -77,21 +77,14 @@ if [ ! -x "$trainer" ]; then
 else
   data=/tmp/nfn-device-data
   mkdir -p "$data"
-  python3 - "$data" <<'PY'
-import array, random, sys
-# A learnable stream: tokens follow a fixed random successor table with 10% noise.
+  python3 - "$root/tools" "$data" <<'PY'
+import random, sys
+sys.path.insert(0, sys.argv[1])
+from bench_train import successor_tokens, write_shard_tokens
 rng = random.Random(7)
 succ = [rng.randrange(512) for _ in range(512)]
-def shard(path, n):
-    h = array.array("i", [0] * 256); h[0], h[1], h[2] = 20240520, 1, n
-    t, toks = 0, array.array("H")
-    for _ in range(n):
-        t = succ[t] if rng.random() > 0.1 else rng.randrange(512)
-        toks.append(t)
-    with open(path, "wb") as f:
-        h.tofile(f); toks.tofile(f)
-shard(sys.argv[1] + "/tiny_train_000000.bin", 200000)
-shard(sys.argv[1] + "/tiny_val_000000.bin", 20000)
+write_shard_tokens(sys.argv[2] + "/tiny_train_000000.bin", successor_tokens(200000, succ, rng))
+write_shard_tokens(sys.argv[2] + "/tiny_val_000000.bin", successor_tokens(20000, succ, rng))
 PY
   # Head size 64 (128 channels, 2 heads), so the tensor-core paths run rather than fall back.
   common=(--num-layers 2 --num-heads 2 --model-dim 128 --vocab-size 512 --train-data "$data"

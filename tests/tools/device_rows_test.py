@@ -18,7 +18,7 @@ import unittest
 TOOLS = os.path.dirname(os.path.abspath(os.environ["NFN_DEVICE_ROWS"]))
 sys.path.insert(0, TOOLS)
 import device_rows  # noqa: E402
-from bench_train import write_shard_tokens  # noqa: E402
+from bench_train import successor_tokens, write_shard_tokens  # noqa: E402
 
 TRAINER = os.path.abspath(os.environ["NFN_TRAINER"])
 BENCH_OPS = os.path.abspath(os.environ["NFN_BENCH_OPS"])
@@ -42,11 +42,8 @@ class TrainerReports(unittest.TestCase):
         os.makedirs(data)
         rng = random.Random(3)
         succ = [rng.randrange(128) for _ in range(128)]
-        tokens = [0]
-        for _ in range(6000):
-            tokens.append(succ[tokens[-1]] if rng.random() > 0.1 else rng.randrange(128))
-        write_shard_tokens(os.path.join(data, "tiny_train_000000.bin"), tokens[:5000])
-        write_shard_tokens(os.path.join(data, "tiny_val_000000.bin"), tokens[5000:])
+        write_shard_tokens(os.path.join(data, "tiny_train_000000.bin"), successor_tokens(5000, succ, rng))
+        write_shard_tokens(os.path.join(data, "tiny_val_000000.bin"), successor_tokens(1000, succ, rng))
         common = ["--train-data", data, "--vocab-size", "128", "--num-layers", "2", "--num-heads", "2",
                   "--model-dim", "128", "--train-seq-len", "64", "--batch-size", "2", "--train-batch-tokens", "256",
                   "--max-steps", "4", "--warmup-steps", "1", "--learning-rate", "3e-3", "--eval-every-steps", "4",
