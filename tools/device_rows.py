@@ -15,6 +15,7 @@ formats the tools write: tests/tools/device_rows_test.py.
 """
 import collections
 import csv
+import inspect
 import json
 import re
 import statistics
@@ -205,15 +206,15 @@ def profile(csv_path, out_path):
     return f"PASS {len(step)} kernels, {total:.2f} ms of kernel time a step; top ms: {top} ({out_path.rsplit('/', 1)[-1]})"
 
 
-KINDS = {"train": (train, 4), "same": (same, 2), "ops": (ops, 1), "bench": (bench, 1), "best": (best, 1),
-         "clocks": (clocks, 1), "profile": (profile, 2)}
+KINDS = {fn.__name__: fn for fn in (train, same, ops, bench, best, clocks, profile)}
 
 
 def main(argv):
-    if not argv or argv[0] not in KINDS or len(argv) - 1 != KINDS[argv[0]][1]:
+    fn = KINDS.get(argv[0]) if argv else None
+    files = fn and [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    if not fn or len(argv) - 1 != len(files):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    fn, _ = KINDS[argv[0]]
     try:
         print(fn(*argv[1:]))
     except Exception as e:  # one table row, whatever the input held
