@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   void *x = buf.random(NC4, 1, 1.f), *y = buf.random(NC4, 2, 1.f), *pre = buf.random(NC4, 3, 1.f);
   void* dy = buf.random(NC4, 4, 1.f);
   void *w = buf.random(size_t(4) * C * C, 5, 0.02f), *dw = buf.zeros(size_t(4) * C * C);
-  void *b = buf.random(4 * C, 6, 0.02f), *db = buf.zeros(4 * C);
+  void *b = buf.random(4 * C, 6, 0.02f), *db = buf.zeros(4 * C), *dcol = buf.zeros(4 * C);
   void *wte = buf.random(size_t(V) * C, 7, 0.02f), *dwte = buf.zeros(size_t(V) * C);
   void *qkv = buf.random(size_t(N) * 3 * C, 8, 1.f), *dqkv = buf.zeros(size_t(N) * 3 * C);
   auto* stats = static_cast<float*>(buf.zeros(size_t(N) * 4, true));
@@ -251,9 +251,12 @@ int main(int argc, char** argv) {
                               gelu ? NFN_EPILOGUE_GELU : NFN_EPILOGUE_NONE, dtype);
     };
   };
-  auto linear_back = [&](int IC, int OC, bool through_gelu) {  // through_gelu: fcproj's, as the model calls it
-    return [&, IC, OC, through_gelu] {
-      return o.linear_backward(ctx, y, dw, db, dy, x, w, through_gelu ? pre : nullptr, N, IC, OC, 0, dtype);
+  // As the model calls each: qkv sums its own bias gradient; the projections' come from the
+  // norm backwards (dinp_colsum), fc's from fcproj's backward through the GELU (gelu).
+  auto linear_back = [&](int IC, int OC, bool own_bias, bool gelu) {
+    return [&, IC, OC, own_bias, gelu] {
+      return o.linear_backward(ctx, y, dw, own_bias ? db : nullptr, gelu ? dcol : nullptr, dy, x, w,
+                               gelu ? pre : nullptr, N, IC, OC, 0, dtype);
     };
   };
   auto gf = [](double mm, double nn, double kk) { return 2.0 * mm * nn * kk * 1e-9; };
@@ -271,28 +274,32 @@ int main(int argc, char** argv) {
   add("embedding_backward (text-like ids)", 0,  // outside the step total
       [&] { return o.embedding_backward(ctx, dwte, dw, dy, text_ids, B, T, C, dtype); }, 0);
   add("layernorm_forward", 2 * L + 1, [&] { return o.layernorm_forward(ctx, y, stats, stats + N, x, w, b, N, C, dtype); }, 0);
-  add("layernorm_backward", 2 * L + 1, [&] { return o.layernorm_backward(ctx, y, dw, db, dy, x, w, stats, stats + N, N, C, dtype); }, 0);
+  // The first layer's ln1 has no projection below it; every other norm backward sums the
+  // projection's bias gradient (dinp_colsum).
+  add("layernorm_backward", 1, [&] { return o.layernorm_backward(ctx, y, dw, db, nullptr, dy, x, w, stats, stats + N, N, C, dtype); }, 0);
+  add("layernorm_backward +dinp_colsum", 2 * L,
+      [&] { return o.layernorm_backward(ctx, y, dw, db, dcol, dy, x, w, stats, stats + N, N, C, dtype); }, 0);
   add("linear_forward qkv " + c1 + "->" + c3, L, linear(C, 3 * C, false, false), gf(N, 3 * C, C));
   add("linear_forward proj+residual " + c1 + "->" + c1, L, linear(C, C, false, true), gf(N, C, C));
   add("linear_forward fc+gelu " + c1 + "->" + c4, L, linear(C, 4 * C, true, false), gf(N, 4 * C, C));
   add("linear_forward fcproj+residual " + c4 + "->" + c1, L, linear(4 * C, C, false, true), gf(N, C, 4 * C));
-  add("linear_backward qkv", L, linear_back(C, 3 * C, false), 2 * gf(N, 3 * C, C));
-  add("linear_backward proj", L, linear_back(C, C, false), 2 * gf(N, C, C));
-  add("linear_backward fc", L, linear_back(C, 4 * C, false), 2 * gf(N, 4 * C, C));
-  add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, true), 2 * gf(N, C, 4 * C));
+  add("linear_backward qkv", L, linear_back(C, 3 * C, true, false), 2 * gf(N, 3 * C, C));
+  add("linear_backward proj", L, linear_back(C, C, false, false), 2 * gf(N, C, C));
+  add("linear_backward fc", L, linear_back(C, 4 * C, false, false), 2 * gf(N, 4 * C, C));
+  add("linear_backward fcproj+gelu", L, linear_back(4 * C, C, false, true), 2 * gf(N, C, 4 * C));
   // Each backward's products alone, outside the step total: the input gradient, the weight
   // gradient, and the weight gradient with the bias gradient (our column sums of dout).
   for (const auto& [name, IC, OC, gelu] : {std::tuple{"qkv", C, 3 * C, false}, std::tuple{"proj", C, C, false},
                                           std::tuple{"fc", C, 4 * C, false}, std::tuple{"fcproj+gelu", 4 * C, C, true}}) {
     const std::string at = std::string("linear_backward ") + name;
     add(at + ": dinp", 0, [&, IC, OC, gelu] {
-      return o.linear_backward(ctx, y, nullptr, nullptr, dy, x, w, gelu ? pre : nullptr, N, IC, OC, 0, dtype);
+      return o.linear_backward(ctx, y, nullptr, nullptr, nullptr, dy, x, w, gelu ? pre : nullptr, N, IC, OC, 0, dtype);
     }, gf(N, OC, IC));
     add(at + ": dweight", 0, [&, IC, OC] {
-      return o.linear_backward(ctx, nullptr, dw, nullptr, dy, x, w, nullptr, N, IC, OC, 0, dtype);
+      return o.linear_backward(ctx, nullptr, dw, nullptr, nullptr, dy, x, w, nullptr, N, IC, OC, 0, dtype);
     }, gf(N, OC, IC));
     add(at + ": dweight+dbias", 0, [&, IC, OC] {
-      return o.linear_backward(ctx, nullptr, dw, db, dy, x, w, nullptr, N, IC, OC, 0, dtype);
+      return o.linear_backward(ctx, nullptr, dw, db, nullptr, dy, x, w, nullptr, N, IC, OC, 0, dtype);
     }, gf(N, OC, IC));
   }
   add("attention_forward", L, [&] { return o.attention_forward(ctx, y, lse, qkv, B, T, C, NH, dtype); }, attn_gf);

@@ -320,11 +320,15 @@ bool GPT::backward(std::string* error) {
   auto gl = [&](int i, int l) { return layer_slice(grads_, i, l); };
 
   // dln holds dL/dlnf from the fused LM head. The residual stream's gradient accumulates
-  // in dresidual through every norm backward.
+  // in dresidual through every norm backward. The projections' bias gradients are the
+  // column sums of the stream's gradient where their outputs joined it: each norm backward
+  // sums the gradient it leaves (dinp_colsum) for the projection below it, and fcproj's
+  // backward, through the GELU, sums fc's.
   const void* last_residual = L > 0 ? at(a.residual3, L - 1, NC) : a.encoded;
   if (!check(o.fill(ctx_, a.dresidual, dtype_, 0.f, NC), "fill", error) ||
-      !check(o.layernorm_backward(ctx_, a.dresidual, grad(LNFW), grad(LNFB), a.dln, last_residual, param(LNFW),
-                                  a.lnf_mean, a.lnf_rstd, N, C, dtype_), "layernorm_backward (lnf)", error))
+      !check(o.layernorm_backward(ctx_, a.dresidual, grad(LNFW), grad(LNFB), L > 0 ? gl(FCPROJB, L - 1) : nullptr,
+                                  a.dln, last_residual, param(LNFW), a.lnf_mean, a.lnf_rstd, N, C, dtype_),
+             "layernorm_backward (lnf)", error))
     return false;
   for (int l = L - 1; l >= 0; --l) {
     const void* residual = l == 0 ? a.encoded : at(a.residual3, l - 1, NC);
@@ -339,22 +343,24 @@ bool GPT::backward(std::string* error) {
     bool ok =
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); fcproj's dinp comes
         // back through the GELU (with respect to fch, the pre-activation)
-        check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW, l), gl(FCPROJB, l), a.dresidual, fch_gelu,
+        // (fcproj's bias gradient came from the norm backward above this block)
+        check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW, l), nullptr, gl(FCB, l), a.dresidual, fch_gelu,
                                 pl(FCPROJW, l), fch, N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
-        check(o.linear_backward(ctx_, a.dln, gl(FCW, l), gl(FCB, l), a.dbig, ln2, pl(FCW, l), nullptr, N, C, 4 * C,
-                                0, dtype_), "linear_backward (fc)", error) &&
-        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W, l), gl(LN2B, l), a.dln, res2, pl(LN2W, l),
-                                   a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C, dtype_),
+        check(o.linear_backward(ctx_, a.dln, gl(FCW, l), nullptr, nullptr, a.dbig, ln2, pl(FCW, l), nullptr, N, C,
+                                4 * C, 0, dtype_), "linear_backward (fc)", error) &&
+        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W, l), gl(LN2B, l), gl(ATTPROJB, l), a.dln, res2,
+                                   pl(LN2W, l), a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C, dtype_),
               "layernorm_backward (ln2)", error) &&
         // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW, l), gl(ATTPROJB, l), a.dresidual, atty,
+        check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW, l), nullptr, nullptr, a.dresidual, atty,
                                 pl(ATTPROJW, l), nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
         check(o.attention_backward(ctx_, a.dbig, a.dln, qkv, atty, lse, B, T, C, NH, dtype_),
               "attention_backward", error) &&
-        check(o.linear_backward(ctx_, a.dln, gl(QKVW, l), gl(QKVB, l), a.dbig, ln1, pl(QKVW, l), nullptr, N, C,
-                                3 * C, 0, dtype_), "linear_backward (qkv)", error) &&
-        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W, l), gl(LN1B, l), a.dln, residual, pl(LN1W, l),
-                                   a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C, dtype_),
+        check(o.linear_backward(ctx_, a.dln, gl(QKVW, l), gl(QKVB, l), nullptr, a.dbig, ln1, pl(QKVW, l), nullptr,
+                                N, C, 3 * C, 0, dtype_), "linear_backward (qkv)", error) &&
+        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W, l), gl(LN1B, l), l > 0 ? gl(FCPROJB, l - 1) : nullptr,
+                                   a.dln, residual, pl(LN1W, l), a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C,
+                                   dtype_),
               "layernorm_backward (ln1)", error);
     if (!ok) return false;
   }

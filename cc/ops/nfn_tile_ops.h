@@ -17,8 +17,9 @@ extern "C" {
 #endif
 
 /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
- * 5: alloc_host, free_host; 6: event ops; 7: lm_head_cross_entropy takes the padded Vp */
-#define NFN_ABI_VERSION 7
+ * 5: alloc_host, free_host; 6: event ops; 7: lm_head_cross_entropy takes the padded Vp;
+ * 8: layernorm_backward and linear_backward take dinp_colsum */
+#define NFN_ABI_VERSION 8
 
 typedef enum nfn_status {
   NFN_OK = 0,

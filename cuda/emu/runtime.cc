@@ -585,9 +585,14 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0 || attr != cudaDevAttrMaxSharedMemoryPerBlockOptin)
-    return nfn_emu::last_error = cudaErrorInvalidValue;
-  *value = static_cast<int>(nfn_emu::max_shared_optin);
+  if (device != 0) return nfn_emu::last_error = cudaErrorInvalidValue;
+  switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(nfn_emu::max_shared_optin); break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
+      *value = static_cast<int>(nfn_emu::max_shared_optin + (1u << 10));
+      break;
+    default: return nfn_emu::last_error = cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 

@@ -88,9 +88,9 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   return nfn::cuda::launch_gelu_forward(ctx, out, aux, static_cast<size_t>(N) * OC, dtype);
 }
 
-nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias, const void* dout,
-                               const void* inp, const void* weight, const void* gelu_pre, int N, int IC,
-                               int OC, int accumulate_dinp, nfn_dtype dtype) {
+nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias, void* dinp_colsum,
+                               const void* dout, const void* inp, const void* weight, const void* gelu_pre, int N,
+                               int IC, int OC, int accumulate_dinp, nfn_dtype dtype) {
   const char* op = "linear_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, IC, OC));
@@ -101,6 +101,8 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight needs inp", op);
   if (gelu_pre != nullptr && (dinp == nullptr || accumulate_dinp != 0))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: gelu_pre needs dinp and no accumulate_dinp", op);
+  if (dinp_colsum != nullptr && dinp == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp_colsum needs dinp", op);
   // overlap=on: the weight and bias gradients on the side stream, beside the input gradient.
   bool forked = false;
   if (dinp != nullptr && (dweight != nullptr || dbias != nullptr)) NFN_TRY(nfn::cuda::side_fork(ctx, op, &forked));
@@ -149,7 +151,13 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   if (dbias != nullptr)
     NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dbias),
                                                               static_cast<const E*>(dout), N, OC)));
-  return side.join(op);
+  NFN_TRY(side.join(op));
+  // dinp_colsum += dinp's column sums, on the main stream after the join: the side stream's
+  // column sums use the same scratch.
+  if (dinp_colsum != nullptr)
+    NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dinp_colsum),
+                                                              static_cast<const E*>(dinp), N, IC)));
+  return NFN_OK;
 }
 
 // Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,

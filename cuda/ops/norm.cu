@@ -6,9 +6,10 @@
 // pass over the row loads it again, the passes after the first from L1.
 //
 // The backward reads dout and inp once: each warp adds its rows' input gradient to dinp and
-// sums the weight and bias gradient terms of its rows into its own columns in shared memory;
-// each block then adds its warps' columns, in warp order, into an f32 partial, and a last
-// kernel adds the blocks' partials, in a fixed order, to dweight and dbias (column_reduce.cuh).
+// sums the weight and bias gradient terms of its rows (and, for LayerNorm's dinp_colsum, the
+// rows of dinp it leaves) into its own columns in shared memory; each block then adds its
+// warps' columns, in warp order, into an f32 partial, and a last kernel adds the blocks'
+// partials, in a fixed order, to dweight, dbias and dinp_colsum (column_reduce.cuh).
 // Rows go to blocks and warps by a fixed rule, so the result is deterministic.
 #include <algorithm>
 #include <type_traits>
@@ -34,6 +35,7 @@ constexpr int kRowsPerBlock = 8;            // warps per block, one row at a tim
 // rows in 57 us on an H200 (2026-11-30), 1.75 TB/s: too few loads in flight; 512, 45 us.
 constexpr int kBackwardBlocksPerSm = 4, kHeldBackwardBlocksPerSm = 2;
 constexpr size_t kDefaultShared = 48 << 10;  // dynamic shared memory without opting in
+constexpr size_t kReservedShared = 1 << 10;  // what the hardware keeps of an SM's per block
 
 // f(k, i) for each pack i of a row that lane `lane` owns (lane, lane + 32, ...; k counts them):
 // P > 0 unrolled over the lane's at most P packs, P = 0 a loop.
@@ -110,17 +112,21 @@ __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, co
 
 // Backward, with xhat = (x - mean) * rstd and dnorm = dout * weight:
 //   dinp += (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)) * rstd   (RMSNorm: no mean(dnorm))
-//   dweight term dout * xhat, dbias term dout (LayerNorm only): K = 2 or 1 terms a column.
+//   dweight term dout * xhat, dbias term dout (LayerNorm only), and with kColsum the term dinp
+//   as left (f32, before its rounding to T): K = 1 to 3 terms a column.
 // partials (NULL: no parameter gradients) gets, for each term k and block b, the sum over
 // the block's rows at [k][b][c]. Shared memory holds K * C floats a warp; column c sits at
 // (c % V) * (C / V) + c / V, so the lanes of a warp touch consecutive words.
 // With P > 0 a lane loads its packs of dout, inp and dinp at once, before any arithmetic, so
 // every load of the row is in flight together (2 blocks an SM: kHeldBackwardBlocksPerSm).
-template <bool kCentered, int V, int P, typename T>
+template <bool kCentered, bool kColsum>
+constexpr int kBackwardTerms = (kCentered ? 2 : 1) + (kColsum ? 1 : 0);
+
+template <bool kCentered, bool kColsum, int V, int P, typename T>
 __global__ void __launch_bounds__(P > 0 ? 32 * kRowsPerBlock : 1024, P > 0 ? kHeldBackwardBlocksPerSm : 1)
     norm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                          const float* mean, const float* rstd, int N, int C) {
-  constexpr int K = kCentered ? 2 : 1;
+  constexpr int K = kBackwardTerms<kCentered, kColsum>;
   extern __shared__ float cols[];
   const int warps = blockDim.y, lane = threadIdx.x, packs = C / V;
   float* mine = cols + static_cast<size_t>(threadIdx.y) * K * C;
@@ -160,6 +166,8 @@ __global__ void __launch_bounds__(P > 0 ? 32 * kRowsPerBlock : 1024, P > 0 ? kHe
         for (int j = 0; j < V; ++j)
           d[j] += (g[j] * w[j] - dnorm_mean - (x[j] - m) * r * dnorm_xhat_mean) * r;
         store_pack(dinp + off, i, d);
+        if constexpr (kColsum)
+          for (int j = 0; j < V; ++j) mine[(K - 1) * C + j * packs + i] += d[j];
       }
       if (partials != nullptr)
         for (int j = 0; j < V; ++j) {
@@ -234,37 +242,52 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
   return NFN_OK;
 }
 
-template <bool kCentered, int V, int P, typename T>
+template <bool kCentered, bool kColsum, int V, int P, typename T>
 nfn_status launch_backward(nfn_ctx* ctx, const char* op, int blocks, int warps, size_t shared, T* dinp,
                            float* partials, const T* dout, const T* inp, const T* weight, const float* mean,
                            const float* rstd, int N, int C) {
   if (shared > kDefaultShared)
-    NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(norm_backward_kernel<kCentered, V, P, T>,
+    NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(norm_backward_kernel<kCentered, kColsum, V, P, T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
                  op);
-  norm_backward_kernel<kCentered, V, P, T><<<blocks, dim3(32, warps), shared, ctx->stream>>>(
+  norm_backward_kernel<kCentered, kColsum, V, P, T><<<blocks, dim3(32, warps), shared, ctx->stream>>>(
       dinp, partials, dout, inp, weight, mean, rstd, N, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
 
+// The shared memory a backward block may take: what `per_sm` of them leave each other on an
+// SM (228 KiB on an H200, 100 on an RTX 50xx), at most a block's opt-in limit, at least the
+// default 48 KiB.
+nfn_status shared_budget(nfn_ctx* ctx, const char* op, int per_sm, size_t* out) {
+  int optin = 0, sm = 0;
+  NFN_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device), op);
+  NFN_CUDA_TRY(ctx, cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, ctx->device), op);
+  const size_t fair = static_cast<size_t>(sm) / per_sm;
+  *out = std::max(kDefaultShared, std::min(static_cast<size_t>(optin), fair > kReservedShared ? fair - kReservedShared : 0));
+  return NFN_OK;
+}
+
 // dinp (may be NULL) += the input gradient; dweight and dbias (either may be NULL; no dbias
-// for RMSNorm) += the parameter gradients.
-template <bool kCentered, typename T>
-nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight, void* dbias, const void* dout,
-                         const void* inp, const void* weight, const float* mean, const float* rstd, int N, int C) {
-  constexpr int K = kCentered ? 2 : 1;
-  const bool params = dweight != nullptr || dbias != nullptr;
-  // A warp's columns take K * C floats; as many warps as fit in the default 48 KiB (up to
-  // kRowsPerBlock), else one warp with more, opted into (an H200 allows 227 KiB).
-  const size_t warp_bytes = params ? sizeof(float) * K * C : 0;
-  const int warps =
-      params ? static_cast<int>(std::clamp<size_t>(kDefaultShared / warp_bytes, 1, kRowsPerBlock)) : kRowsPerBlock;
-  const size_t shared = warp_bytes * warps;
+// for RMSNorm) += the parameter gradients; with kColsum, dinp_colsum += dinp's column sums.
+template <bool kCentered, bool kColsum, typename T>
+nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight, void* dbias, void* dinp_colsum,
+                         const void* dout, const void* inp, const void* weight, const float* mean, const float* rstd,
+                         int N, int C) {
+  constexpr int K = kBackwardTerms<kCentered, kColsum>;
+  const bool params = kColsum || dweight != nullptr || dbias != nullptr;
   const bool packed = nfn::cuda::rows_packed<T>(C, {dinp, dout, inp, weight});
   const int held = held_packs<kBackwardHeld, T>(packed, C);
-  const int blocks = std::min((N + warps - 1) / warps,
-                              ctx->sm_count * (held > 0 ? kHeldBackwardBlocksPerSm : kBackwardBlocksPerSm));
+  const int per_sm = held > 0 ? kHeldBackwardBlocksPerSm : kBackwardBlocksPerSm;
+  // A warp's columns take K * C floats: as many warps (up to kRowsPerBlock) as fit in a
+  // block's fair share of an SM's shared memory (one warp at least, opted into).
+  size_t budget = kDefaultShared;
+  if (params) NFN_TRY(shared_budget(ctx, op, per_sm, &budget));
+  const size_t warp_bytes = params ? sizeof(float) * K * C : 0;
+  const int warps =
+      params ? static_cast<int>(std::clamp<size_t>(budget / warp_bytes, 1, kRowsPerBlock)) : kRowsPerBlock;
+  const size_t shared = warp_bytes * warps;
+  const int blocks = std::min((N + warps - 1) / warps, ctx->sm_count * per_sm);
   float* partials = nullptr;
   if (params) {
     void* buf = nullptr;
@@ -277,14 +300,17 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   if (packed)
     with_held_packs<kBackwardHeld, T>(held, [&](auto p) {
       constexpr int V = Pack<T>::n, P = decltype(p)::value;
-      s = launch_backward<kCentered, V, P>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C);
+      s = launch_backward<kCentered, kColsum, V, P>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean,
+                                                     rstd, N, C);
     });
   else
-    s = launch_backward<kCentered, 1, 0>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd, N, C);
+    s = launch_backward<kCentered, kColsum, 1, 0>(ctx, op, blocks, warps, shared, di, partials, g, x, w, mean, rstd,
+                                                   N, C);
   NFN_TRY(s);
   if (!params) return NFN_OK;
   nfn::cuda::ColumnDsts<T, K> dsts{{static_cast<T*>(dweight)}};
   if constexpr (kCentered) dsts.p[1] = static_cast<T*>(dbias);
+  if constexpr (kColsum) dsts.p[K - 1] = static_cast<T*>(dinp_colsum);
   return nfn::cuda::add_partials(ctx, op, dsts, partials, blocks, C);
 }
 
@@ -306,17 +332,25 @@ nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rs
 }
 
 nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
-                                  const void* dout, const void* inp, const void* weight,
-                                  const float* mean, const float* rstd, int N, int C,
-                                  nfn_dtype dtype) {
+                                  void* dinp_colsum, const void* dout, const void* inp,
+                                  const void* weight, const float* mean, const float* rstd, int N,
+                                  int C, nfn_dtype dtype) {
   const char* op = "layernorm_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
   if (dout == nullptr || inp == nullptr || weight == nullptr || mean == nullptr || rstd == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout, inp, weight, mean or rstd", op);
+  if (dinp_colsum != nullptr && dinp == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp_colsum needs dinp", op);
   nfn_status s = NFN_OK;
-  NFN_DISPATCH(dtype, E,
-               s = norm_backward<true, E>(ctx, op, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+  if (dinp_colsum != nullptr)
+    NFN_DISPATCH(dtype, E,
+                 s = norm_backward<true, true, E>(ctx, op, dinp, dweight, dbias, dinp_colsum, dout, inp, weight,
+                                                  mean, rstd, N, C));
+  else
+    NFN_DISPATCH(dtype, E,
+                 s = norm_backward<true, false, E>(ctx, op, dinp, dweight, dbias, nullptr, dout, inp, weight, mean,
+                                                   rstd, N, C));
   return s;
 }
 
@@ -344,7 +378,8 @@ nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const v
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight given but weight is NULL", op);
   nfn_status s = NFN_OK;
   NFN_DISPATCH(dtype, E,
-               s = norm_backward<false, E>(ctx, op, dinp, dweight, nullptr, dout, inp, weight, nullptr, rstd, N, C));
+               s = norm_backward<false, false, E>(ctx, op, dinp, dweight, nullptr, nullptr, dout, inp, weight, nullptr,
+                                                  rstd, N, C));
   return s;
 }
 

@@ -92,16 +92,18 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, in
     rstd[r] = static_cast<float>(1.0 / std::sqrt(ss / C + 1e-5));
     rms_rstd[r] = static_cast<float>(1.0 / std::sqrt(sq / C + 1e-5));
   }
-  compare(cpu, gpu, Case{"layernorm_backward" + dims,
-                         {accumulated("dinp", random_floats(N * C, rng)), accumulated("dweight", random_floats(C, rng)),
-                          accumulated("dbias", random_floats(C, rng)), input("dout", random_floats(N * C, rng)),
-                          input("inp", inp), input("weight", w), input("mean", mean, Kind::f32),
-                          input("rstd", rstd, Kind::f32)},
-                         [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                           return b.ops().layernorm_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), F(6),
-                                                             F(7), N, C, d);
-                         }},
-          dt);
+  for (bool colsum : {true, false})  // dinp_colsum: the column sums of the dinp it leaves
+    compare(cpu, gpu, Case{"layernorm_backward" + dims + (colsum ? " dinp_colsum" : ""),
+                           {accumulated("dinp", random_floats(N * C, rng)),
+                            accumulated("dweight", random_floats(C, rng)), accumulated("dbias", random_floats(C, rng)),
+                            colsum ? accumulated("dinp_colsum", random_floats(C, rng)) : input("dinp_colsum", {}),
+                            input("dout", random_floats(N * C, rng)), input("inp", inp), input("weight", w),
+                            input("mean", mean, Kind::f32), input("rstd", rstd, Kind::f32)},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().layernorm_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), P(6), F(7),
+                                                               F(8), N, C, d);
+                           }},
+            dt);
   for (bool with_weight : {true, false}) {
     const std::string tag = dims + (with_weight ? "" : " (no weight)");
     compare(cpu, gpu, Case{"rmsnorm_forward" + tag,
@@ -185,27 +187,31 @@ void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                                                            NFN_EPILOGUE_GELU, d);
                            }},
             dt);
+    // accumulate_dinp with dinp_colsum: the column sums of dinp as it is left.
     for (int acc : {0, 1}) {
-      compare(cpu, gpu, Case{std::string("linear_backward") + (acc ? " accumulate" : "") + dims,
+      compare(cpu, gpu, Case{std::string("linear_backward") + (acc ? " accumulate dinp_colsum" : "") + dims,
                              {acc ? accumulated("dinp", random_floats(N * IC, rng)) : output("dinp", N * IC),
                               accumulated("dweight", random_floats(OC * IC, rng)),
                               accumulated("dbias", random_floats(OC, rng)),
+                              acc ? accumulated("dinp_colsum", random_floats(IC, rng)) : input("dinp_colsum", {}),
                               input("dout", random_floats(N * OC, rng, 0.5f)), input("inp", inp), input("weight", w)},
                              [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                               return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), nullptr, N,
-                                                              IC, OC, acc, d);
+                               return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), P(6),
+                                                              nullptr, N, IC, OC, acc, d);
                              }},
               dt);
     }
-    // Through a GELU on the input (fcproj's): dinp with respect to the pre-activation.
-    compare(cpu, gpu, Case{"linear_backward gelu_pre" + dims,
+    // Through a GELU on the input (fcproj's): dinp with respect to the pre-activation, and its
+    // column sums (fc's bias gradient).
+    compare(cpu, gpu, Case{"linear_backward gelu_pre dinp_colsum" + dims,
                            {output("dinp", N * IC), accumulated("dweight", random_floats(OC * IC, rng)),
                             accumulated("dbias", random_floats(OC, rng)),
+                            accumulated("dinp_colsum", random_floats(IC, rng)),
                             input("dout", random_floats(N * OC, rng, 0.5f)), input("inp", inp), input("weight", w),
                             input("gelu_pre", random_floats(N * IC, rng, 2.f))},
                            [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                             return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), P(6), N, IC,
-                                                            OC, 0, d);
+                             return b.ops().linear_backward(b.ctx, P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), N,
+                                                            IC, OC, 0, d);
                            }},
             dt);
   }

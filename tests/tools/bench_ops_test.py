@@ -11,6 +11,7 @@ BENCH = os.path.abspath(os.environ["NFN_BENCH_OPS"])
 CPU_LIB = os.path.abspath(os.environ["NFN_CPU_OPS_LIB"])
 EMULATED_LIB = os.path.abspath(os.environ["NFN_EMULATED_CUDA_OPS_LIB"])
 OPS = ["embedding_forward", "embedding_backward", "embedding_backward (text-like ids)", "layernorm_forward", "layernorm_backward",
+       "layernorm_backward +dinp_colsum",
        "linear_forward qkv 128->384", "linear_forward proj+residual 128->128", "linear_forward fc+gelu 128->512",
        "linear_forward fcproj+residual 512->128", "linear_backward qkv", "linear_backward proj",
        "linear_backward fc", "linear_backward fcproj+gelu", "attention_forward", "attention_backward",
@@ -35,9 +36,10 @@ class BenchOpsTest(unittest.TestCase):
         for name, m in rows.items():
             self.assertGreater(float(m.group(3)), 0, name)
         calls = {name: int(m.group(2)) for name, m in rows.items()}
-        self.assertEqual((calls["layernorm_forward"], calls["calibration: linear 256^3"],
-                          calls["embedding_backward (text-like ids)"], calls["linear_backward qkv: dinp"]),
-                         (3, 0, 0, 0))  # 2L + 1 norms at one layer; the others are not step ops
+        self.assertEqual((calls["layernorm_forward"], calls["layernorm_backward"], calls["layernorm_backward +dinp_colsum"],
+                          calls["calibration: linear 256^3"], calls["embedding_backward (text-like ids)"],
+                          calls["linear_backward qkv: dinp"]),
+                         (3, 1, 2, 0, 0, 0))  # 2L + 1 norms at one layer; the others are not step ops
         self.assertTrue(lines[-1].startswith("ops per micro-step: "), lines[-1])
 
     def test_cpu_library(self):

@@ -8,17 +8,20 @@
 namespace {
 constexpr float kEps = 1e-5f;
 
-// One row's dinp (accumulated) and its dweight and dbias contributions. The rows never
-// overlap; saying so with restrict parameters is what lets GCC vectorize the loop (it gives
-// up on runtime alias checks for six pointers).
+// One row's dinp (accumulated) and its dweight and dbias contributions, and with kColsum
+// the row of dinp as it is left (dinp_colsum's). The rows never overlap; saying so with
+// restrict parameters is what lets GCC vectorize the loop (it gives up on runtime alias
+// checks for six pointers).
+template <bool kColsum>
 void backward_row(const float* __restrict g, const float* __restrict w, const float* __restrict x,
-                  float* __restrict dx, float* __restrict pw, float* __restrict pb, int C,
-                  float m, float r, float mean_d, float mean_dx) {
+                  float* __restrict dx, float* __restrict pw, float* __restrict pb, float* __restrict pd,
+                  int C, float m, float r, float mean_d, float mean_dx) {
   for (int c = 0; c < C; ++c) {
     const float xhat = (x[c] - m) * r;
     dx[c] += r * (g[c] * w[c] - mean_d - xhat * mean_dx);
     pw[c] += g[c] * xhat;
     pb[c] += g[c];
+    if constexpr (kColsum) pd[c] += dx[c];
   }
 }
 
@@ -50,9 +53,9 @@ nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rs
 }
 
 nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
-                                  const void* dout, const void* inp, const void* weight,
-                                  const float* mean, const float* rstd, int N, int C,
-                                  nfn_dtype dtype) {
+                                  void* dinp_colsum, const void* dout, const void* inp,
+                                  const void* weight, const float* mean, const float* rstd, int N,
+                                  int C, nfn_dtype dtype) {
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "layernorm_backward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "layernorm_backward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(dinp && dweight && dout && inp && weight && mean && rstd,
@@ -61,8 +64,9 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
   const float* x = static_cast<const float*>(inp);
   const float* w = static_cast<const float*>(weight);
   float* dx = static_cast<float*>(dinp);
-  float* outs[2] = {static_cast<float*>(dweight), static_cast<float*>(dbias)};
-  nfn::cpu::reduce_rows_into(N, C, outs, 2, [&](long i, float* partial) {
+  float* outs[3] = {static_cast<float*>(dweight), static_cast<float*>(dbias), static_cast<float*>(dinp_colsum)};
+  const bool colsum = dinp_colsum != nullptr;
+  nfn::cpu::reduce_rows_into(N, C, outs, colsum ? 3 : 2, [&](long i, float* partial) {
     const float* gi = g + i * C;
     const float* xi = x + i * C;
     float* dxi = dx + i * C;
@@ -72,7 +76,10 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
     const float sum_d = nfn::cpu::row_dot(gi, w, C);
     const float mean_d = sum_d / C;
     const float mean_dx = r * (nfn::cpu::row_dot3(gi, w, xi, C) - m * sum_d) / C;
-    backward_row(gi, w, xi, dxi, partial, partial + C, C, m, r, mean_d, mean_dx);
+    if (colsum)
+      backward_row<true>(gi, w, xi, dxi, partial, partial + C, partial + 2 * C, C, m, r, mean_d, mean_dx);
+    else
+      backward_row<false>(gi, w, xi, dxi, partial, partial + C, nullptr, C, m, r, mean_d, mean_dx);
   });
   return NFN_OK;
 }

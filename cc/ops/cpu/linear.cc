@@ -44,9 +44,9 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
 }
 
 nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias,
-                               const void* dout, const void* inp, const void* weight,
-                               const void* gelu_pre, int N, int IC, int OC, int accumulate_dinp,
-                               nfn_dtype dtype) {
+                               void* dinp_colsum, const void* dout, const void* inp,
+                               const void* weight, const void* gelu_pre, int N, int IC, int OC,
+                               int accumulate_dinp, nfn_dtype dtype) {
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_backward", dtype));
   NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_backward: N=%d IC=%d OC=%d must be positive", N,
               IC, OC);
@@ -55,6 +55,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   NFN_REQUIRE(dweight == nullptr || inp != nullptr, "linear_backward: dweight needs inp");
   NFN_REQUIRE(gelu_pre == nullptr || (dinp != nullptr && accumulate_dinp == 0),
               "linear_backward: gelu_pre needs dinp and no accumulate_dinp");
+  NFN_REQUIRE(dinp_colsum == nullptr || dinp != nullptr, "linear_backward: dinp_colsum needs dinp");
   const float* g_out = static_cast<const float*>(dout);
   if (dinp != nullptr) {  // dinp (N,IC) = dout (N,OC) @ W (OC,IC)
     Gemm g;
@@ -76,13 +77,9 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     g.accumulate = true;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward", g));
   }
-  if (dbias != nullptr) {
-    float* outs[1] = {static_cast<float*>(dbias)};
-    nfn::cpu::reduce_rows_into(N, OC, outs, 1, [&](long i, float* partial) {
-      const float* row = g_out + i * OC;
-      for (int c = 0; c < OC; ++c) partial[c] += row[c];
-    });
-  }
+  if (dbias != nullptr) nfn::cpu::add_column_sums(static_cast<float*>(dbias), g_out, N, OC);
+  if (dinp_colsum != nullptr)
+    nfn::cpu::add_column_sums(static_cast<float*>(dinp_colsum), static_cast<const float*>(dinp), N, IC);
   return NFN_OK;
 }
 

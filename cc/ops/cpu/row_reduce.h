@@ -36,4 +36,13 @@ void reduce_rows_into(long rows, int width, float* const* outs, int nout, RowFn 
   }
 }
 
+// dst[c] += the sum over rows of x[r][c] (x is rows x width).
+inline void add_column_sums(float* dst, const float* x, long rows, int width) {
+  float* outs[1] = {dst};
+  reduce_rows_into(rows, width, outs, 1, [&](long r, float* partial) {
+    const float* row = x + r * width;
+    for (int c = 0; c < width; ++c) partial[c] += row[c];
+  });
+}
+
 }  // namespace nfn::cpu

@@ -90,7 +90,10 @@ enum cudaMemcpyKind {
 };
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr {
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
 // The fields of cudaDeviceProp nfn reads.
 struct cudaDeviceProp {
   char name[256];
@@ -232,7 +235,8 @@ inline void __threadfence() {}
 inline void __stcs(uint4* p, uint4 v) { *p = v; }
 
 cudaError_t cudaGetDeviceCount(int* count);
-// cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set.
+// cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set;
+// cudaDevAttrMaxSharedMemoryPerMultiprocessor: 1 KiB more (sm_90's 228, sm_120's 100).
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 // "nfn CUDA emulator", compute capability 9.0 (its rules are sm_90's).
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);

@@ -19,7 +19,7 @@ static std::vector<float> run_once(const char* deterministic) {
   std::vector<float> qkv = random_vec(N * 3 * C, 1), out(N * C), lse(B * NH * T), dqkv(N * 3 * C);
   std::vector<float> dout = random_vec(N * C, 2), x = random_vec(N * C, 3), w = random_vec(3 * C * C, 4);
   std::vector<float> wte = random_vec(V * C, 5), dx(N * C), dwte(V * C), losses(N), dw(3 * C * C), db(3 * C);
-  std::vector<float> ln(N * C), stats(2 * N), dln(N * C), dlw(C), dlb(C);
+  std::vector<float> ln(N * C), stats(2 * N), dln(N * C), dlw(C), dlb(C), dxsum(C), dlnsum(C);
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 31) % V;
   float loss_sum = 0.f, sumsq = 0.f;
@@ -29,19 +29,19 @@ static std::vector<float> run_once(const char* deterministic) {
   bool ok = nfn_attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NFN_F32) == NFN_OK &&
             nfn_attention_backward(ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
                                    NFN_F32) == NFN_OK &&
-            nfn_linear_backward(ctx, x.data(), dw.data(), db.data(), dqkv.data(), out.data(), w.data(), nullptr, N, C,
-                                3 * C, 0, NFN_F32) == NFN_OK &&
+            nfn_linear_backward(ctx, x.data(), dw.data(), db.data(), dxsum.data(), dqkv.data(), out.data(), w.data(),
+                                nullptr, N, C, 3 * C, 0, NFN_F32) == NFN_OK &&
             nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
                                       tgt.data(), N, C, V, V, 1.f / N, NFN_F32) == NFN_OK &&
             nfn_layernorm_forward(ctx, ln.data(), stats.data(), stats.data() + N, x.data(), dlw.data(), nullptr, N, C,
                                   NFN_F32) == NFN_OK &&
-            nfn_layernorm_backward(ctx, dln.data(), dlw.data(), dlb.data(), dout.data(), x.data(), wte.data(),
-                                   stats.data(), stats.data() + N, N, C, NFN_F32) == NFN_OK &&
+            nfn_layernorm_backward(ctx, dln.data(), dlw.data(), dlb.data(), dlnsum.data(), dout.data(), x.data(),
+                                   wte.data(), stats.data(), stats.data() + N, N, C, NFN_F32) == NFN_OK &&
             nfn_sum_squares_many(ctx, grad_bufs, grad_counts, 2, NFN_F32, &sumsq) == NFN_OK;
   EXPECT(ok, "ops failed: %s", nfn_ctx_last_error(ctx));
   nfn_ctx_destroy(ctx);
   std::vector<float> all;
-  for (const auto* v : {&out, &lse, &dqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw, &dlb})
+  for (const auto* v : {&out, &lse, &dqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw, &dlb, &dxsum, &dlnsum})
     all.insert(all.end(), v->begin(), v->end());
   all.push_back(loss_sum);
   all.push_back(sumsq);

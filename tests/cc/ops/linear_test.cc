@@ -93,8 +93,8 @@ static void test_backward(nfn_ctx* ctx, bool gelu) {
   std::vector<float> dpre = gy;  // through the GELU epilogue first, as the model does
   if (gelu) EXPECT(nfn_gelu_backward(ctx, dpre.data(), pre.data(), gy.data(), N * OC, NFN_F32) == NFN_OK, "gelu");
   std::vector<float> dx(N * IC, 0.f), dw(OC * IC, 0.5f), db(OC, -0.5f);
-  EXPECT(nfn_linear_backward(ctx, dx.data(), dw.data(), db.data(), dpre.data(), x.data(), w.data(), nullptr, N,
-                             IC, OC, 0, NFN_F32) == NFN_OK, "linear_backward");
+  EXPECT(nfn_linear_backward(ctx, dx.data(), dw.data(), db.data(), nullptr, dpre.data(), x.data(), w.data(), nullptr,
+                             N, IC, OC, 0, NFN_F32) == NFN_OK, "linear_backward");
   auto loss = [&] { forward(); return weighted_sum(y, gy); };
   std::vector<double> nx = numeric_grad(x, loss), nw = numeric_grad(w, loss), nb = numeric_grad(b, loss);
   for (auto& g : nw) g += 0.5;
@@ -106,16 +106,22 @@ static void test_backward(nfn_ctx* ctx, bool gelu) {
   expect_close("dbias (accumulated)", db, nb, 2e-3, 1e-2);
 
   // accumulate_dinp adds; 0 overwrites. Only dinp requested: the others stay untouched.
-  std::vector<float> dx2(N * IC, 1.f);
-  EXPECT(nfn_linear_backward(ctx, dx2.data(), nullptr, nullptr, dpre.data(), nullptr, w.data(), nullptr, N, IC, OC,
-                             1, NFN_F32) == NFN_OK, "accumulate dinp");
+  // dinp_colsum sums dinp as the op leaves it (the added 1s too).
+  std::vector<float> dx2(N * IC, 1.f), dsum(IC, -2.f);
+  EXPECT(nfn_linear_backward(ctx, dx2.data(), nullptr, nullptr, dsum.data(), dpre.data(), nullptr, w.data(), nullptr,
+                             N, IC, OC, 1, NFN_F32) == NFN_OK, "accumulate dinp");
   for (auto& g : nx) g += 1.0;
   expect_close("dinp accumulated", dx2, nx, 2e-3, 1e-2);
+  std::vector<double> want_sum(IC, -2.0);
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < IC; ++c) want_sum[c] += dx2[i * IC + c];
+  expect_close("dinp_colsum of the accumulated dinp", dsum, want_sum, 1e-5, 1e-5);
 }
 
 // A layer whose input is gelu(h) (GPT-2's fcproj): with gelu_pre = h, dinp is the gradient
 // with respect to h. Against finite differences through the GELU, and exactly what
-// linear_backward followed by gelu_backward gives.
+// linear_backward followed by gelu_backward gives; dinp_colsum is then the gradient of a
+// bias added into h (fc's), against the finite differences' column sums.
 static void test_backward_through_gelu(nfn_ctx* ctx) {
   std::vector<float> h = random_vec(N * IC, 8), w = random_vec(OC * IC, 9), b = random_vec(OC, 10);
   const std::vector<float> gy = random_vec(N * OC, 11);
@@ -127,13 +133,18 @@ static void test_backward_through_gelu(nfn_ctx* ctx) {
     return weighted_sum(y, gy);
   };
   loss();
-  std::vector<float> dh(N * IC, 7.f), dx(N * IC);
-  EXPECT(nfn_linear_backward(ctx, dh.data(), nullptr, nullptr, gy.data(), x.data(), w.data(), h.data(), N, IC, OC,
-                             0, NFN_F32) == NFN_OK, "linear_backward through gelu");
+  std::vector<float> dh(N * IC, 7.f), dx(N * IC), dbh(IC, 0.25f);
+  EXPECT(nfn_linear_backward(ctx, dh.data(), nullptr, nullptr, dbh.data(), gy.data(), x.data(), w.data(), h.data(), N,
+                             IC, OC, 0, NFN_F32) == NFN_OK, "linear_backward through gelu");
   std::printf("linear_backward (gelu_pre) checked\n");
-  expect_close("dinp with respect to gelu_pre", dh, numeric_grad(h, loss), 2e-3, 1e-2);
-  EXPECT(nfn_linear_backward(ctx, dx.data(), nullptr, nullptr, gy.data(), x.data(), w.data(), nullptr, N, IC, OC, 0,
-                             NFN_F32) == NFN_OK &&
+  const std::vector<double> nh = numeric_grad(h, loss);
+  expect_close("dinp with respect to gelu_pre", dh, nh, 2e-3, 1e-2);
+  std::vector<double> nbh(IC, 0.25);
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < IC; ++c) nbh[c] += nh[i * IC + c];
+  expect_close("dinp_colsum: the gradient of a bias in gelu_pre (accumulated)", dbh, nbh, 2e-3, 1e-2);
+  EXPECT(nfn_linear_backward(ctx, dx.data(), nullptr, nullptr, nullptr, gy.data(), x.data(), w.data(), nullptr, N, IC,
+                             OC, 0, NFN_F32) == NFN_OK &&
              nfn_gelu_backward(ctx, dx.data(), h.data(), dx.data(), N * IC, NFN_F32) == NFN_OK,
          "linear_backward, then gelu_backward");
   EXPECT(std::memcmp(dx.data(), dh.data(), dx.size() * sizeof(float)) == 0,
@@ -152,13 +163,17 @@ static void test_bad_arguments(nfn_ctx* ctx) {
   std::vector<float> aux(N * OC);
   expect_invalid(ctx, nfn_linear_forward(ctx, p, aux.data(), p, p, nullptr, p, N, IC, OC, NFN_EPILOGUE_GELU,
                                          NFN_F32), "linear_forward", "GELU with a residual");
-  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), nullptr,
+  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, nullptr, buf.data(), buf.data(), nullptr,
                                           nullptr, N, IC, OC, 0, NFN_F32), "linear_backward", "dinp without weight");
-  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, buf.data(), buf.data(), buf.data(),
-                                          buf.data(), N, IC, OC, 1, NFN_F32), "linear_backward",
+  expect_invalid(ctx, nfn_linear_backward(ctx, buf.data(), nullptr, nullptr, nullptr, buf.data(), buf.data(),
+                                          buf.data(), buf.data(), N, IC, OC, 1, NFN_F32), "linear_backward",
                  "gelu_pre with accumulate_dinp");
+  expect_invalid(ctx, nfn_linear_backward(ctx, nullptr, buf.data(), nullptr, nullptr, buf.data(), buf.data(),
+                                          buf.data(), buf.data(), N, IC, OC, 0, NFN_F32), "linear_backward",
+                 "gelu_pre without dinp");
   expect_invalid(ctx, nfn_linear_backward(ctx, nullptr, buf.data(), nullptr, buf.data(), buf.data(), buf.data(),
-                                          buf.data(), N, IC, OC, 0, NFN_F32), "linear_backward", "gelu_pre without dinp");
+                                          buf.data(), nullptr, N, IC, OC, 0, NFN_F32), "linear_backward",
+                 "dinp_colsum without dinp");
   EXPECT(nfn_linear_forward(ctx, buf.data(), nullptr, buf.data(), buf.data(), nullptr, nullptr, N, IC, OC,
                             NFN_EPILOGUE_NONE, NFN_BF16) == NFN_ERR_UNSUPPORTED, "bf16 storage unsupported");
   expect_invalid(ctx, nfn_ctx_configure(ctx, "matmul", "fp8"), "configure", "matmul=fp8");

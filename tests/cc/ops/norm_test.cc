@@ -1,5 +1,6 @@
 // LayerNorm and RMSNorm: forward against double references, backward against finite
-// differences, and the accumulate (+=) contract of every gradient.
+// differences, and the accumulate (+=) contract of every gradient (LayerNorm's dinp_colsum:
+// against double column sums of the dinp it leaves).
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,7 @@ using namespace nfn_test;
 
 static const int N = 6, C = 19;
 
+// with_bias also asks for dinp_colsum (the other call: NULL).
 static void test_layernorm(nfn_ctx* ctx, bool with_bias) {
   std::vector<float> x = random_vec(N * C, 1, 2.f), w = random_vec(C, 2), b = random_vec(C, 3);
   for (int c = 0; c < C; ++c) x[c] += 3.f;  // a row with a large mean
@@ -33,10 +35,17 @@ static void test_layernorm(nfn_ctx* ctx, bool with_bias) {
   expect_close("layernorm_forward mean", mean, want_mean, 1e-6, 1e-5);
   expect_close("layernorm_forward rstd", rstd, want_rstd, 1e-6, 1e-5);
 
-  std::vector<float> dx(N * C, 0.125f), dw(C, 1.f), db(C, -1.f);
-  EXPECT(nfn_layernorm_backward(ctx, dx.data(), dw.data(), with_bias ? db.data() : nullptr, gw.data(),
-                                x.data(), w.data(), mean.data(), rstd.data(), N, C, NFN_F32) == NFN_OK,
+  std::vector<float> dx(N * C, 0.125f), dw(C, 1.f), db(C, -1.f), dsum(C, 0.5f);
+  EXPECT(nfn_layernorm_backward(ctx, dx.data(), dw.data(), with_bias ? db.data() : nullptr,
+                                with_bias ? dsum.data() : nullptr, gw.data(), x.data(), w.data(), mean.data(),
+                                rstd.data(), N, C, NFN_F32) == NFN_OK,
          "layernorm_backward");
+  if (with_bias) {
+    std::vector<double> want_sum(C, 0.5);
+    for (int i = 0; i < N; ++i)
+      for (int c = 0; c < C; ++c) want_sum[c] += dx[i * C + c];
+    expect_close("layernorm_backward dinp_colsum", dsum, want_sum, 1e-5, 1e-5);
+  }
   auto loss = [&] { forward(); return weighted_sum(y, gw); };
   std::vector<double> nx = numeric_grad(x, loss), nw = numeric_grad(w, loss), nb = numeric_grad(b, loss);
   for (auto& g : nx) g += 0.125;
@@ -81,7 +90,7 @@ static void test_bad_arguments(nfn_ctx* ctx) {
   std::vector<float> buf(N * C), stats(N);
   expect_invalid(ctx, nfn_layernorm_forward(ctx, buf.data(), stats.data(), stats.data(), buf.data(), nullptr,
                                             nullptr, N, C, NFN_F32), "layernorm_forward", "null weight");
-  expect_invalid(ctx, nfn_layernorm_backward(ctx, buf.data(), buf.data(), nullptr, buf.data(), buf.data(),
+  expect_invalid(ctx, nfn_layernorm_backward(ctx, buf.data(), buf.data(), nullptr, nullptr, buf.data(), buf.data(),
                                              buf.data(), stats.data(), stats.data(), N, -1, NFN_F32),
                  "layernorm_backward", "C=-1");
   expect_invalid(ctx, nfn_rmsnorm_forward(ctx, buf.data(), stats.data(), buf.data(), nullptr, 0, C, NFN_F32),
