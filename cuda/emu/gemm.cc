@@ -1,8 +1,8 @@
 // nfn::cuda::gemm for the CUDA emulator: cuBLASLt's documented semantics on the host, in
 // place of cublaslt.cc. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then
 // the epilogue (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with
-// cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux)), f32 accumulation, one rounding to the
-// output dtype. Each matrix's extent is checked against its device allocation, which catches
+// cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux); DGELU_BGRAD: that, and bias = D's row sums,
+// summed in f32 before D's rounding), f32 accumulation, one rounding to the output dtype. Each matrix's extent is checked against its device allocation, which catches
 // a wrong leading dimension.
 #include <cmath>
 #include <vector>
@@ -54,6 +54,7 @@ void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux) {
   for (int j = 0; j < g.n; ++j)
     for (size_t p = 0; p < K; ++p)
       b[j * K + p] = load(g.b, g.ab, g.trans_b ? p * static_cast<size_t>(g.ldb) + j : j * static_cast<size_t>(g.ldb) + p);
+  std::vector<float> row_sums(g.epilogue == GemmEpilogue::dgelu_bgrad ? g.m : 0, 0.f);
   for (int j = 0; j < g.n; ++j) {
     const float* bj = &b[j * K];
     for (int i = 0; i < g.m; ++i) {
@@ -63,8 +64,9 @@ void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux) {
       const size_t at = static_cast<size_t>(j) * g.ldd + i;
       if (g.beta != 0.f) acc += g.beta * load(c, g.d_dtype, at);
       if (with_bias) acc += load(g.bias, g.d_dtype, i);
-      if (g.epilogue == GemmEpilogue::dgelu) {
+      if (g.epilogue == GemmEpilogue::dgelu || g.epilogue == GemmEpilogue::dgelu_bgrad) {
         acc *= gelu_tanh_grad(load(g.aux, g.d_dtype, static_cast<size_t>(j) * g.m + i));
+        if (!row_sums.empty()) row_sums[i] += acc;
       } else if (with_aux) {
         store(g.aux, g.d_dtype, static_cast<size_t>(j) * g.m + i, acc);
         acc = gelu_tanh(acc);
@@ -72,6 +74,8 @@ void product(const GemmArgs& g, const void* c, bool with_bias, bool with_aux) {
       store(g.d, g.d_dtype, at, acc);
     }
   }
+  for (int i = 0; i < static_cast<int>(row_sums.size()); ++i)
+    store(const_cast<void*>(g.bias), g.d_dtype, i, row_sums[i]);
 }
 
 }  // namespace
@@ -91,13 +95,14 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
     return fail(ctx, NFN_ERR_BACKEND, "%s: leading dimension below the rows (lda=%d ldb=%d ldd=%d)", op, g.lda,
                 g.ldb, g.ldd);
   const bool with_bias = g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  const bool bias_out = g.epilogue == GemmEpilogue::dgelu_bgrad;
   const char* outside = nullptr;
   if (!nfn_emu::inside_device(g.a, extent(a_rows, a_cols, g.lda, g.ab))) outside = "A";
   if (!nfn_emu::inside_device(g.b, extent(b_rows, b_cols, g.ldb, g.ab))) outside = "B";
   if (!nfn_emu::inside_device(g.d, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "D";
   const void* c = g.c != nullptr ? g.c : g.d;
   if (g.beta != 0.f && !nfn_emu::inside_device(c, extent(g.m, g.n, g.ldd, g.d_dtype))) outside = "C";
-  if (with_bias && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
+  if ((with_bias || bias_out) && !nfn_emu::inside_device(g.bias, g.m * dtype_size(g.d_dtype))) outside = "bias";
   if (with_aux && !nfn_emu::inside_device(g.aux, extent(g.m, g.n, g.m, g.d_dtype))) outside = "aux";
   if (outside != nullptr)
     return fail(ctx, NFN_ERR_BACKEND, "%s: cuBLASLt would read or write %s outside its allocation (m=%d n=%d k=%d)",

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 #ifdef NFN_HAVE_CUBLASLT
@@ -164,9 +165,12 @@ nfn_status describe(nfn_ctx* ctx, const char* op, const GemmArgs& g, Descriptors
     case GemmEpilogue::gelu_aux: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
     case GemmEpilogue::gelu_aux_bias: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
     case GemmEpilogue::dgelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
+    case GemmEpilogue::dgelu_bgrad: epi = CUBLASLT_EPILOGUE_DGELU_BGRAD; break;
   }
   LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-  if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias)
+  // The bias vector (read), or under dgelu_bgrad the bias gradient (written), in D's dtype.
+  if (g.epilogue == GemmEpilogue::bias || g.epilogue == GemmEpilogue::gelu_aux_bias ||
+      g.epilogue == GemmEpilogue::dgelu_bgrad)
     LT_TRY(api.desc_set(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
   if (has_gelu_aux(g)) {
     int64_t ld_aux = g.m;
@@ -202,25 +206,30 @@ AlgoKey key_of(const nfn_ctx* ctx, const GemmArgs& g) {
           alignment(g.d), alignment(g.aux), alignment(g.bias), ctx->gemm_tune};
 }
 
-// The kernel picked for each key (ctx->gemm_algos): the heuristic is asked once a shape.
+// The kernel picked for each key (ctx->gemm_algos), and the keys cuBLASLt has no kernel for
+// (a fused epilogue it refuses: the caller then runs the unfused form): the heuristic is
+// asked once a shape.
 struct AlgoCache {
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+  std::set<AlgoKey> refused;
 };
 
 size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // gemm_tune=on: the fastest of the heuristic's `n` picks for `g` (CUDA events around
 // kTuneRuns runs after one untimed), each writing outputs of its own (D, and the GELU
-// input its epilogue writes), so the caller's buffers are only read. Where
+// input or bias gradient its epilogue writes), so the caller's buffers are only read. Where
 // that memory cannot be had, the heuristic's first pick.
 nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* picks,
                    int n, cublasLtMatmulAlgo_t* best) {
   *best = picks[0].algo;
   const size_t size = g.d_dtype == NFN_BF16 ? 2 : 4;
   const bool writes_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
+  const bool writes_bias = g.epilogue == GemmEpilogue::dgelu_bgrad;
   const size_t d_bytes = round_up(size * g.ldd * g.n), aux_bytes = writes_aux ? round_up(size * g.m * g.n) : 0;
+  const size_t bias_bytes = writes_bias ? round_up(size * g.m) : 0;
   char* buf = nullptr;
-  if (cudaMalloc(&buf, d_bytes + aux_bytes) != cudaSuccess) {
+  if (cudaMalloc(&buf, d_bytes + aux_bytes + bias_bytes) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: the untuned pick will do
     return NFN_OK;
   }
@@ -228,6 +237,7 @@ nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublas
   t.c = g.c != nullptr ? g.c : g.d;  // read where the call reads it
   t.d = buf;
   if (writes_aux) t.aux = buf + d_bytes;
+  if (writes_bias) t.bias = buf + d_bytes + aux_bytes;
   Descriptors s;
   nfn_status status = describe(ctx, op, t, &s);
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -267,6 +277,12 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
     *algo = hit->second;
     return NFN_OK;
   }
+  auto& refused = static_cast<AlgoCache*>(ctx->gemm_algos)->refused;
+  auto no_kernel = [&] {
+    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)", op, g.m,
+                g.n, g.k);
+  };
+  if (refused.count(key) != 0) return no_kernel();
   cublasLtMatmulHeuristicResult_t picks[kTuneCandidates] = {};
   const int want = ctx->gemm_tune && !ctx->recording ? kTuneCandidates : 1;
   int found = 0;
@@ -275,9 +291,10 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
   if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
     return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmulAlgoGetHeuristic: %s", op,
                 api.status_string(heuristic));
-  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0)
-    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cuBLASLt has no kernel for this GEMM (m=%d n=%d k=%d)",
-                op, g.m, g.n, g.k);
+  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+    refused.insert(key);
+    return no_kernel();
+  }
   *algo = picks[0].algo;
   if (found > 1) NFN_TRY(fastest(ctx, op, g, picks, found, algo));
   algos.emplace(key, *algo);
@@ -315,6 +332,14 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   const cublasStatus_t st = api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
                                        s.b, &beta, c, s.d, g.d, s.d, &algo, ctx->gemm_workspace,
                                        kGemmWorkspaceBytes, ctx->stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::none) {
+    // A fused epilogue the heuristic offered but the kernel refuses: nothing ran, and the
+    // caller runs the unfused form (now and for this key from now on).
+    auto* cache = static_cast<AlgoCache*>(ctx->gemm_algos);
+    cache->algos.erase(key_of(ctx, g));
+    cache->refused.insert(key_of(ctx, g));
+    return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: cublasLtMatmul: %s", op, api.status_string(st));
+  }
   if (st != CUBLAS_STATUS_SUCCESS) return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmul: %s", op, api.status_string(st));
   return NFN_OK;
 }

@@ -6,12 +6,14 @@
 
 namespace nfn::cuda {
 
-enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu };
+enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, dgelu_bgrad };
 
 // Column-major D (m,n) = op(A) op(B) + beta * C, C = D unless c is set (then c, laid out as D),
 // A (m,k) after op, B (k,n) after op, with
 // an optional epilogue: + bias (m), then GELU with the pre-activation stored in aux (ld m);
-// or (dgelu) D *= GELU'(aux), aux (ld m) the pre-activation a gelu_aux GEMM stored.
+// or (dgelu) D *= GELU'(aux), aux (ld m) the pre-activation a gelu_aux GEMM stored; or
+// (dgelu_bgrad) that, and D's row sums written to bias (m, D's dtype: the gradient of a bias
+// added into aux).
 // A and B are `ab` (f32 or bf16), D is `d` (f32 or bf16). f32 inputs use plain f32 math.
 // cuBLASLt wants the aux leading dimension divisible by 8 (gelu_aux_ld_ok); a GELU epilogue
 // without it, or a shape cuBLASLt has no kernel for, returns NFN_ERR_UNSUPPORTED.
@@ -36,7 +38,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);
 
 inline bool has_gelu_aux(const GemmArgs& g) {
   return g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias ||
-         g.epilogue == GemmEpilogue::dgelu;
+         g.epilogue == GemmEpilogue::dgelu || g.epilogue == GemmEpilogue::dgelu_bgrad;
 }
 
 // cuBLASLt's rule for the GELU input matrix: leading dimension (here m) divisible by 8.

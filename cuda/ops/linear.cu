@@ -104,7 +104,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   if (dinp_colsum != nullptr && dinp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp_colsum needs dinp", op);
   // overlap=on: the weight and bias gradients on the side stream, beside the input gradient.
-  bool forked = false;
+  bool forked = false, summed = false;  // summed: dinp_colsum done by the GEMM's epilogue
   if (dinp != nullptr && (dweight != nullptr || dbias != nullptr)) NFN_TRY(nfn::cuda::side_fork(ctx, op, &forked));
   if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
     GemmArgs g;
@@ -123,10 +123,23 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
       GemmArgs f = g;
       f.epilogue = GemmEpilogue::dgelu;
       f.aux = const_cast<void*>(gelu_pre);  // read, not written, under DGELU
-      if (nfn::cuda::gelu_aux_ld_ok(f))
-        NFN_TRY(try_fused(ctx, op, f, &fused));
-      else
+      if (!nfn::cuda::gelu_aux_ld_ok(f)) {
         count_epilogue(ctx, f.epilogue, false);  // cuBLASLt's divisible-by-8 rule
+      } else {
+        // dinp_colsum: DGELU_BGRAD also writes dinp's column sums (to scratch, then added), so
+        // nothing reads dinp again for them; not while the side stream's dbias uses the scratch.
+        if (dinp_colsum != nullptr && !(forked && dbias != nullptr)) {
+          void* sums = nullptr;
+          NFN_TRY(nfn::cuda::scratch(ctx, nfn::cuda::dtype_size(dtype) * IC, &sums, op));
+          GemmArgs b = f;
+          b.epilogue = GemmEpilogue::dgelu_bgrad;
+          b.bias = sums;
+          NFN_TRY(try_fused(ctx, op, b, &fused));
+          if (fused) NFN_TRY(nfn_residual_forward(ctx, dinp_colsum, dinp_colsum, sums, nullptr, 1, IC, dtype));
+          summed = fused;
+        }
+        if (!fused) NFN_TRY(try_fused(ctx, op, f, &fused));
+      }
     }
     if (!fused) {
       NFN_TRY(nfn::cuda::gemm(ctx, op, g));
@@ -154,18 +167,18 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   NFN_TRY(side.join(op));
   // dinp_colsum += dinp's column sums, on the main stream after the join: the side stream's
   // column sums use the same scratch.
-  if (dinp_colsum != nullptr)
+  if (dinp_colsum != nullptr && !summed)
     NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dinp_colsum),
                                                               static_cast<const E*>(dinp), N, IC)));
   return NFN_OK;
 }
 
 // Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,
-// e.g. "gelu_aux_bias 24/24, dgelu 12/12 fused" ("" before any bf16 linear; the
+// e.g. "gelu_aux_bias 24/24, dgelu_bgrad 12/12 fused" ("" before any bf16 linear; the
 // unfused form runs where cuBLASLt has no kernel or its rules refuse the shape). Valid until
 // the next call. Reports (the trainer's, bench_ops) look it up with dlsym.
 const char* nfn_cuda_fused_epilogues(nfn_ctx* ctx) {
-  static const char* const names[] = {"none", "bias", "gelu_aux", "gelu_aux_bias", "dgelu"};
+  static const char* const names[] = {"none", "bias", "gelu_aux", "gelu_aux_bias", "dgelu", "dgelu_bgrad"};
   std::string out;
   for (int e = 0; e < static_cast<int>(sizeof names / sizeof *names); ++e) {
     const unsigned long long fused = ctx->epilogue_calls[e][1], all = fused + ctx->epilogue_calls[e][0];

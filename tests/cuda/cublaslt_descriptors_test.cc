@@ -65,6 +65,8 @@ int main() {
   gelu.epilogue = GemmEpilogue::gelu_aux_bias, gelu.bias = at(4), gelu.aux = at(5);
   GemmArgs dgelu = input_grad(4 * C, C);
   dgelu.epilogue = GemmEpilogue::dgelu, dgelu.aux = at(5);
+  GemmArgs dgelu_bgrad = dgelu;  // fcproj's, with fc's bias gradient written to bias
+  dgelu_bgrad.epilogue = GemmEpilogue::dgelu_bgrad, dgelu_bgrad.bias = at(4);
   GemmArgs weight = weight_grad(C, 4 * C);
   GemmArgs accumulate = input_grad(C, 3 * C);
   accumulate.beta = 1.f;
@@ -81,6 +83,7 @@ int main() {
       {"bf16 projection + bias onto the residual, into another buffer", residual_apart},
       {"bf16 forward + bias + GELU (GELU_AUX_BIAS)", gelu},
       {"bf16 input gradient through the GELU (DGELU)", dgelu},
+      {"bf16 input gradient through the GELU, with the bias gradient (DGELU_BGRAD)", dgelu_bgrad},
       {"bf16 weight gradient, accumulated", weight},
       {"bf16 input gradient, accumulated", accumulate},
       {"LM head logits", logits},

@@ -54,7 +54,7 @@ class BenchOpsTest(unittest.TestCase):
         # Before the summary: how often the bf16 linears' cuBLASLt epilogues ran fused (all
         # of them under the emulator, whose GEMM has them).
         fused = proc.stdout.splitlines()[-2]
-        self.assertRegex(fused, r"^fused epilogues: gelu_aux_bias (\d+)/\1, dgelu (\d+)/\2 fused$")
+        self.assertRegex(fused, r"^fused epilogues: gelu_aux_bias (\d+)/\1, dgelu (\d+)/\2, dgelu_bgrad (\d+)/\3 fused$")
 
     def test_lm_head_chunk_sizes(self):
         # --lm-head-rows times the LM head again at each chunk size, outside the step total.

@@ -115,11 +115,12 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertTrue(lib["attention"].startswith("flash_mma" if attention == "flash_mma" else "flash_simt"),
                             lib["attention"])
             # bf16 asks cuBLASLt for the fused epilogues (the emulator's GEMM has them all, and
-            # every width here is a multiple of 8); f32 never does.
+            # every width here is a multiple of 8): fcproj's backward for DGELU_BGRAD, which also
+            # sums fc's bias gradient; f32 never does.
             if dtype == "f32":
                 self.assertEqual(lib["fused_epilogues"], "")
             else:
-                counts = re.fullmatch(r"gelu_aux_bias (\d+)/(\d+), dgelu (\d+)/(\d+) fused",
+                counts = re.fullmatch(r"gelu_aux_bias (\d+)/(\d+), dgelu_bgrad (\d+)/(\d+) fused",
                                       lib["fused_epilogues"])
                 self.assertIsNotNone(counts, lib["fused_epilogues"])
                 pairs = [int(n) for n in counts.groups()]
