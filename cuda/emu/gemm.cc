@@ -2,8 +2,9 @@
 // place of cublaslt.cc. Column-major D (m,n) = op(A) op(B) + beta C (C = D, or g.c), then
 // the epilogue (+ bias per row of D; GELU_AUX: aux = the pre-activation, D = GELU(aux), with
 // cuBLASLt's tanh GELU; DGELU: D *= GELU'(aux); DGELU_BGRAD: that, and bias = D's row sums,
-// summed in f32 before D's rounding), f32 accumulation, one rounding to the output dtype. Each matrix's extent is checked against its device allocation, which catches
-// a wrong leading dimension.
+// summed in f32 before D's rounding), f32 accumulation, one rounding to the output dtype.
+// Each matrix's extent is checked against its device allocation, which catches a wrong
+// leading dimension.
 #include <cmath>
 #include <vector>
 
