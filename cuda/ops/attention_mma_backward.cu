@@ -53,6 +53,36 @@ struct HeadRows {
         dout(static_cast<size_t>(b) * ix.T * ix.C + static_cast<size_t>(h) * HD) {}
 };
 
+// The two products a tile needs at once, sharing their loop over the head dimension (kSteps
+// steps of 16): x = A B^T and y = C D^T, where A and C are the warp's 16 rows (of a and c)
+// and B and D give kTiles tiles of 8 rows each (of b and d). dkdv: S^T = K Q^T and
+// dP^T = V dO^T; dq: S = Q K^T and dP = dO V^T.
+template <int kTiles, int kSteps>
+__device__ __forceinline__ void paired_products(float (&x)[kTiles][4], float (&y)[kTiles][4], const uint16_t* a,
+                                                const uint16_t* b, const uint16_t* c, const uint16_t* d, int S,
+                                                int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[j][i] = y[j][i] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    uint32_t af[4], cf[4];
+    load_a(af, a, S, 16 * warp, 16 * kk, lane);
+    load_a(cf, c, S, 16 * warp, 16 * kk, lane);
+#pragma unroll
+    for (int j = 0; j < kTiles; j += 2) {
+      uint32_t bf[2][2], df[2][2];
+      load_b_transposed(bf, b, S, 8 * j, 16 * kk, lane);
+      mma_bf16(x[j], af, bf[0]);
+      mma_bf16(x[j + 1], af, bf[1]);
+      load_b_transposed(df, d, S, 8 * j, 16 * kk, lane);
+      mma_bf16(y[j], cf, df[0]);
+      mma_bf16(y[j + 1], cf, df[1]);
+    }
+  }
+}
+
 // grid (ceil(T / 64), B * NH), kThreads threads, dkdv_smem_bytes<HD>() dynamic shared memory.
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -111,26 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (key0 >= ix.T || i0 + BQ - 1 < key0) continue;
 
     float st[kQueryTiles][4], dpt[kQueryTiles][4];  // S^T then P^T; dP^T then dS^T
-#pragma unroll
-    for (int j = 0; j < kQueryTiles; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) st[j][i] = dpt[j][i] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      uint32_t ka[4], va[4];
-      load_a(ka, ks, S, 16 * warp, 16 * kk, lane);
-      load_a(va, vs, S, 16 * warp, 16 * kk, lane);
-#pragma unroll
-      for (int j = 0; j < kQueryTiles; j += 2) {
-        uint32_t qb[2][2], dob[2][2];
-        load_b_transposed(qb, qs, S, 8 * j, 16 * kk, lane);
-        mma_bf16(st[j], ka, qb[0]);
-        mma_bf16(st[j + 1], ka, qb[1]);
-        load_b_transposed(dob, dos, S, 8 * j, 16 * kk, lane);
-        mma_bf16(dpt[j], va, dob[0]);
-        mma_bf16(dpt[j + 1], va, dob[1]);
-      }
-    }
+    paired_products<kQueryTiles, kSteps>(st, dpt, ks, qs, vs, dos, S, warp, lane);
 
     // Query i sees key j only when j <= i; queries at or past T see nothing.
     const bool edge = i0 < key0 + 16 || i0 + BQ > ix.T;
@@ -231,26 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (row0 >= ix.T) continue;
 
     float s[kKeyTiles][4], dp[kKeyTiles][4];  // S then P; dP then dS
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[j][i] = dp[j][i] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      uint32_t qa[4], doa[4];
-      load_a(qa, qs, S, 16 * warp, 16 * kk, lane);
-      load_a(doa, dos, S, 16 * warp, 16 * kk, lane);
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; j += 2) {
-        uint32_t kb[2][2], vb[2][2];
-        load_b_transposed(kb, ks, S, 8 * j, 16 * kk, lane);
-        mma_bf16(s[j], qa, kb[0]);
-        mma_bf16(s[j + 1], qa, kb[1]);
-        load_b_transposed(vb, vs, S, 8 * j, 16 * kk, lane);
-        mma_bf16(dp[j], doa, vb[0]);
-        mma_bf16(dp[j + 1], doa, vb[1]);
-      }
-    }
+    paired_products<kKeyTiles, kSteps>(s, dp, qs, ks, dos, vs, S, warp, lane);
 
     const bool edge = k0 + kBlockRows > row0 || k0 + kBlockRows > ix.T;
 #pragma unroll
