@@ -92,6 +92,26 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2][2], const uint16_t* m, i
   load_b_pair<true>(b, m + b_ldsm_offset(lane, stride, k0, n0));
 }
 
+// out += P B: P a warp's 16 rows of kTiles accumulator tiles (8 columns each, rounded to bf16 A
+// fragments in place), B the shared tile of 8 * kTiles rows and 8 * kOutTiles columns, taken
+// 16 rows at a time. The forward's O += P V, dq's dQ += dS K.
+template <int kTiles, int kOutTiles>
+__device__ __forceinline__ void accumulate_product(float (&out)[kOutTiles][4], const float (&p)[kTiles][4],
+                                                   const uint16_t* b, int stride, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTiles / 2; ++kk) {
+    uint32_t pa[4];
+    accumulators_to_a(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int j = 0; j < kOutTiles; j += 2) {
+      uint32_t bf[2][2];
+      load_b(bf, b, stride, 16 * kk, 8 * j, lane);
+      mma_bf16(out[j], pa, bf[0]);
+      mma_bf16(out[j + 1], pa, bf[1]);
+    }
+  }
+}
+
 // Starts copying ROWS rows of HD bf16 (time steps t0.., row t at src + t * ld; t0 < T) into
 // shared memory (stride<HD>() per row) in 16-byte pieces with cp.async; rows at or past T
 // become zeros (a zero V row times a zero probability must stay zero, never NaN). src and

@@ -256,18 +256,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
 
     // dQ += dS K over the tile's 64 keys, 16 at a time.
-#pragma unroll
-    for (int kk = 0; kk < kBlockRows / 16; ++kk) {
-      uint32_t dsa[4];
-      accumulators_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-      for (int j = 0; j < kDimTiles; j += 2) {
-        uint32_t kb[2][2];
-        load_b(kb, ks, S, 16 * kk, 8 * j, lane);
-        mma_bf16(dq[j], dsa, kb[0]);
-        mma_bf16(dq[j + 1], dsa, kb[1]);
-      }
-    }
+    accumulate_product(dq, dp, ks, S, lane);
   }
   if (row0 >= ix.T) return;
 

@@ -111,18 +111,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
 
     // O += P V over the tile's 64 keys, 16 at a time; P (bf16) comes straight from s.
-#pragma unroll
-    for (int kk = 0; kk < kBlockRows / 16; ++kk) {
-      uint32_t pa[4];
-      accumulators_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int j = 0; j < kDimTiles; j += 2) {
-        uint32_t vb[2][2];
-        load_b(vb, vs, S, 16 * kk, 8 * j, lane);
-        mma_bf16(o[j], pa, vb[0]);
-        mma_bf16(o[j + 1], pa, vb[1]);
-      }
-    }
+    accumulate_product(o, s, vs, S, lane);
   }
   if (row0 >= ix.T) return;
 
