@@ -45,7 +45,7 @@ void declare_train_flags(Flags* f) {
   f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation)");
   f->value("threads", "CPU threads (default: all cores)");
   f->value("attention", "CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN loads), flash_mma (tensor cores; the default otherwise), flash (CUDA cores) or thunderkittens");
-  f->value("gemm-tune", "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the fastest (the pick may differ from run to run); off: cuBLASLt's first pick (the library's default)");
+  f->value("gemm-tune", "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the fastest, in ~/.cache/nfn/gemm_tune/ (or $NFN_GEMM_TUNE_CACHE), where later runs on the same GPU take them from; off: cuBLASLt's first pick (the library's default)");
   f->value("deterministic", "on: every kernel repeats bit for bit (the libraries' default); off: CUDA's cuDNN attention backward may add dQ with atomics, its faster form");
   f->value("overlap", "CUDA: on runs each linear backward's weight and bias gradients on a second stream beside its input gradient (the same results); off: one stream (the library's default)");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the first recording fails", "auto");

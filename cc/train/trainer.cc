@@ -470,6 +470,9 @@ int run_training(const TrainConfig& c) {
   using Epilogues = const char* (*)(nfn_ctx*);
   if (auto fused = reinterpret_cast<Epilogues>(dlsym(backend.lib.handle, "nfn_cuda_fused_epilogues")))
     lib.set("fused_epilogues", fused(backend.ctx));
+  // And what gemm_tune did: shapes timed, and those taken from the picks file of a run before.
+  if (auto tune = reinterpret_cast<Epilogues>(dlsym(backend.lib.handle, "nfn_cuda_gemm_tune")))
+    lib.set("gemm_tune", tune(backend.ctx));
   report.set("op_library", lib);
   report.set("checkpoint_dir", c.output_dir);
   report.set("model_file", model_path);

@@ -136,7 +136,7 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
 
 // Options: attention=flash|flash_mma|cudnn|thunderkittens (the kernels behind attention_forward/backward);
 // lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size); gemm_tune=on|off;
-// deterministic=on|off; overlap=on|off.
+// gemm_tune_cache=PATH|off (where gemm_tune keeps its picks); deterministic=on|off; overlap=on|off.
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   if (key != nullptr && value != nullptr && std::strcmp(key, "lm_head_rows") == 0) {
@@ -146,6 +146,15 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
       return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
                   "configure: lm_head_rows=%s is not a multiple of 8 in 0..16777216", value);
     ctx->lm_head_rows = static_cast<int>(rows);
+    return NFN_OK;
+  }
+  if (key != nullptr && value != nullptr && std::strcmp(key, "gemm_tune_cache") == 0) {
+    if (*value == '\0')
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: gemm_tune_cache needs a file path or off");
+    if (ctx->tuned_picks != nullptr)
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
+                  "configure: gemm_tune_cache=%s: this context already read its picks file", value);
+    ctx->gemm_tune_cache = value;
     return NFN_OK;
   }
   for (auto [name, flag] : {std::pair{"gemm_tune", &ctx->gemm_tune}, std::pair{"deterministic", &ctx->deterministic},
@@ -180,6 +189,18 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   }
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
               key ? key : "(null)", value ? value : "(null)");
+}
+
+// Not part of the op table: what gemm_tune did on this context, for the runtime report: "off",
+// or "on: 12 shapes timed, 0 taken from <file>" (or "..., no picks file" with
+// gemm_tune_cache=off or no home). Valid until the next call.
+const char* nfn_cuda_gemm_tune(nfn_ctx* ctx) {
+  if (ctx == nullptr) return "";
+  if (!ctx->gemm_tune && ctx->gemm_timed == 0 && ctx->gemm_kept == 0) return "off";
+  ctx->gemm_tune_report = "on: " + std::to_string(ctx->gemm_timed) + " shapes timed, " +
+                          std::to_string(ctx->gemm_kept) + " taken from " +
+                          (ctx->gemm_tune_file.empty() ? std::string("no picks file") : ctx->gemm_tune_file);
+  return ctx->gemm_tune_report.c_str();
 }
 
 // Not part of the op table: the context's device, as CUDA names it ("NVIDIA H200"), for the

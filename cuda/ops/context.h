@@ -27,8 +27,16 @@ struct nfn_ctx {
   void* gemm_workspace = nullptr;   // cuBLASLt workspace (kGemmWorkspaceBytes)
   void* gemm_algos = nullptr;       // cuBLASLt's kernel for each GEMM shape seen (cublaslt.cc)
   // Option gemm_tune=on: a shape's first GEMM times cuBLASLt's first picks and keeps the
-  // fastest (cublaslt.cc). Off by default: the timing may pick differently from run to run.
+  // fastest (cublaslt.cc), and the picks are kept in a file (tuned_picks.h) that later runs on
+  // this device take them from, so they repeat. Off by default until a GPU has run the file.
   bool gemm_tune = false;
+  // Option gemm_tune_cache: the picks file ("": tuned_picks.h's default_picks_path; "off":
+  // none, every run times again). tuned_picks: its TunedPicks, read on the first tuned GEMM.
+  std::string gemm_tune_cache;
+  void* tuned_picks = nullptr;
+  std::string gemm_tune_file;       // the picks file read ("" until one is)
+  unsigned gemm_timed = 0, gemm_kept = 0;  // shapes gemm_tune timed; shapes it took from the file
+  std::string gemm_tune_report;     // nfn_cuda_gemm_tune's answer, built on the call
   // Option deterministic=off: cuDNN's attention backward may add dQ with atomics (its faster
   // form), so runs no longer repeat bit for bit. On by default: every kernel repeats exactly.
   bool deterministic = true;

@@ -9,13 +9,17 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 
 #ifdef NFN_HAVE_CUBLASLT
 #include <cublasLt.h>
+
+#include "cuda/ops/tuned_picks.h"
 #endif
 
 namespace nfn::cuda {
@@ -58,7 +62,9 @@ struct CublasLt {
   decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
   decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
   decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+  decltype(&cublasLtMatmulAlgoCheck) algo_check;
   decltype(&cublasLtMatmul) matmul;
+  decltype(&cublasLtGetVersion) version;
 };
 
 CublasLt api;
@@ -107,7 +113,8 @@ void load_cublaslt() {
             resolve(lib, "cublasLtMatmulPreferenceDestroy", &api.pref_destroy) &&
             resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &api.pref_set) &&
             resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &api.heuristic) &&
-            resolve(lib, "cublasLtMatmul", &api.matmul);
+            resolve(lib, "cublasLtMatmulAlgoCheck", &api.algo_check) &&
+            resolve(lib, "cublasLtMatmul", &api.matmul) && resolve(lib, "cublasLtGetVersion", &api.version);
   if (ok) load_error.clear();
 }
 
@@ -197,7 +204,7 @@ nfn_status describe(nfn_ctx* ctx, const char* op, const GemmArgs& g, Descriptors
 
 // A GEMM's shape, layouts, epilogue and operand alignments: what cuBLASLt picks a kernel by
 // (and gemm_tune, so that a tuned pick and the heuristic's live side by side).
-using AlgoKey = std::array<int64_t, 19>;
+using AlgoKey = GemmKey;
 
 AlgoKey key_of(const nfn_ctx* ctx, const GemmArgs& g) {
   const void* c = g.c != nullptr ? g.c : g.d;
@@ -267,8 +274,62 @@ nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublas
   return status;
 }
 
-// The kernel for `g`: cached, else the heuristic's first pick (gemm_tune=on, outside a graph
-// recording: the fastest of its first kTuneCandidates), then cached.
+// gemm_tune's picks file (tuned_picks.h), read on first use; NULL where the context keeps none
+// (gemm_tune_cache=off, or no home to keep it in). A file that does not parse fails the op
+// with its name and line.
+nfn_status tuned_picks(nfn_ctx* ctx, const char* op, TunedPicks** out) {
+  *out = static_cast<TunedPicks*>(ctx->tuned_picks);
+  if (*out != nullptr || ctx->gemm_tune_cache == "off") return NFN_OK;
+  auto t = std::make_unique<TunedPicks>();
+  t->header = picks_header(ctx->device_name, api.version());
+  t->path = !ctx->gemm_tune_cache.empty() ? ctx->gemm_tune_cache : default_picks_path(ctx->device_name, api.version());
+  if (t->path.empty()) return NFN_OK;
+  std::string error;
+  if (!load_picks(t.get(), &error)) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: gemm_tune: %s", op, error.c_str());
+  ctx->gemm_tune_file = t->path;
+  *out = t.release();
+  ctx->tuned_picks = *out;
+  return NFN_OK;
+}
+
+// gemm_tune=on: the kernel an earlier run picked for `key`, if its file has one that cuBLASLt
+// still accepts for these descriptors (*found). One it refuses is dropped (timed again).
+nfn_status kept_pick(nfn_ctx* ctx, const char* op, const AlgoKey& key, const Descriptors& s,
+                     cublasLtMatmulAlgo_t* algo, bool* found) {
+  *found = false;
+  TunedPicks* t = nullptr;
+  NFN_TRY(tuned_picks(ctx, op, &t));
+  if (t == nullptr) return NFN_OK;
+  auto hit = t->picks.find(key);
+  if (hit == t->picks.end()) return NFN_OK;
+  static_assert(sizeof algo->data == sizeof(AlgoWords), "cublasLtMatmulAlgo_t is 8 words");
+  std::memcpy(algo->data, hit->second.data(), sizeof algo->data);
+  cublasLtMatmulHeuristicResult_t result = {};
+  *found = api.algo_check(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, s.a, s.b, s.d, s.d, algo, &result) ==
+           CUBLAS_STATUS_SUCCESS;
+  if (*found)
+    ++ctx->gemm_kept;
+  else
+    t->picks.erase(hit);
+  return NFN_OK;
+}
+
+// gemm_tune=on: keeps a timed pick in the context's picks file. A file that cannot be written
+// costs only the next run its timing, so that is not an error.
+void keep_pick(nfn_ctx* ctx, const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) {
+  ++ctx->gemm_timed;
+  auto* t = static_cast<TunedPicks*>(ctx->tuned_picks);
+  if (t == nullptr) return;
+  AlgoWords words;
+  std::memcpy(words.data(), algo.data, sizeof algo.data);
+  t->picks[key] = words;
+  std::string ignored;
+  save_picks(*t, &ignored);
+}
+
+// The kernel for `g`: cached, else (gemm_tune=on) the one its picks file keeps, else the
+// heuristic's first pick (gemm_tune=on, outside a graph recording: the fastest of its first
+// kTuneCandidates, then kept in the file), then cached.
 nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descriptors& s, cublasLtMatmulAlgo_t* algo) {
   if (ctx->gemm_algos == nullptr) ctx->gemm_algos = new AlgoCache();
   auto& algos = static_cast<AlgoCache*>(ctx->gemm_algos)->algos;
@@ -283,6 +344,14 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
                 g.n, g.k);
   };
   if (refused.count(key) != 0) return no_kernel();
+  if (ctx->gemm_tune) {
+    bool kept = false;
+    NFN_TRY(kept_pick(ctx, op, key, s, algo, &kept));
+    if (kept) {
+      algos.emplace(key, *algo);
+      return NFN_OK;
+    }
+  }
   cublasLtMatmulHeuristicResult_t picks[kTuneCandidates] = {};
   const int want = ctx->gemm_tune && !ctx->recording ? kTuneCandidates : 1;
   int found = 0;
@@ -296,7 +365,10 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
     return no_kernel();
   }
   *algo = picks[0].algo;
-  if (found > 1) NFN_TRY(fastest(ctx, op, g, picks, found, algo));
+  if (found > 1) {
+    NFN_TRY(fastest(ctx, op, g, picks, found, algo));
+    keep_pick(ctx, key, *algo);
+  }
   algos.emplace(key, *algo);
   return NFN_OK;
 }
@@ -348,6 +420,8 @@ void gemm_release(nfn_ctx* ctx) {
   if (ctx->cublaslt != nullptr) api.destroy(static_cast<cublasLtHandle_t>(ctx->cublaslt));
   if (ctx->gemm_workspace != nullptr) cudaFree(ctx->gemm_workspace);
   delete static_cast<AlgoCache*>(ctx->gemm_algos);
+  delete static_cast<TunedPicks*>(ctx->tuned_picks);
+  ctx->tuned_picks = nullptr;
   ctx->cublaslt = nullptr;
   ctx->gemm_workspace = nullptr;
   ctx->gemm_algos = nullptr;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 #include <random>
 #include <string>
@@ -603,6 +604,8 @@ void check_errors(const Backend& gpu) {
          "configure attention=warp-speed is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "maybe") == NFN_ERR_INVALID_ARGUMENT,
          "configure gemm_tune=maybe is refused");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune_cache", "") == NFN_ERR_INVALID_ARGUMENT,
+         "configure gemm_tune_cache= (no path) is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "maybe") == NFN_ERR_INVALID_ARGUMENT,
          "configure deterministic=maybe is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "maybe") == NFN_ERR_INVALID_ARGUMENT,
@@ -666,15 +669,43 @@ int main(int argc, char** argv) {
   }
   // The GEMMs again with gemm_tune=on: a shape's first call times cuBLASLt's picks into
   // outputs of its own, so the results (accumulating ones too) must not move. Not under the
-  // emulator, whose GEMM stands in for cuBLASLt and has nothing to tune.
+  // emulator, whose GEMM stands in for cuBLASLt and has nothing to tune. The picks go to a
+  // file of the suite's own; a second context then takes them from it (checked by cuBLASLt
+  // before use) instead of timing again, with the same results.
   const bool emulated = dlsym(gpu.lib.handle, "nfn_emu_shared_optin") != nullptr;
   if (!self_check && !emulated) {
-    expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "on") == NFN_OK, "configure gemm_tune=on");
+    char dir[] = "/tmp/nfn_parity_picks_XXXXXX";
+    const std::string picks = std::string(mkdtemp(dir) ? dir : "/tmp") + "/picks.txt";
+    using Tune = const char* (*)(nfn_ctx*);
+    const auto tune = reinterpret_cast<Tune>(dlsym(gpu.lib.handle, "nfn_cuda_gemm_tune"));
+    auto tuned = [&](unsigned* timed, unsigned* kept) {
+      const std::string report = tune ? tune(gpu.ctx) : "";
+      return std::sscanf(report.c_str(), "on: %u shapes timed, %u taken from", timed, kept) == 2;
+    };
+    expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune_cache", picks.c_str()) == NFN_OK &&
+               gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "on") == NFN_OK,
+           "configure gemm_tune=on with a picks file");
     for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
       check_linear(cpu, gpu, dt);
       check_softmax_and_loss(cpu, gpu, dt);
     }
+    unsigned timed = 0, kept = 0;
+    expect(tuned(&timed, &kept) && timed > 0 && kept == 0,
+           std::string("gemm_tune timed shapes and kept none: ") + (tune ? tune(gpu.ctx) : "no report"));
     expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "off") == NFN_OK, "configure gemm_tune=off");
+    nfn_ctx* first = gpu.ctx;
+    if (gpu.ops().ctx_create(0, &gpu.ctx) == NFN_OK) {
+      expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune_cache", picks.c_str()) == NFN_OK &&
+                 gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "on") == NFN_OK,
+             "configure a second context with the same picks file");
+      for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_linear(cpu, gpu, dt);
+      expect(tuned(&timed, &kept) && kept > 0,
+             std::string("a second context took picks from the file: ") + (tune ? tune(gpu.ctx) : "no report"));
+      gpu.ops().ctx_destroy(gpu.ctx);
+    } else {
+      expect(false, std::string("a second CUDA context: ") + gpu.ops().ctx_last_error(nullptr));
+    }
+    gpu.ctx = first;
   }
   // The linear ops again with overlap=on: the weight and bias gradients on a second stream,
   // joined before each call returns, so the results must not move (under the emulator too,

@@ -67,8 +67,9 @@ def register(sub):
                           "128, flash elsewhere")
     opts.add_argument("--gemm-tune", choices=["on", "off"],
                      help="CUDA: time cuBLASLt's first 8 kernels for each GEMM shape on its first "
-                          "call and keep the fastest (the pick may differ from run to run; "
-                          "default: off, cuBLASLt's first pick)")
+                          "call and keep the fastest, in ~/.cache/nfn/gemm_tune/ (or "
+                          "$NFN_GEMM_TUNE_CACHE), where later runs on the same GPU take them from "
+                          "(default: off, cuBLASLt's first pick)")
     opts.add_argument("--deterministic", choices=["on", "off"],
                      help="on: every kernel repeats bit for bit (default); off: CUDA's cuDNN "
                           "attention backward may add dQ with atomics, its faster form")

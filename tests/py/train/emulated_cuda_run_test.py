@@ -111,6 +111,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertEqual((lib["backend"], lib["dtype"], lib["path"]), ("cuda", dtype, EMULATED_LIB))
             # The device as CUDA names it; no MFU, for no peak is known for it.
             self.assertEqual(lib["device"], "nfn CUDA emulator")
+            self.assertEqual(lib["gemm_tune"], "off")  # the library's default
             self.assertIsNone(report["mfu"])
             self.assertTrue(lib["attention"].startswith("flash_mma" if attention == "flash_mma" else "flash_simt"),
                             lib["attention"])
