@@ -293,7 +293,8 @@ nfn_status tuned_picks(nfn_ctx* ctx, const char* op, TunedPicks** out) {
 }
 
 // gemm_tune=on: the kernel an earlier run picked for `key`, if its file has one that cuBLASLt
-// still accepts for these descriptors (*found). One it refuses is dropped (timed again).
+// still accepts for these descriptors within our workspace (*found). One it refuses is dropped
+// (timed again).
 nfn_status kept_pick(nfn_ctx* ctx, const char* op, const AlgoKey& key, const Descriptors& s,
                      cublasLtMatmulAlgo_t* algo, bool* found) {
   *found = false;
@@ -306,7 +307,8 @@ nfn_status kept_pick(nfn_ctx* ctx, const char* op, const AlgoKey& key, const Des
   std::memcpy(algo->data, hit->second.data(), sizeof algo->data);
   cublasLtMatmulHeuristicResult_t result = {};
   *found = api.algo_check(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, s.a, s.b, s.d, s.d, algo, &result) ==
-           CUBLAS_STATUS_SUCCESS;
+               CUBLAS_STATUS_SUCCESS &&
+           result.workspaceSize <= kGemmWorkspaceBytes;
   if (*found)
     ++ctx->gemm_kept;
   else
