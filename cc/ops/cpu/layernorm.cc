@@ -11,7 +11,7 @@ constexpr float kEps = 1e-5f;
 // One row's dinp (accumulated) and its dweight and dbias contributions, and with kColsum
 // the row of dinp as it is left (dinp_colsum's). The rows never overlap; saying so with
 // restrict parameters is what lets GCC vectorize the loop (it gives up on runtime alias
-// checks for six pointers).
+// checks for seven pointers).
 template <bool kColsum>
 void backward_row(const float* __restrict g, const float* __restrict w, const float* __restrict x,
                   float* __restrict dx, float* __restrict pw, float* __restrict pb, float* __restrict pd,
