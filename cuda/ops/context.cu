@@ -10,6 +10,7 @@
 #include "cuda/ops/context.h"
 #include "cuda/ops/cublaslt.h"
 #include "cuda/ops/side_stream.h"
+#include "cuda/ops/tuned_picks.h"
 #include "cuda/tk/bridge.h"
 
 namespace nfn::cuda {
@@ -197,9 +198,10 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
 const char* nfn_cuda_gemm_tune(nfn_ctx* ctx) {
   if (ctx == nullptr) return "";
   if (!ctx->gemm_tune && ctx->gemm_timed == 0 && ctx->gemm_kept == 0) return "off";
+  const auto* picks = static_cast<const nfn::cuda::TunedPicks*>(ctx->tuned_picks);
   ctx->gemm_tune_report = "on: " + std::to_string(ctx->gemm_timed) + " shapes timed, " +
                           std::to_string(ctx->gemm_kept) + " taken from " +
-                          (ctx->gemm_tune_file.empty() ? std::string("no picks file") : ctx->gemm_tune_file);
+                          (picks != nullptr ? picks->path : std::string("no picks file"));
   return ctx->gemm_tune_report.c_str();
 }
 

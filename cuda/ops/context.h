@@ -34,7 +34,6 @@ struct nfn_ctx {
   // none, every run times again). tuned_picks: its TunedPicks, read on the first tuned GEMM.
   std::string gemm_tune_cache;
   void* tuned_picks = nullptr;
-  std::string gemm_tune_file;       // the picks file read ("" until one is)
   unsigned gemm_timed = 0, gemm_kept = 0;  // shapes gemm_tune timed; shapes it took from the file
   std::string gemm_tune_report;     // nfn_cuda_gemm_tune's answer, built on the call
   // Option deterministic=off: cuDNN's attention backward may add dQ with atomics (its faster
@@ -43,11 +42,13 @@ struct nfn_ctx {
   // Option overlap=on: linear_backward runs the weight and bias gradients on a second stream,
   // beside the input gradient, and joins it before returning (side_stream.h). Off by default
   // until a GPU has measured it. The stream, its events and its own cuBLASLt workspace are
-  // made on first use (outside a graph recording).
+  // made on first use (outside a graph recording); its scratch on its first scratch use.
   bool overlap = false;
   cudaStream_t side_stream = nullptr;
   cudaEvent_t side_fork = nullptr, side_join = nullptr;
   void* side_gemm_workspace = nullptr;
+  void* side_scratch = nullptr;     // the side stream's scratch (swapped in as `scratch`)
+  size_t side_scratch_bytes = 0;
   void* cudnn = nullptr;            // cuDNN handle and graphs (attention_cudnn.cc), on first use
   void* scratch = nullptr;          // stream-ordered scratch, grown on demand
   size_t scratch_bytes = 0;

@@ -286,7 +286,6 @@ nfn_status tuned_picks(nfn_ctx* ctx, const char* op, TunedPicks** out) {
   if (t->path.empty()) return NFN_OK;
   std::string error;
   if (!load_picks(t.get(), &error)) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: gemm_tune: %s", op, error.c_str());
-  ctx->gemm_tune_file = t->path;
   *out = t.release();
   ctx->tuned_picks = *out;
   return NFN_OK;

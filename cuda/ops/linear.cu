@@ -104,7 +104,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   if (dinp_colsum != nullptr && dinp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp_colsum needs dinp", op);
   // overlap=on: the weight and bias gradients on the side stream, beside the input gradient.
-  bool forked = false, summed = false;  // summed: dinp_colsum done by the GEMM's epilogue
+  bool forked = false;
   if (dinp != nullptr && (dweight != nullptr || dbias != nullptr)) NFN_TRY(nfn::cuda::side_fork(ctx, op, &forked));
   if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
     GemmArgs g;
@@ -118,7 +118,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     // pre-activation read as aux) where cuBLASLt allows it, so the GELU's output gradient is
     // never written and read back. f32 keeps gelu_backward's exact formula, as does a shape
     // with no fused kernel.
-    bool fused = false;
+    bool fused = false, summed = false;  // summed: dinp_colsum done by the GEMM's epilogue
     if (gelu_pre != nullptr && dtype == NFN_BF16) {
       GemmArgs f = g;
       f.epilogue = GemmEpilogue::dgelu;
@@ -127,8 +127,8 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
         count_epilogue(ctx, f.epilogue, false);  // cuBLASLt's divisible-by-8 rule
       } else {
         // dinp_colsum: DGELU_BGRAD also writes dinp's column sums (to scratch, then added), so
-        // nothing reads dinp again for them; not while the side stream's dbias uses the scratch.
-        if (dinp_colsum != nullptr && !(forked && dbias != nullptr)) {
+        // nothing reads dinp again for them.
+        if (dinp_colsum != nullptr) {
           void* sums = nullptr;
           NFN_TRY(nfn::cuda::scratch(ctx, nfn::cuda::dtype_size(dtype) * IC, &sums, op));
           GemmArgs b = f;
@@ -146,6 +146,9 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
       if (gelu_pre != nullptr)
         NFN_TRY(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
     }
+    if (dinp_colsum != nullptr && !summed)
+      NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dinp_colsum),
+                                                                static_cast<const E*>(dinp), N, IC)));
   }
   nfn::cuda::SideSection side(ctx, forked);
   if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
@@ -164,13 +167,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   if (dbias != nullptr)
     NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dbias),
                                                               static_cast<const E*>(dout), N, OC)));
-  NFN_TRY(side.join(op));
-  // dinp_colsum += dinp's column sums, on the main stream after the join: the side stream's
-  // column sums use the same scratch.
-  if (dinp_colsum != nullptr && !summed)
-    NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dinp_colsum),
-                                                              static_cast<const E*>(dinp), N, IC)));
-  return NFN_OK;
+  return side.join(op);
 }
 
 // Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,

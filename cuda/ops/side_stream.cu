@@ -24,20 +24,29 @@ nfn_status side_fork(nfn_ctx* ctx, const char* op, bool* forked) {
   return NFN_OK;
 }
 
+namespace {
+
+// The side stream's stream, GEMM workspace and scratch take the main ones' places, or back.
+void swap_in_side(nfn_ctx* ctx) {
+  std::swap(ctx->stream, ctx->side_stream);
+  std::swap(ctx->gemm_workspace, ctx->side_gemm_workspace);
+  std::swap(ctx->scratch, ctx->side_scratch);
+  std::swap(ctx->scratch_bytes, ctx->side_scratch_bytes);
+}
+
+}  // namespace
+
 // Only once the context has its GEMM handle: the first GEMM makes it and the main workspace.
 SideSection::SideSection(nfn_ctx* ctx, bool forked)
     : ctx_(ctx), open_(forked), swapped_(forked && ctx->cublaslt != nullptr) {
-  if (!swapped_) return;
-  std::swap(ctx_->stream, ctx_->side_stream);
-  std::swap(ctx_->gemm_workspace, ctx_->side_gemm_workspace);
+  if (swapped_) swap_in_side(ctx_);
 }
 
 nfn_status SideSection::join(const char* op) {
   if (!open_) return NFN_OK;
   open_ = false;
   if (swapped_) {
-    std::swap(ctx_->stream, ctx_->side_stream);
-    std::swap(ctx_->gemm_workspace, ctx_->side_gemm_workspace);
+    swap_in_side(ctx_);
     swapped_ = false;
   }
   NFN_CUDA_TRY(ctx_, cudaEventRecord(ctx_->side_join, ctx_->side_stream), op);
@@ -53,6 +62,7 @@ SideSection::~SideSection() {
 }
 
 void side_release(nfn_ctx* ctx) {
+  if (ctx->side_scratch != nullptr) cudaFreeAsync(ctx->side_scratch, ctx->side_stream);
   if (ctx->side_stream != nullptr) {
     cudaStreamSynchronize(ctx->side_stream);
     cudaStreamDestroy(ctx->side_stream);
@@ -63,6 +73,8 @@ void side_release(nfn_ctx* ctx) {
   ctx->side_stream = nullptr;
   ctx->side_fork = ctx->side_join = nullptr;
   ctx->side_gemm_workspace = nullptr;
+  ctx->side_scratch = nullptr;
+  ctx->side_scratch_bytes = 0;
 }
 
 }  // namespace nfn::cuda

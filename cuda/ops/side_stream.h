@@ -16,8 +16,8 @@ namespace nfn::cuda {
 nfn_status side_fork(nfn_ctx* ctx, const char* op, bool* forked);
 
 // After a fork: while the section is open (and once the context's first GEMM has set up
-// cuBLASLt), the context's stream and GEMM workspace are the side stream's, so ops issued
-// through the context run there. join() closes it: back to the main stream, which then waits
+// cuBLASLt), the context's stream, GEMM workspace and scratch are the side stream's, so ops
+// issued through the context run there and never share a buffer with the main stream's. join() closes it: back to the main stream, which then waits
 // for everything issued on the side. The destructor joins a section left open (an op
 // returning early on an error), its own errors ignored.
 class SideSection {
