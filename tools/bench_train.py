@@ -44,7 +44,8 @@ def parse_args(argv):
     p.add_argument("--modes", default="cudnn,cudnn+graphs",
                    help="cuda: nfn runs, comma-separated, each the trainer's --attention path (cudnn, "
                         "flash_mma, thunderkittens, flash) with +graphs (--graphs on), +tune "
-                        "(--gemm-tune on), +nondet (--deterministic off) and +overlap (--overlap on) "
+                        "(--gemm-tune on), +nondet (--deterministic off), +overlap (--overlap on) and +pdl "
+                        "(--pdl on) "
                         "as wanted, else off; "
                         "the fastest that finishes is nfn's number (default: cudnn,cudnn+graphs)")
     p.add_argument("--rounds", type=int, default=7,
@@ -110,8 +111,8 @@ def run_nfn_modes(args, workdir):
 
 def run_nfn(args, workdir, mode):
     attention, *extras = mode.split("+")
-    if set(extras) - {"graphs", "tune", "nondet", "overlap"}:
-        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune][+nondet][+overlap]"}
+    if set(extras) - {"graphs", "tune", "nondet", "overlap", "pdl"}:
+        return {"error": f"mode {mode}: expected ATTENTION[+graphs][+tune][+nondet][+overlap][+pdl]"}
     if not os.path.exists(args.trainer):
         return {"error": f"{args.trainer} not found (build it, then tools/prepare_device.sh)"}
     rng = random.Random(0)
@@ -129,6 +130,7 @@ def run_nfn(args, workdir, mode):
            "--eval-batches", "1", "--attention", attention,
            "--graphs", "on" if "graphs" in extras else "off", "--gemm-tune", "on" if "tune" in extras else "off",
            "--deterministic", "off" if "nondet" in extras else "on", "--overlap", "on" if "overlap" in extras else "off",
+           "--pdl", "on" if "pdl" in extras else "off",
            "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]

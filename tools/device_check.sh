@@ -5,15 +5,15 @@
 #      library can run: thunderkittens where prepare_device.sh built it with a tree)
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
 #      tensor-core attention: flash_mma, cudnn, thunderkittens) against the same run on cpu, and the
-#      flash_mma run again with --graphs on, and with --graphs on --overlap on: the same losses
-#      bit for bit, and the step time against op by op (skipped, and said so, when
+#      flash_mma run again with --graphs on, with --graphs on --overlap on, and with --graphs on
+#      --pdl on: the same losses bit for bit, and the step time against op by op (skipped, and said so, when
 #      .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
 #      the linear backwards with overlap=on, and the LM head at four chunk sizes, so the next
 #      session knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
-#      gemm_tune, deterministic=off and overlap=on) and with the PyTorch reference, tokens/s, MFU and the
+#      gemm_tune, deterministic=off, overlap=on and pdl=on) and with the PyTorch reference, tokens/s, MFU and the
 #      ratio of nfn's fastest, with the SM clock and the board's power sampled meanwhile;
 #      then (4b) nfn's fastest mode and the reference again as llm.c trains GPT-2: micro-batch
 #      64, 8 micro-batches an optimizer step (524,288 tokens), so the GEMMs are 4x taller and the
@@ -25,7 +25,7 @@
 # tools/device_env.sh). Each step has its own time limit; steps 4b and 5 run only where they
 # would still end by 590 s, so give the device tool timeout_s 600 (a whole run took 111-139 s
 # on an H200 before steps 4b and 5, which should add about 70 s and 15 s).
-# --quick runs steps 1 and 2 only (220 s at worst): a rerun after a fix, when device time is short.
+# --quick runs steps 1 and 2 only (260 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
 if [ -n "${1:-}" ] && [ -z "$quick" ]; then echo "usage: device_check.sh [--quick]"; exit 2; fi
@@ -92,22 +92,24 @@ PY
           --learning-rate 1e-3 --warmup-steps 3 --eval-every-steps 30 --eval-batches 2 --seed 1337 --json)
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --output-dir /tmp/nfn-cpu > "$logs/train_cpu.json" 2> "$logs/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs \
-             bf16:flash_mma:graphs+overlap; do
+             bf16:flash_mma:graphs+overlap bf16:flash_mma:graphs+pdl; do
     IFS=: read -r dt attn extras <<< "$run"
     name=${dt}_$attn${extras:+_${extras//+/_}}
     frontend_log "train_$name"
     timeout 20 "$trainer" "${common[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --attention "$attn" \
       --graphs "$([[ "$extras" == *graphs* ]] && echo on || echo off)" \
-      --overlap "$([[ "$extras" == *overlap* ]] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
+      --overlap "$([[ "$extras" == *overlap* ]] && echo on || echo off)" \
+      --pdl "$([[ "$extras" == *pdl* ]] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
       > "$logs/train_cuda_$name.json" 2> "$logs/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
     summary_row "train cuda $dt $attn${extras:+ ${extras//+/ }} vs cpu" \
       train "$logs/train_cpu.json" "$logs/train_cuda_$name.json" "$bound" "$status"
   done
-  # Graphs replay the same kernels on the same buffers, and overlap runs them on two streams:
-  # the losses must agree bit for bit.
-  for extras in graphs graphs_overlap; do
+  # Graphs replay the same kernels on the same buffers, overlap runs them on two streams, and
+  # PDL starts each kernel's blocks early (they wait for the writes before theirs): the losses
+  # must agree bit for bit.
+  for extras in graphs graphs_overlap graphs_pdl; do
     summary_row "train ${extras//_/+} vs op by op" \
       same "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json"
   done
@@ -153,8 +155,8 @@ smi_fields=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
 nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits > /dev/null 2>&1 || smi_fields=clocks.sm,power.draw,temperature.gpu
 nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits -lms 250 > "$logs/smi.csv" 2>&1 &
 smi_pid=$!
-timeout 220 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
-  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+tune+nondet+overlap \
+timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
+  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+pdl,cudnn+graphs+tune+nondet+overlap+pdl \
   > "$out/bench.json" 2> "$logs/bench.err"
 kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
 summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json"
@@ -200,6 +202,7 @@ PY
     --dtype bf16 --train-data "$data" --train-seq-len 1024 --batch-size 16 --train-batch-tokens 16384 \
     --attention "${mode%%+*}" --gemm-tune "$([[ "$mode" == *+tune* ]] && echo on || echo off)" \
     --deterministic "$([[ "$mode" == *+nondet* ]] && echo off || echo on)" \
+    --overlap "$([[ "$mode" == *+overlap* ]] && echo on || echo off)" --pdl "$([[ "$mode" == *+pdl* ]] && echo on || echo off)" \
     --max-steps 3 --eval-every-steps 100 --eval-batches 0 --graphs off --output-dir /tmp/nfn-profile-out \
     > "$logs/profile_train.out" 2>&1
   echo "ncu exit $?" >> "$logs/profile_train.out"

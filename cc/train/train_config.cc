@@ -48,6 +48,7 @@ void declare_train_flags(Flags* f) {
   f->value("gemm-tune", "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the fastest, in ~/.cache/nfn/gemm_tune/ (or $NFN_GEMM_TUNE_CACHE), where later runs on the same GPU take them from; off: cuBLASLt's first pick (the library's default)");
   f->value("deterministic", "on: every kernel repeats bit for bit (the libraries' default); off: CUDA's cuDNN attention backward may add dQ with atomics, its faster form");
   f->value("overlap", "CUDA: on runs each linear backward's weight and bias gradients on a second stream beside its input gradient (the same results); off: one stream (the library's default)");
+  f->value("pdl", "CUDA: on launches each of the library's kernels as a programmatic dependent launch, so its blocks may start while the kernel before it finishes (the same results); off: each starts after (the library's default)");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the first recording fails", "auto");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
@@ -232,6 +233,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   c->gemm_tune = f.get("gemm-tune");
   c->deterministic = f.get("deterministic");
   c->overlap = f.get("overlap");
+  c->pdl = f.get("pdl");
   c->graphs = f.get("graphs");
   if (c->graphs != "on" && c->graphs != "off" && c->graphs != "auto") {
     *error = "--graphs " + c->graphs + ": expected on, off or auto";

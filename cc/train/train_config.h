@@ -32,7 +32,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   int sample_tokens = 0;
 
-  std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune, deterministic, overlap;
+  std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune, deterministic, overlap, pdl;
   // Replay the micro-step as a recorded graph (StepGraph): on, off, or auto (where the op
   // library records graphs, and unless the first recording fails).
   std::string graphs = "auto";

@@ -206,7 +206,8 @@ int run_training(const TrainConfig& c) {
   const std::tuple<const char*, const char*, const std::string*> options[] = {
       {"threads", "threads", &c.threads}, {"matmul", "matmul", &c.matmul},
       {"attention", "attention", &c.attention}, {"gemm-tune", "gemm_tune", &c.gemm_tune},
-      {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap}};
+      {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap},
+      {"pdl", "pdl", &c.pdl}};
   for (const auto& [flag, key, value] : options)
     if (!value->empty() && ops.ctx_configure(backend.ctx, key, value->c_str()) != NFN_OK)
       return fail(std::string("--") + flag + ": " + ops.ctx_last_error(backend.ctx));

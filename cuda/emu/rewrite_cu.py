@@ -1,8 +1,11 @@
 """Turns a .cu file into C++ the CUDA emulator (cuda/emu) compiles with a host compiler.
 
-Five rewrites, nothing else changes:
+Six rewrites, nothing else changes:
   kernel<<<grid, block[, shared[, stream]]>>>(args)
       -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block...), [=] { kernel(args); })
+  [nfn::cuda::]launch_kernel(ctx, kernel, grid, block, shared, args) (cuda/ops/launch.h)
+      -> ::nfn_emu::launch("kernel", ::nfn_emu::launch_config(grid, block, shared, (ctx)->stream, true),
+                           [=] { kernel(args); })   (true: its threads must call pdl_begin first)
   extern __shared__ [__align__(n)] T name[];
       -> T* name = static_cast<T*>(::nfn_emu::dynamic_shared());
   __shared__ [__align__(n)] T a[X][Y], b[Z];
@@ -85,7 +88,48 @@ def static_shared(match):
     return indent + " ".join(out)
 
 
+LAUNCH_KERNEL = re.compile(r"(?:(?:::)?nfn::cuda::)?\blaunch_kernel\s*\(")
+
+
+def rewrite_launch_kernel(path, text):
+    """Each launch_kernel(ctx, kernel, grid, block, shared, args...) call as the emulator's launch."""
+    out, pos = [], 0
+    for match in LAUNCH_KERNEL.finditer(text):
+        if match.start() < pos:
+            continue
+        if "//" in text[text.rfind("\n", 0, match.start()) + 1:match.start()]:  # in a line comment
+            continue
+        args_open = match.end() - 1
+        args_close = matching(text, args_open, "(", ")", 1)
+        if args_close < 0:
+            fail(path, text, match.start(), "unbalanced parentheses in launch_kernel")
+        # The first five arguments, split at top-level commas; the kernel's own as they are.
+        firsts, depth, start, i = [], 0, args_open + 1, args_open + 1
+        while len(firsts) < 5 and i < args_close:
+            ch = text[i]
+            if ch in "([<":
+                depth += 1
+            elif ch in ")]>":
+                depth -= 1
+                if depth < 0:
+                    fail(path, text, i, "cannot split launch_kernel's arguments (a bare < or >?)")
+            elif ch == "," and depth == 0:
+                firsts.append(text[start:i].strip())
+                start = i + 1
+            i += 1
+        if len(firsts) < 5:
+            fail(path, text, match.start(), "launch_kernel needs ctx, kernel, grid, block, shared and the arguments")
+        ctx, kernel, grid, block, shared = firsts
+        name = re.sub(r"\s+", " ", kernel)
+        out.append(text[pos:match.start()])
+        out.append(f'::nfn_emu::launch("{name}", ::nfn_emu::launch_config({grid}, {block}, {shared}, '
+                   f"({ctx})->stream, true), [=] {{ {kernel}({text[start:args_close].strip()}); }})")
+        pos = args_close + 1
+    return "".join(out) + text[pos:]
+
+
 def rewrite(path, text):
+    text = rewrite_launch_kernel(path, text)
     out = []
     pos = 0
     while True:

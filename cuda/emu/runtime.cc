@@ -64,6 +64,7 @@ struct Fiber {
   int warp = 0, lane = 0;
   Wait wait = Wait::none;
   unsigned gen = 0;  // the generation of the barrier it waits at
+  bool pdl_begun = false;  // called pdl_begin
   std::vector<AsyncCopy> copies;  // issued, not yet landed, oldest first
   std::vector<size_t> groups;     // committed groups: where each ends in `copies`
 };
@@ -92,6 +93,7 @@ struct Block {
   FiberContext scheduler;
   char* shared = nullptr;  // dynamic shared memory, shared_bytes of it
   size_t shared_bytes = 0;
+  bool pdl_ready = false;  // launched by launch_kernel: pdl_begin comes first (LaunchConfig)
   std::vector<std::pair<const void*, size_t>> statics;  // static __shared__ variable -> offset
   size_t static_used = 0;
 };
@@ -218,6 +220,13 @@ char* stack_for(size_t i) {
 
 Fiber& me() { return running->fibers[running->current]; }
 
+// A thread of a launch_kernel launch reaching `what` before pdl_begin: on a GPU its kernel
+// may then run beside the one before it, reading or writing what that one has not finished.
+void require_pdl_begun(const char* what) {
+  if (running->pdl_ready && !me().pdl_begun)
+    die("%s before pdl_begin() in a kernel launched by launch_kernel (cuda/ops/launch.h)", what);
+}
+
 void yield() {
   Fiber& f = me();
   switch_context(&f.ctx, &running->scheduler);
@@ -225,6 +234,7 @@ void yield() {
 
 // Counts one arrival at a barrier of `live` threads; the last one releases the others.
 void arrive(int* arrived, int live, unsigned* gen, Wait kind) {
+  require_pdl_begun(kind == Wait::block ? "__syncthreads" : "a warp-wide operation");
   if (++*arrived == live) {
     *arrived = 0;
     ++*gen;
@@ -240,6 +250,7 @@ void arrive(int* arrived, int live, unsigned* gen, Wait kind) {
 void fiber_main() {
   Block& b = *running;
   b.thunk(b.body);
+  require_pdl_begun("the thread's exit");
   Fiber& f = me();
   if (!f.copies.empty()) die("the thread exited with %zu cp.async copies never waited for", f.copies.size());
   f.wait = Wait::done;
@@ -361,6 +372,7 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   b.body = body;
   b.shared = shared;
   b.shared_bytes = cfg.shared_bytes;
+  b.pdl_ready = cfg.pdl_ready;
   running = &b;
   const unsigned long long blocks = 1ull * g.x * g.y * g.z;
   for (unsigned long long n = 0; n < blocks; ++n) {
@@ -390,10 +402,19 @@ void* static_shared(const void* key, size_t bytes, size_t align) {
   const size_t at = (b.static_used + align - 1) / align * align;
   if (at + bytes > kDefaultSharedLimit)
     die("static shared memory of %zu bytes, over the 48 KiB a block may declare", at + bytes);
+  // Without a raised limit, a block's static and dynamic shared memory share the 48 KiB.
+  if (shared_limit(b.kernel) == kDefaultSharedLimit && at + bytes + b.shared_bytes > kDefaultSharedLimit)
+    die("%zu bytes of static and %zu of dynamic shared memory, over 48 KiB without cudaFuncSetAttribute "
+        "raising the kernel's limit", at + bytes, b.shared_bytes);
   b.statics.emplace_back(key, at);
   b.static_used = at + bytes;
   static_dirty = std::max(static_dirty, b.static_used);
   return static_buffer + at;
+}
+
+void pdl_begin() {
+  if (running == nullptr) die("pdl_begin outside a kernel");
+  me().pdl_begun = true;
 }
 
 void sync_block() {
@@ -502,6 +523,7 @@ void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
 // thread is done reading the old contents overwrites them).
 void cp_async(void* dst, const void* src, int src_bytes) {
   if (running == nullptr) die("cp.async outside a kernel");
+  require_pdl_begun("cp.async");
   char* d = static_cast<char*>(dst);
   if (!in_shared(d, 16)) die("cp.async destination %p is not in this block's shared memory", dst);
   if (reinterpret_cast<uintptr_t>(d) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)

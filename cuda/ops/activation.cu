@@ -2,6 +2,7 @@
 #include "cuda/ops/activation.h"
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::fail;
 using nfn::cuda::from_f32;
@@ -28,17 +29,20 @@ __device__ __forceinline__ float gelu_grad(float x) {
 
 template <typename T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
+  nfn::cuda::pdl_begin();
   GRID_STRIDE(i, n) out[i] = from_f32<T>(gelu(to_f32(inp[i])));
 }
 
 template <typename T>
 __global__ void gelu_backward_kernel(T* dinp, const T* pre, const T* dout, size_t n) {
+  nfn::cuda::pdl_begin();
   GRID_STRIDE(i, n) dinp[i] = from_f32<T>(to_f32(dout[i]) * gelu_grad(to_f32(pre[i])));
 }
 
 template <typename T>
 __global__ void residual_kernel(T* out, const T* residual, const T* inp, const T* bias, int C,
                                 size_t n) {
+  nfn::cuda::pdl_begin();
   GRID_STRIDE(i, n) {
     out[i] = from_f32<T>(to_f32(residual[i]) + to_f32(inp[i]) + load_or(bias, i % C, 0.f));
   }
@@ -49,8 +53,8 @@ __global__ void residual_kernel(T* out, const T* residual, const T* inp, const T
 namespace nfn::cuda {
 
 nfn_status launch_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t n, nfn_dtype dtype) {
-  NFN_DISPATCH(dtype, E, gelu_forward_kernel<<<grid_for(n, 256), 256, 0, ctx->stream>>>(
-                             static_cast<E*>(out), static_cast<const E*>(inp), n));
+  NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, gelu_forward_kernel<E>, grid_for(n, 256), 256, 0,
+      static_cast<E*>(out), static_cast<const E*>(inp), n));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "gelu_forward");
   return NFN_OK;
 }
@@ -74,7 +78,7 @@ nfn_status nfn_gelu_backward(nfn_ctx* ctx, void* dinp, const void* pre, const vo
   if (dinp == nullptr || pre == nullptr || dout == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "gelu_backward: null dinp, pre or dout");
   NFN_DISPATCH(dtype, E,
-               gelu_backward_kernel<<<nfn::cuda::grid_for(n, 256), 256, 0, ctx->stream>>>(
+               nfn::cuda::launch_kernel(ctx, gelu_backward_kernel<E>, nfn::cuda::grid_for(n, 256), 256, 0,
                    static_cast<E*>(dinp), static_cast<const E*>(pre), static_cast<const E*>(dout), n));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "gelu_backward");
   return NFN_OK;
@@ -89,7 +93,7 @@ nfn_status nfn_residual_forward(nfn_ctx* ctx, void* out, const void* residual, c
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "residual_forward: null out, residual or inp");
   const size_t n = static_cast<size_t>(N) * C;
   NFN_DISPATCH(dtype, E,
-               residual_kernel<<<nfn::cuda::grid_for(n, 256), 256, 0, ctx->stream>>>(
+               nfn::cuda::launch_kernel(ctx, residual_kernel<E>, nfn::cuda::grid_for(n, 256), 256, 0,
                    static_cast<E*>(out), static_cast<const E*>(residual), static_cast<const E*>(inp),
                    static_cast<const E*>(bias), C, n));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "residual_forward");

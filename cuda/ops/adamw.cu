@@ -6,6 +6,7 @@
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::fail;
 using nfn::cuda::load_pack;
@@ -34,6 +35,7 @@ struct Hyper {
 // tensors aligned to V elements), moved V at a time; the same arithmetic for any V.
 template <typename T, int V>
 __global__ void adamw_kernel(GroupList list, size_t total, Hyper hp, const float* grad_sumsq) {
+  nfn::cuda::pdl_begin();
   float scale = 1.f;
   if (hp.max_grad_norm > 0.f) {
     const float norm = sqrtf(*grad_sumsq);
@@ -122,9 +124,9 @@ nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups,
     const unsigned block = 256, grid = std::min(nfn::cuda::grid_for(total, block), 132u * 16u);
     NFN_DISPATCH(dtype, E, {
       if (packs_of_4(list, sizeof(E)))
-        adamw_kernel<E, 4><<<grid, block, 0, ctx->stream>>>(list, total, hp, grad_sumsq);
+        nfn::cuda::launch_kernel(ctx, adamw_kernel<E, 4>, grid, block, 0, list, total, hp, grad_sumsq);
       else
-        adamw_kernel<E, 1><<<grid, block, 0, ctx->stream>>>(list, total, hp, grad_sumsq);
+        nfn::cuda::launch_kernel(ctx, adamw_kernel<E, 1>, grid, block, 0, list, total, hp, grad_sumsq);
     });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }

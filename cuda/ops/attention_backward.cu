@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cuda/ops/attention_common.cuh"
+#include "cuda/ops/launch.h"
 
 using namespace nfn::cuda::attention;
 using nfn::cuda::fail;
@@ -20,6 +21,7 @@ namespace {
 template <typename T, int HD, int V>
 __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, QkvIndex ix,
                                        size_t total) {
+  nfn::cuda::pdl_begin();
   constexpr int L = HD / V < 32 ? HD / V : 32, kLoads = HD / V / L;  // lanes a row, loads a lane
   const size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x, i = g / L;
   const int part = static_cast<int>(g % L);
@@ -44,7 +46,8 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
 template <typename T, int HD, int V>
 void launch_delta(nfn_ctx* ctx, float* delta, const T* dout, const T* out, QkvIndex ix, size_t rows) {
   constexpr int L = HD / V < 32 ? HD / V : 32;
-  attention_delta_kernel<T, HD, V><<<(rows * L + 255) / 256, 256, 0, ctx->stream>>>(delta, dout, out, ix, rows);
+  nfn::cuda::launch_kernel(ctx, attention_delta_kernel<T, HD, V>, (rows * L + 255) / 256, 256, 0,
+      delta, dout, out, ix, rows);
 }
 
 // Shared-memory layout of both backward kernels: the block's own rows (padded so each thread
@@ -61,6 +64,7 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dout, const T* qkv,
                                                            const float* lse, const float* delta,
                                                            QkvIndex ix, float scale) {
+  nfn::cuda::pdl_begin();
   constexpr int BQ = BackwardSmem<HD>::kStreamed;
   extern __shared__ float smem[];
   float(*ks)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem);
@@ -131,6 +135,7 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout, const T* qkv,
                                                          const float* lse, const float* delta,
                                                          QkvIndex ix, float scale) {
+  nfn::cuda::pdl_begin();
   constexpr int BC = BackwardSmem<HD>::kStreamed;
   extern __shared__ float smem[];
   float(*qs)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem);
@@ -211,9 +216,9 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dq_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), op);
   dim3 grid((T + kRows - 1) / kRows, B * NH);
   const float scale = 1.f / sqrtf(HD);
-  flash_dkdv_kernel<S, HD><<<grid, kRows, smem, ctx->stream>>>(
+  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD>, grid, kRows, smem,
       static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
-  flash_dq_kernel<S, HD><<<grid, kRows, smem, ctx->stream>>>(
+  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD>, grid, kRows, smem,
       static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;

@@ -3,6 +3,7 @@
 // never reach device memory. CUDA cores only; under attention=flash_mma the calls it covers go
 // to the tensor-core kernels (attention_mma_forward.cu).
 #include "cuda/ops/attention_common.cuh"
+#include "cuda/ops/launch.h"
 
 using namespace nfn::cuda::attention;
 using nfn::cuda::fail;
@@ -14,6 +15,7 @@ namespace {
 template <typename T, int HD>
 __global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse, const T* qkv,
                                                               QkvIndex ix, float scale) {
+  nfn::cuda::pdl_begin();
   constexpr int BC = tile_keys<HD>();
   __shared__ float ks[BC][HD], vs[BC][HD];
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse
 template <typename S, int HD>
 nfn_status forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
   dim3 grid((T + kRows - 1) / kRows, B * NH);
-  flash_forward_kernel<S, HD><<<grid, kRows, 0, ctx->stream>>>(
+  nfn::cuda::launch_kernel(ctx, flash_forward_kernel<S, HD>, grid, kRows, 0,
       static_cast<S*>(out), lse, static_cast<const S*>(qkv), QkvIndex{T, C, NH}, 1.f / sqrtf(HD));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "attention_forward");
   return NFN_OK;

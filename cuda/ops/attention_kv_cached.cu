@@ -3,6 +3,7 @@
 // shared memory, normalizes them, and sums the values. Memory-bound by the cache reads.
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::block_max;
 using nfn::cuda::block_sum;
@@ -18,6 +19,7 @@ constexpr int kMaxPositions = 11264;  // scores in static-limit shared memory (4
 template <typename T>
 __global__ void write_cache_kernel(T* k_cache, T* v_cache, const T* qkv, int Tq, int pos, int maxT,
                                    int C, size_t total) {
+  nfn::cuda::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const int c = static_cast<int>(i % C), t = static_cast<int>(i / C % Tq), b = static_cast<int>(i / C / Tq);
@@ -33,6 +35,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) cached_attention_kernel(
     T* out, const T* k_cache, const T* v_cache, const T* qkv, int Tq, int pos, int maxT, int C,
     int NH, float scale) {
+  nfn::cuda::pdl_begin();
   extern __shared__ float smem[];  // q (HD), then scores (pos + Tq)
   __shared__ float reduce[32];
   const int t = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH, HD = C / NH;
@@ -94,10 +97,10 @@ nfn_status nfn_attention_kv_cached(nfn_ctx* ctx, void* out, void* k_cache, void*
   const size_t smem = sizeof(float) * (C / NH + pos + Tq);
   const float scale = 1.f / sqrtf(static_cast<float>(C / NH));
   NFN_DISPATCH(dtype, E, {
-    write_cache_kernel<<<nfn::cuda::grid_for(total, 256), 256, 0, ctx->stream>>>(
+    nfn::cuda::launch_kernel(ctx, write_cache_kernel<E>, nfn::cuda::grid_for(total, 256), 256, 0,
         static_cast<E*>(k_cache), static_cast<E*>(v_cache), static_cast<const E*>(qkv), Tq, pos,
         maxT, C, total);
-    cached_attention_kernel<<<dim3(Tq, B * NH), kThreads, smem, ctx->stream>>>(
+    nfn::cuda::launch_kernel(ctx, cached_attention_kernel<E>, dim3(Tq, B * NH), kThreads, smem,
         static_cast<E*>(out), static_cast<const E*>(k_cache), static_cast<const E*>(v_cache),
         static_cast<const E*>(qkv), Tq, pos, maxT, C, NH, scale);
   });

@@ -11,6 +11,7 @@
 // with bf16 operands (P and dS rounded to bf16) and f32 accumulators; the accumulator tiles
 // of P^T / dS^T / dS feed the next product as A fragments in place (mma_layout.h).
 #include "cuda/ops/attention_mma.cuh"
+#include "cuda/ops/launch.h"
 
 namespace nfn::cuda::attention::mma_path {
 namespace {
@@ -87,6 +88,7 @@ __device__ __forceinline__ void paired_products(float (&x)[kTiles][4], float (&y
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 2)
     dkdv_kernel(Tensors g, QkvIndex ix, float scale, float scale_log2) {
+  nfn::cuda::pdl_begin();
   constexpr int S = stride<HD>(), BQ = dkdv_query_tile<HD>();
   constexpr int kSteps = HD / 16, kDimTiles = HD / 8, kQueryTiles = BQ / 8;
   extern __shared__ uint4 smem_raw[];
@@ -193,6 +195,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int HD, int kBuffers>
 __global__ void __launch_bounds__(kThreads, 2)
     dq_kernel(Tensors g, QkvIndex ix, float scale, float scale_log2) {
+  nfn::cuda::pdl_begin();
   constexpr int S = stride<HD>(), kSteps = HD / 16, kDimTiles = HD / 8, kKeyTiles = kBlockRows / 8;
   constexpr int kTile = kBlockRows * S;
   extern __shared__ uint4 smem_raw[];
@@ -275,7 +278,7 @@ nfn_status launch_dq(nfn_ctx* ctx, const Tensors& g, const QkvIndex& ix, dim3 gr
   constexpr size_t smem = dq_smem_bytes<HD, kBuffers>();
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(dq_kernel<HD, kBuffers>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)), op);
-  dq_kernel<HD, kBuffers><<<grid, kThreads, smem, ctx->stream>>>(g, ix, scale, scale * kLog2e);
+  nfn::cuda::launch_kernel(ctx, dq_kernel<HD, kBuffers>, grid, kThreads, smem, g, ix, scale, scale * kLog2e);
   return NFN_OK;
 }
 
@@ -289,7 +292,8 @@ nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, 
   const QkvIndex ix{T, C, NH};
   const float scale = 1.f / sqrtf(static_cast<float>(HD));
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
-  dkdv_kernel<HD><<<grid, kThreads, dkdv_smem_bytes<HD>(), ctx->stream>>>(g, ix, scale, scale * kLog2e);
+  nfn::cuda::launch_kernel(ctx, dkdv_kernel<HD>, grid, kThreads, dkdv_smem_bytes<HD>(),
+      g, ix, scale, scale * kLog2e);
   if constexpr (dq_smem_bytes<HD, 2>() <= kSmallestSharedOptIn) {
     const nfn_status s = launch_dq<HD, 2>(ctx, g, ix, grid, scale, op);
     if (s != NFN_OK) return s;

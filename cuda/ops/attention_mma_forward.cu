@@ -5,6 +5,7 @@
 // S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, f32 accumulators); the online
 // softmax stays in registers in f32. Same outputs and lse convention as flash_simt (attention_forward.cu).
 #include "cuda/ops/attention_mma.cuh"
+#include "cuda/ops/launch.h"
 
 namespace nfn::cuda::attention::mma_path {
 namespace {
@@ -20,6 +21,7 @@ constexpr size_t forward_smem_bytes() { return sizeof(uint16_t) * 4 * kBlockRows
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 2)
     forward_kernel(bf16* out, float* lse, const bf16* qkv, QkvIndex ix, float scale_log2) {
+  nfn::cuda::pdl_begin();
   constexpr int S = stride<HD>(), kSteps = HD / 16, kDimTiles = HD / 8, kKeyTiles = kBlockRows / 8;
   constexpr int kTile = kBlockRows * S;
   extern __shared__ uint4 smem_raw[];
@@ -139,7 +141,7 @@ nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, 
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)), op);
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
-  forward_kernel<HD><<<grid, kThreads, smem, ctx->stream>>>(static_cast<bf16*>(out), lse,
+  nfn::cuda::launch_kernel(ctx, forward_kernel<HD>, grid, kThreads, smem, static_cast<bf16*>(out), lse,
                                                             static_cast<const bf16*>(qkv), QkvIndex{T, C, NH},
                                                             kLog2e / sqrtf(static_cast<float>(HD)));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);

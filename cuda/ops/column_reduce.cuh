@@ -6,6 +6,7 @@
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 namespace nfn::cuda {
 
@@ -16,6 +17,7 @@ constexpr int kColumnTile = 32, kRowThreads = 8, kMaxRowSlices = 128;
 // warp reads 32 packs of a row at once; the block's 8 thread rows are added in order.
 template <int V, typename T>
 __global__ void column_partials_kernel(const T* x, int N, int C, float* partials) {
+  nfn::cuda::pdl_begin();
   const int packs = C / V, p = blockIdx.x * kColumnTile + threadIdx.x, slices = gridDim.y;
   float acc[V] = {};
   if (p < packs) {
@@ -52,6 +54,7 @@ struct ColumnDsts {
 template <typename T, int NV>
 __global__ void __launch_bounds__(1024)
     add_partials_kernel(ColumnDsts<T, NV> dsts, const float* partials, int slices, int C) {
+  nfn::cuda::pdl_begin();
   T* dst = dsts.p[blockIdx.y];
   if (dst == nullptr) return;
   partials += static_cast<size_t>(blockIdx.y) * slices * C;
@@ -71,7 +74,8 @@ __global__ void __launch_bounds__(1024)
 template <typename T, int NV>
 nfn_status add_partials(nfn_ctx* ctx, const char* op, ColumnDsts<T, NV> dsts, const float* partials, int slices,
                         int C) {
-  add_partials_kernel<<<dim3((C + 31) / 32, NV), dim3(32, 32), 0, ctx->stream>>>(dsts, partials, slices, C);
+  nfn::cuda::launch_kernel(ctx, add_partials_kernel<T, NV>, dim3((C + 31) / 32, NV), dim3(32, 32), 0, dsts,
+                           partials, slices, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
@@ -97,9 +101,9 @@ nfn_status add_column_sums(nfn_ctx* ctx, const char* op, T* dst, const T* x, int
   const int V = packed ? Pack<T>::n : 1, tiles = (C / V + kColumnTile - 1) / kColumnTile;
   const dim3 grid(tiles, slices), block(kColumnTile, kRowThreads);
   if (packed)
-    column_partials_kernel<Pack<T>::n><<<grid, block, 0, ctx->stream>>>(x, N, C, partials);
+    nfn::cuda::launch_kernel(ctx, column_partials_kernel<Pack<T>::n, T>, grid, block, 0, x, N, C, partials);
   else
-    column_partials_kernel<1><<<grid, block, 0, ctx->stream>>>(x, N, C, partials);
+    nfn::cuda::launch_kernel(ctx, column_partials_kernel<1, T>, grid, block, 0, x, N, C, partials);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return add_partials(ctx, op, ColumnDsts<T, 1>{{dst}}, partials, slices, C);
 }

@@ -137,7 +137,8 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
 
 // Options: attention=flash|flash_mma|cudnn|thunderkittens (the kernels behind attention_forward/backward);
 // lm_head_rows=N (rows per LM-head chunk, a multiple of 8; 0 = by vocab size); gemm_tune=on|off;
-// gemm_tune_cache=PATH|off (where gemm_tune keeps its picks); deterministic=on|off; overlap=on|off.
+// gemm_tune_cache=PATH|off (where gemm_tune keeps its picks); deterministic=on|off; overlap=on|off;
+// pdl=on|off.
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
   if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   if (key != nullptr && value != nullptr && std::strcmp(key, "lm_head_rows") == 0) {
@@ -159,7 +160,7 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     return NFN_OK;
   }
   for (auto [name, flag] : {std::pair{"gemm_tune", &ctx->gemm_tune}, std::pair{"deterministic", &ctx->deterministic},
-                            std::pair{"overlap", &ctx->overlap}}) {
+                            std::pair{"overlap", &ctx->overlap}, std::pair{"pdl", &ctx->pdl}}) {
     if (key == nullptr || value == nullptr || std::strcmp(key, name) != 0) continue;
     if (std::strcmp(value, "on") != 0 && std::strcmp(value, "off") != 0)
       return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: %s=%s is not on or off", name, value);

@@ -44,6 +44,10 @@ struct nfn_ctx {
   // until a GPU has measured it. The stream, its events and its own cuBLASLt workspace are
   // made on first use (outside a graph recording); its scratch on its first scratch use.
   bool overlap = false;
+  // Option pdl=on: every kernel of the library is a programmatic dependent launch
+  // (launch.h), so its blocks may start while the kernel before it finishes and wait for its
+  // writes there. Off by default until a GPU has measured it; the results are the same.
+  bool pdl = false;
   cudaStream_t side_stream = nullptr;
   cudaEvent_t side_fork = nullptr, side_join = nullptr;
   void* side_gemm_workspace = nullptr;

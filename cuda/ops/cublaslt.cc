@@ -247,6 +247,9 @@ nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublas
   if (writes_bias) t.bias = buf + d_bytes + aux_bytes;
   Descriptors s;
   nfn_status status = describe(ctx, op, t, &s);
+  // Timed alone: with overlap=on, a GEMM on the other stream could be running beside these
+  // (the picks are kept in a file, so a pick skewed by it would stay).
+  if (status == NFN_OK && ctx->side_stream != nullptr) status = check(ctx, cudaDeviceSynchronize(), op);
   cudaEvent_t start = nullptr, stop = nullptr;
   if (status == NFN_OK) status = check(ctx, cudaEventCreate(&start), op);
   if (status == NFN_OK) status = check(ctx, cudaEventCreate(&stop), op);
@@ -328,6 +331,14 @@ void keep_pick(nfn_ctx* ctx, const AlgoKey& key, const cublasLtMatmulAlgo_t& alg
   save_picks(*t, &ignored);
 }
 
+// Whether cuBLASLt's `status` for `g` is a refusal the caller may answer with the unfused
+// form: a fused epilogue's NOT_SUPPORTED or INVALID_VALUE, which cuBLASLt returns before it
+// launches anything.
+bool refusable(const GemmArgs& g, cublasStatus_t status) {
+  return g.epilogue != GemmEpilogue::none &&
+         (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE);
+}
+
 // The kernel for `g`: cached, else (gemm_tune=on) the one its picks file keeps, else the
 // heuristic's first pick (gemm_tune=on, outside a graph recording: the fastest of its first
 // kTuneCandidates, then kept in the file), then cached.
@@ -358,10 +369,12 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
   int found = 0;
   const cublasStatus_t heuristic = api.heuristic(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, s.a, s.b,
                                                  s.d, s.d, s.pref, want, picks, &found);
-  if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
+  // A fused epilogue refused in any way (NOT_SUPPORTED, or INVALID_VALUE for a layout its
+  // rules exclude) leaves the caller the unfused form; a plain GEMM refused that way is a bug.
+  if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED && !refusable(g, heuristic))
     return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmulAlgoGetHeuristic: %s", op,
                 api.status_string(heuristic));
-  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+  if (heuristic != CUBLAS_STATUS_SUCCESS || found == 0) {
     refused.insert(key);
     return no_kernel();
   }
@@ -405,7 +418,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   const cublasStatus_t st = api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
                                        s.b, &beta, c, s.d, g.d, s.d, &algo, ctx->gemm_workspace,
                                        kGemmWorkspaceBytes, ctx->stream);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::none) {
+  if (refusable(g, st)) {
     // A fused epilogue the heuristic offered but the kernel refuses: nothing ran, and the
     // caller runs the unfused form (now and for this key from now on).
     auto* cache = static_cast<AlgoCache*>(ctx->gemm_algos);

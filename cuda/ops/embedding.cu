@@ -7,6 +7,7 @@
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::fail;
 using nfn::cuda::from_f32;
@@ -23,6 +24,7 @@ constexpr int kRowsPerBlock = 8;  // embedding_forward: a warp a row
 template <int V, typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int N, int T_,
                                          int C) {
+  nfn::cuda::pdl_begin();
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;
   const T* w = wte + static_cast<size_t>(tokens[row]) * C;
@@ -39,7 +41,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
 
 template <int V, typename T>
 void launch_forward(nfn_ctx* ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int N, int T_, int C) {
-  embedding_forward_kernel<V><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, dim3(32, kRowsPerBlock), 0, ctx->stream>>>(
+  nfn::cuda::launch_kernel(ctx, embedding_forward_kernel<V, T>, (N + kRowsPerBlock - 1) / kRowsPerBlock,
+                           dim3(32, kRowsPerBlock), 0,
       out, tokens, wte, wpe, N, T_, C);
 }
 
@@ -53,6 +56,7 @@ constexpr int kDwteWarps = 8, kDwteUnroll = 4;
 template <int V, typename T>
 __global__ void embedding_dwte_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
                                       const int32_t* sorted_rows, int N, int C) {
+  nfn::cuda::pdl_begin();
   const int p = blockIdx.x, warp = threadIdx.y, lane = threadIdx.x;
   const int32_t token = sorted_tokens[p];
   if (p > 0 && sorted_tokens[p - 1] == token) return;
@@ -95,11 +99,13 @@ template <int V, typename T>
 void launch_dwte(nfn_ctx* ctx, T* dwte, const T* dout, const int32_t* sorted_tokens, const int32_t* sorted_rows,
                  int N, int C) {
   const dim3 grid(N, (C + 32 * V - 1) / (32 * V)), block(32, kDwteWarps);
-  embedding_dwte_kernel<V><<<grid, block, 0, ctx->stream>>>(dwte, dout, sorted_tokens, sorted_rows, N, C);
+  nfn::cuda::launch_kernel(ctx, embedding_dwte_kernel<V, T>, grid, block, 0,
+      dwte, dout, sorted_tokens, sorted_rows, N, C);
 }
 
 template <typename T>
 __global__ void embedding_dwpe_kernel(T* dwpe, const T* dout, int B, int T_, int C) {
+  nfn::cuda::pdl_begin();
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<size_t>(T_) * C) return;
   float sum = 0.f;
@@ -108,6 +114,7 @@ __global__ void embedding_dwpe_kernel(T* dwpe, const T* dout, int B, int T_, int
 }
 
 __global__ void iota_kernel(int32_t* out, int n) {
+  nfn::cuda::pdl_begin();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = i;
 }
@@ -152,8 +159,8 @@ nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const vo
   const int N = B * T;
   if (dwpe != nullptr) {
     const size_t n = static_cast<size_t>(T) * C;
-    NFN_DISPATCH(dtype, E, embedding_dwpe_kernel<<<(n + 255) / 256, 256, 0, ctx->stream>>>(
-                               static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C));
+    NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, embedding_dwpe_kernel<E>, (n + 255) / 256, 256, 0,
+        static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C));
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }
   if (dwte == nullptr) return NFN_OK;
@@ -171,7 +178,7 @@ nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const vo
   auto* rows = reinterpret_cast<int32_t*>(base);
   auto* sorted_tokens = reinterpret_cast<int32_t*>(base + ids_bytes);
   auto* sorted_rows = reinterpret_cast<int32_t*>(base + 2 * ids_bytes);
-  iota_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(rows, N);
+  nfn::cuda::launch_kernel(ctx, iota_kernel, (N + 255) / 256, 256, 0, rows, N);
   NFN_CUDA_TRY(ctx, cub::DeviceRadixSort::SortPairs(base + 3 * ids_bytes, temp_bytes, tokens,
                                                     sorted_tokens, rows, sorted_rows, N, 0, 32,
                                                     ctx->stream), op);

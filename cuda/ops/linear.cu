@@ -106,6 +106,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   // overlap=on: the weight and bias gradients on the side stream, beside the input gradient.
   bool forked = false;
   if (dinp != nullptr && (dweight != nullptr || dbias != nullptr)) NFN_TRY(nfn::cuda::side_fork(ctx, op, &forked));
+  nfn::cuda::SideSection side(ctx, forked);  // joined on every return from here
   if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
     GemmArgs g;
     g.m = IC, g.n = N, g.k = OC;
@@ -150,7 +151,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
       NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dinp_colsum),
                                                                 static_cast<const E*>(dinp), N, IC)));
   }
-  nfn::cuda::SideSection side(ctx, forked);
+  side.enter();
   if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
     GemmArgs g;
     g.trans_b = true;

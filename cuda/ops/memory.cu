@@ -6,6 +6,7 @@
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::fail;
 
@@ -13,6 +14,7 @@ namespace {
 
 template <typename T>
 __global__ void fill_kernel(T* dst, T value, size_t n) {
+  nfn::cuda::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = value;
@@ -20,12 +22,14 @@ __global__ void fill_kernel(T* dst, T value, size_t n) {
 
 template <typename Dst, typename Src>
 __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
+  nfn::cuda::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = nfn::cuda::from_f32<Dst>(nfn::cuda::to_f32(src[i]));
 }
 
 __global__ void widen_kernel(int32_t* dst, const uint16_t* src, size_t n) {
+  nfn::cuda::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = static_cast<int32_t>(src[i]);
@@ -83,9 +87,9 @@ nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_
   }
   const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
   if (dtype == NFN_F32) {
-    fill_kernel<<<grid, block, 0, ctx->stream>>>(static_cast<float*>(dst), value, n);
+    nfn::cuda::launch_kernel(ctx, fill_kernel<float>, grid, block, 0, static_cast<float*>(dst), value, n);
   } else if (dtype == NFN_BF16) {
-    fill_kernel<<<grid, block, 0, ctx->stream>>>(static_cast<__nv_bfloat16*>(dst),
+    nfn::cuda::launch_kernel(ctx, fill_kernel<__nv_bfloat16>, grid, block, 0, static_cast<__nv_bfloat16*>(dst),
                                                  __float2bfloat16_rn(value), n);
   } else {
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: unknown dtype %d", static_cast<int>(dtype));
@@ -110,7 +114,7 @@ nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void*
   if (dst == nullptr || src == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "convert: null pointer");
   const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
   NFN_DISPATCH(dst_dtype, D, NFN_DISPATCH(src_dtype, S,
-      convert_kernel<<<grid, block, 0, ctx->stream>>>(static_cast<D*>(dst),
+      nfn::cuda::launch_kernel(ctx, convert_kernel<D, S>, grid, block, 0, static_cast<D*>(dst),
                                                       static_cast<const S*>(src), n)));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "convert");
   return NFN_OK;
@@ -121,7 +125,7 @@ nfn_status nfn_widen_tokens(nfn_ctx* ctx, int32_t* dst, const uint16_t* src, siz
   if (dst == nullptr || src == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "widen_tokens: null pointer");
   const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
-  widen_kernel<<<grid, block, 0, ctx->stream>>>(dst, src, n);
+  nfn::cuda::launch_kernel(ctx, widen_kernel, grid, block, 0, dst, src, n);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "widen_tokens");
   return NFN_OK;
 }

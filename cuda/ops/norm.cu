@@ -17,6 +17,7 @@
 #include "cuda/ops/column_reduce.cuh"
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::fail;
 using nfn::cuda::load_pack;
@@ -73,6 +74,7 @@ struct RowPacks {
 template <bool kCentered, int V, int P, typename T>
 __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* inp, const T* weight,
                                     const T* bias, int N, int C) {
+  nfn::cuda::pdl_begin();
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x, packs = C / V;
   if (row >= N) return;
   const T* x = inp + static_cast<size_t>(row) * C;
@@ -126,6 +128,7 @@ template <bool kCentered, bool kColsum, int V, int P, typename T>
 __global__ void __launch_bounds__(P > 0 ? 32 * kRowsPerBlock : 1024, P > 0 ? kHeldBackwardBlocksPerSm : 1)
     norm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                          const float* mean, const float* rstd, int N, int C) {
+  nfn::cuda::pdl_begin();
   constexpr int K = kBackwardTerms<kCentered, kColsum>;
   extern __shared__ float cols[];
   const int warps = blockDim.y, lane = threadIdx.x, packs = C / V;
@@ -234,10 +237,12 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
   if (packed)
     with_held_packs<kForwardHeld, T>(held_packs<kForwardHeld, T>(packed, C), [&](auto p) {
       constexpr int V = Pack<T>::n, P = decltype(p)::value;
-      norm_forward_kernel<kCentered, V, P><<<grid, block, 0, ctx->stream>>>(y, mean, rstd, x, w, b, N, C);
+      nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, V, P, T>, grid, block, 0,
+          y, mean, rstd, x, w, b, N, C);
     });
   else
-    norm_forward_kernel<kCentered, 1, 0><<<grid, block, 0, ctx->stream>>>(y, mean, rstd, x, w, b, N, C);
+    nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, 1, 0, T>, grid, block, 0,
+        y, mean, rstd, x, w, b, N, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
@@ -250,7 +255,7 @@ nfn_status launch_backward(nfn_ctx* ctx, const char* op, int blocks, int warps, 
     NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(norm_backward_kernel<kCentered, kColsum, V, P, T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
                  op);
-  norm_backward_kernel<kCentered, kColsum, V, P, T><<<blocks, dim3(32, warps), shared, ctx->stream>>>(
+  nfn::cuda::launch_kernel(ctx, norm_backward_kernel<kCentered, kColsum, V, P, T>, blocks, dim3(32, warps), shared,
       dinp, partials, dout, inp, weight, mean, rstd, N, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;

@@ -9,6 +9,7 @@
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::fail;
 
@@ -31,6 +32,7 @@ constexpr unsigned kBlock = 512, kMaxGrid = 1024;
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     sum_squares_kernel(BufList list, size_t total, float* partials, unsigned* done, float* out) {
+  nfn::cuda::pdl_begin();
   float acc = 0.f;
   int b = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total / V;
@@ -107,9 +109,11 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
     NFN_TRY(nfn::cuda::scratch(ctx, grid * sizeof(float), &partials, "sum_squares_many"));
     auto* part = static_cast<float*>(partials);
     if (packed)
-      sum_squares_kernel<T, n><<<grid, kBlock, 0, ctx->stream>>>(list, total, part, ctx->blocks_done, out);
+      nfn::cuda::launch_kernel(ctx, sum_squares_kernel<T, n>, grid, kBlock, 0,
+          list, total, part, ctx->blocks_done, out);
     else
-      sum_squares_kernel<T, 1><<<grid, kBlock, 0, ctx->stream>>>(list, total, part, ctx->blocks_done, out);
+      nfn::cuda::launch_kernel(ctx, sum_squares_kernel<T, 1>, grid, kBlock, 0,
+          list, total, part, ctx->blocks_done, out);
   });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "sum_squares_many");
   return NFN_OK;

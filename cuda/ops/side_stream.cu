@@ -13,10 +13,20 @@ nfn_status side_fork(nfn_ctx* ctx, const char* op, bool* forked) {
   if (!ctx->overlap) return NFN_OK;
   if (ctx->side_stream == nullptr) {
     if (ctx->recording) return NFN_OK;  // one stream this time; the next call outside makes it
-    NFN_CUDA_TRY(ctx, cudaStreamCreateWithFlags(&ctx->side_stream, cudaStreamNonBlocking), op);
-    NFN_CUDA_TRY(ctx, cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming), op);
-    NFN_CUDA_TRY(ctx, cudaEventCreateWithFlags(&ctx->side_join, cudaEventDisableTiming), op);
-    NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->side_gemm_workspace, gemm_workspace_bytes()), op);
+    // Made whole or not at all: a failure part way (out of memory) leaves no half-made side.
+    nfn_ctx made;
+    cudaError_t err = cudaStreamCreateWithFlags(&made.side_stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.side_fork, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.side_join, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaMalloc(&made.side_gemm_workspace, gemm_workspace_bytes());
+    if (err != cudaSuccess) {
+      side_release(&made);
+      return check(ctx, err, op);
+    }
+    std::swap(ctx->side_stream, made.side_stream);
+    std::swap(ctx->side_fork, made.side_fork);
+    std::swap(ctx->side_join, made.side_join);
+    std::swap(ctx->side_gemm_workspace, made.side_gemm_workspace);
   }
   NFN_CUDA_TRY(ctx, cudaEventRecord(ctx->side_fork, ctx->stream), op);
   NFN_CUDA_TRY(ctx, cudaStreamWaitEvent(ctx->side_stream, ctx->side_fork, 0), op);
@@ -37,9 +47,10 @@ void swap_in_side(nfn_ctx* ctx) {
 }  // namespace
 
 // Only once the context has its GEMM handle: the first GEMM makes it and the main workspace.
-SideSection::SideSection(nfn_ctx* ctx, bool forked)
-    : ctx_(ctx), open_(forked), swapped_(forked && ctx->cublaslt != nullptr) {
-  if (swapped_) swap_in_side(ctx_);
+void SideSection::enter() {
+  if (!open_ || swapped_ || ctx_->cublaslt == nullptr) return;
+  swap_in_side(ctx_);
+  swapped_ = true;
 }
 
 nfn_status SideSection::join(const char* op) {

@@ -15,17 +15,20 @@ namespace nfn::cuda {
 // exist inside a graph recording (its first use makes it, which a recording cannot hold).
 nfn_status side_fork(nfn_ctx* ctx, const char* op, bool* forked);
 
-// After a fork: while the section is open (and once the context's first GEMM has set up
-// cuBLASLt), the context's stream, GEMM workspace and scratch are the side stream's, so ops
-// issued through the context run there and never share a buffer with the main stream's. join() closes it: back to the main stream, which then waits
-// for everything issued on the side. The destructor joins a section left open (an op
-// returning early on an error), its own errors ignored.
+// A fork's section, made right after side_fork so that every way out of the op joins it.
+// After enter() (and once the context's first GEMM has set up cuBLASLt), the context's
+// stream, GEMM workspace and scratch are the side stream's, so ops issued through the context
+// run there and never share a buffer with the main stream's. join() closes it: back to the
+// main stream, which then waits for everything issued on the side. The destructor joins a
+// section left open (an op returning early on an error), its own errors ignored. Without a
+// fork, all three do nothing.
 class SideSection {
  public:
-  SideSection(nfn_ctx* ctx, bool forked);
+  SideSection(nfn_ctx* ctx, bool forked) : ctx_(ctx), open_(forked), swapped_(false) {}
   ~SideSection();
   SideSection(const SideSection&) = delete;
   SideSection& operator=(const SideSection&) = delete;
+  void enter();
   nfn_status join(const char* op);
 
  private:

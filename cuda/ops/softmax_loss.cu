@@ -8,6 +8,7 @@
 #include "cuda/ops/cp_async.cuh"
 #include "cuda/ops/cublaslt.h"
 #include "cuda/ops/dtype.cuh"
+#include "cuda/ops/launch.h"
 
 using nfn::cuda::block_max;
 using nfn::cuda::block_sum;
@@ -37,6 +38,7 @@ constexpr size_t kChunkBytes = size_t{1} << 31;
 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) softmax_kernel(float* out, const T* inp, int V, int stride) {
+  nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   const T* x = inp + static_cast<size_t>(blockIdx.x) * stride;
   float m = -INFINITY;
@@ -162,6 +164,7 @@ template <typename T, int N>
 __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
     cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp, float grad_scale,
                          bool backward) {
+  nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
@@ -181,6 +184,7 @@ template <typename T>
 __global__ void __launch_bounds__(kStagedBlock, 2)
     cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
                                 float grad_scale, bool backward) {
+  nfn::cuda::pdl_begin();
   constexpr int N = Pack<T>::n;
   extern __shared__ uint4 staged[];  // 16-byte units
   __shared__ float shared[32];
@@ -210,6 +214,7 @@ nfn_status staged_rows(nfn_ctx* ctx, const char* op, bool vec, size_t row_bytes,
 // losses[i] = row_loss[i] and *loss_sum += sum of row_loss, in a fixed order (one block).
 __global__ void __launch_bounds__(1024)
     loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, int N) {
+  nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   float s = 0.f;
   for (int i = threadIdx.x; i < N; i += blockDim.x) {
@@ -234,8 +239,8 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
                 "softmax_forward: N=%d V=%d stride=%d (need N, V > 0 and stride >= V)", N, V, stride);
   if (out == nullptr || inp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "softmax_forward: null out or inp");
-  NFN_DISPATCH(dtype, E, softmax_kernel<<<N, kBlock, 0, ctx->stream>>>(
-                             out, static_cast<const E*>(inp), V, stride));
+  NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, softmax_kernel<E>, N, kBlock, 0,
+      out, static_cast<const E*>(inp), V, stride));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "softmax_forward");
   return NFN_OK;
 }
@@ -282,19 +287,19 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_DISPATCH(dtype, E, {
       auto* l = static_cast<E*>(logits);
       if (staged) {
-        if (row_bytes > 48 * 1024)
-          NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(cross_entropy_staged_kernel<E>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(row_bytes)),
-                       op);
-        cross_entropy_staged_kernel<E><<<R, kStagedBlock, row_bytes, ctx->stream>>>(
-            row_loss + r0, l, targets + r0, V, Vp, grad_scale, backward);
+        // Always: without it the row and the kernel's own 128 bytes must fit 48 KiB together.
+        NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(cross_entropy_staged_kernel<E>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(row_bytes)),
+                     op);
+        nfn::cuda::launch_kernel(ctx, cross_entropy_staged_kernel<E>, R, kStagedBlock, row_bytes, row_loss + r0, l,
+                                 targets + r0, V, Vp, grad_scale, backward);
       } else if (vec)
-        cross_entropy_kernel<E, Pack<E>::n><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V,
-                                                                               Vp, grad_scale, backward);
+        nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, Pack<E>::n>, R, kRowBlock, 0, row_loss + r0, l,
+                                 targets + r0, V, Vp, grad_scale, backward);
       else
-        cross_entropy_kernel<E, 1><<<R, kRowBlock, 0, ctx->stream>>>(row_loss + r0, l, targets + r0, V, Vp,
-                                                                      grad_scale, backward);
+        nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1>, R, kRowBlock, 0, row_loss + r0, l, targets + r0,
+                                 V, Vp, grad_scale, backward);
     });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
     if (!backward) continue;
@@ -317,7 +322,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_TRY(nfn::cuda::gemm(ctx, op, gw));
   }
   if (losses != nullptr || loss_sum != nullptr) {
-    loss_total_kernel<<<1, 1024, 0, ctx->stream>>>(losses, loss_sum, row_loss, N);
+    nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, N);
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }
   return NFN_OK;

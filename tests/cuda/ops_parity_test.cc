@@ -594,6 +594,19 @@ void check_sum_squares(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   }
 }
 
+// Every op in dtype dt (memory, errors and graphs are checked once, apart).
+void check_ops(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  check_sum_squares(cpu, gpu, dt);
+  check_embedding(cpu, gpu, dt);
+  check_norms(cpu, gpu, dt);
+  check_linear(cpu, gpu, dt);
+  check_elementwise(cpu, gpu, dt);
+  check_attention(cpu, gpu, dt);
+  check_kv_cached(cpu, gpu, dt);
+  check_softmax_and_loss(cpu, gpu, dt);
+  check_adamw(cpu, gpu, dt);
+}
+
 // Bad arguments are refused with a status and a message naming the op.
 void check_errors(const Backend& gpu) {
   const nfn_status s = gpu.ops().attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 30, 4, NFN_F32);
@@ -610,6 +623,8 @@ void check_errors(const Backend& gpu) {
          "configure deterministic=maybe is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "maybe") == NFN_ERR_INVALID_ARGUMENT,
          "configure overlap=maybe is refused");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "maybe") == NFN_ERR_INVALID_ARGUMENT,
+         "configure pdl=maybe is refused");
   // The path's name for the runtime report (an extra export, outside the op table).
   using PathName = const char* (*)(const nfn_ctx*);
   if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
@@ -657,15 +672,7 @@ int main(int argc, char** argv) {
   if (!self_check) check_graphs(gpu, rng);
   for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
     if (self_check && dt == NFN_BF16) break;  // the CPU computes in f32 only
-    check_sum_squares(cpu, gpu, dt);
-    check_embedding(cpu, gpu, dt);
-    check_norms(cpu, gpu, dt);
-    check_linear(cpu, gpu, dt);
-    check_elementwise(cpu, gpu, dt);
-    check_attention(cpu, gpu, dt);
-    check_kv_cached(cpu, gpu, dt);
-    check_softmax_and_loss(cpu, gpu, dt);
-    check_adamw(cpu, gpu, dt);
+    check_ops(cpu, gpu, dt);
   }
   // The GEMMs again with gemm_tune=on: a shape's first call times cuBLASLt's picks into
   // outputs of its own, so the results (accumulating ones too) must not move. Not under the
@@ -714,6 +721,15 @@ int main(int argc, char** argv) {
     expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "on") == NFN_OK, "configure overlap=on");
     for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_linear(cpu, gpu, dt);
     expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "off") == NFN_OK, "configure overlap=off");
+  }
+  // Every op again in bf16 with pdl=on: each of the library's kernels may start while the one
+  // before it finishes, and waits in pdl_begin until its writes are visible, so the results
+  // must not move. Not under the emulator, which runs launches one after another either way
+  // (it checks instead that every kernel calls pdl_begin first).
+  if (!self_check && !emulated) {
+    expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "on") == NFN_OK, "configure pdl=on");
+    check_ops(cpu, gpu, NFN_BF16);
+    expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "off") == NFN_OK, "configure pdl=off");
   }
   // The attention of other people's code, never run before a GPU session: last, so that a
   // fault there (a sticky CUDA error ends the context) costs only its own checks.

@@ -110,14 +110,18 @@ struct ThreadPlace {
 };
 extern thread_local ThreadPlace place;
 
+// pdl_ready: a launch through cuda/ops/launch.h's launch_kernel, which a GPU may run as a
+// programmatic dependent launch: each of its threads must call pdl_begin before any barrier,
+// warp-wide operation or cp.async, and before it exits.
 struct LaunchConfig {
   dim3 grid, block;
   size_t shared_bytes;
   cudaStream_t stream;
+  bool pdl_ready;
 };
 inline LaunchConfig launch_config(dim3 grid, dim3 block, size_t shared_bytes = 0,
-                                  cudaStream_t stream = nullptr) {
-  return LaunchConfig{grid, block, shared_bytes, stream};
+                                  cudaStream_t stream = nullptr, bool pdl_ready = false) {
+  return LaunchConfig{grid, block, shared_bytes, stream, pdl_ready};
 }
 
 // Runs `body` once per thread of every block of the grid; an invalid configuration sets the
@@ -154,6 +158,10 @@ void* dynamic_shared();
 // This block's copy of the static __shared__ variable `key` (poisoned per block; the
 // static shared memory of a block is limited to 48 KiB, as nvcc enforces).
 void* static_shared(const void* key, size_t bytes, size_t align);
+
+// griddepcontrol.wait and .launch_dependents (cuda/ops/launch.h's pdl_begin): the launches
+// run one after another, so it only marks the calling thread as having called it.
+void pdl_begin();
 
 // Rendezvous of the calling thread with its whole block, or with its warp.
 void sync_block();

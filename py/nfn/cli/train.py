@@ -76,6 +76,10 @@ def register(sub):
     opts.add_argument("--overlap", choices=["on", "off"],
                      help="CUDA: run each linear backward's weight and bias gradients on a second "
                           "stream beside its input gradient (the same results; default: off)")
+    opts.add_argument("--pdl", choices=["on", "off"],
+                     help="CUDA: launch each of the op library's kernels as a programmatic "
+                          "dependent launch, so its blocks may start while the kernel before it "
+                          "finishes (the same results; default: off)")
     opts.add_argument("--graphs", choices=["on", "off", "auto"],
                      help="CUDA: record the forward/backward micro-step once as a CUDA graph and "
                           "replay it after the first step (default: auto, on where the op library "

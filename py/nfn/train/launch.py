@@ -30,6 +30,7 @@ PASSTHROUGH = [
     ("checkpoint_every", "--checkpoint-every"), ("dtype", "--dtype"), ("threads", "--threads"),
     ("matmul", "--matmul"), ("attention", "--attention"), ("graphs", "--graphs"),
     ("gemm_tune", "--gemm-tune"), ("deterministic", "--deterministic"), ("overlap", "--overlap"),
+    ("pdl", "--pdl"),
 ]
 
 

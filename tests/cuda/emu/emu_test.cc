@@ -176,6 +176,13 @@ struct Failure {
 // recorded in the capture joins it; the capture ends only once the origin has waited on the
 // joined stream's work (else cudaErrorStreamCaptureUnjoined, 904); a stream that never joined
 // cannot issue work inside it (cudaErrorStreamCaptureUnsupported, 900).
+// A kernel launched by launch_kernel (cuda/ops/launch.h) that calls pdl_begin first runs as
+// any other; check_failures_are_reported has the two that do not.
+void check_launch_kernel() {
+  const int wrote = emu_probe::launch_kernel_pdl(0);
+  EXPECT(wrote == 31, "launch_kernel with pdl_begin first: thread 31 wrote %d", wrote);
+}
+
 void check_capture_fork() {
   int outside = 0;
   const int joined = emu_probe::capture_fork(true, &outside);
@@ -205,6 +212,12 @@ void check_failures_are_reported() {
        "is not in this block's shared memory"},
       {"static shared over 48 KiB", emu_probe::too_much_static_shared, SIGABRT, "big_static_shared_kernel",
        "static shared memory of 49156 bytes, over the 48 KiB a block may declare"},
+      {"launch_kernel without pdl_begin", emu_probe::pdl_begin_never, SIGABRT, "pdl_kernel",
+       "the thread's exit before pdl_begin() in a kernel launched by launch_kernel"},
+      {"launch_kernel with a barrier before pdl_begin", emu_probe::pdl_begin_after_barrier, SIGABRT, "pdl_kernel",
+       "__syncthreads before pdl_begin() in a kernel launched by launch_kernel"},
+      {"static and dynamic shared over 48 KiB", emu_probe::static_and_dynamic_over_48k, SIGABRT,
+       "static_and_dynamic_kernel", "128 bytes of static and 49152 of dynamic shared memory, over 48 KiB"},
       {"page-locked upload rewritten", emu_probe::pinned_rewritten_before_sync, SIGABRT, "the host wrote page-locked memory",
        "had not yet read (64 bytes): wait for the stream before reusing the buffer"},
       {"page-locked upload rewritten after an earlier event", emu_probe::pinned_rewritten_after_an_earlier_event,
@@ -230,6 +243,7 @@ int main() {
   check_sort();
   check_block_order();
   check_capture_fork();
+  check_launch_kernel();
   check_failures_are_reported();
   return nfn_test::finish("emu_test");
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/ops/attention_mma.cuh"
+#include "cuda/ops/launch.h"
 
 extern "C" void nfn_emu_reverse_order(int on);  // cuda/emu/runtime.cc
 
@@ -103,6 +104,13 @@ __global__ void big_static_shared_kernel(float* out) {
   out[0] = a[0] + b[0];
 }
 
+__global__ void static_and_dynamic_kernel(float* out) {
+  __shared__ float a[32];
+  extern __shared__ float dyn[];
+  a[0] = dyn[0] = 1.f;
+  out[0] = a[0] + dyn[0];
+}
+
 __global__ void misaligned_kernel(const uint16_t* p, unsigned* out) {
   const uint4 v = *reinterpret_cast<const uint4*>(p + 2);
   out[0] = v.x;
@@ -119,6 +127,16 @@ __global__ void deadlock_kernel() {
 }
 
 __global__ void oob_kernel(float* p) { p[64 + 16] = 1.f; }
+
+// A kernel for launch_kernel: pdl_begin first (mode 0), never (1), or after a barrier (2).
+__global__ void pdl_kernel(int* out, int mode) {
+  if (mode == 0) nfn::cuda::pdl_begin();
+  if (mode == 2) {
+    __syncthreads();
+    nfn::cuda::pdl_begin();
+  }
+  out[threadIdx.x] = static_cast<int>(threadIdx.x);
+}
 
 __global__ void exit_then_shuffle_kernel(int* out) {
   if (threadIdx.x >= 16) return;
@@ -237,6 +255,11 @@ void too_much_static_shared() {
   big_static_shared_kernel<<<1, 1>>>(out);
 }
 
+void static_and_dynamic_over_48k() {
+  float* out = device_copy(std::vector<float>(1, 0.f));
+  static_and_dynamic_kernel<<<1, 1, 48 * 1024>>>(out);
+}
+
 int launch_error(int threads, int shared, int opt_in, bool* cleared) {
   if (opt_in > 0) cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, opt_in);
   empty_kernel<<<1, threads, shared>>>();
@@ -329,6 +352,17 @@ int pinned_upload_event(bool record_after_upload) {
 void pinned_rewritten_after_an_earlier_event() { pinned_upload_event(false); }
 
 void deadlock() { deadlock_kernel<<<1, 32>>>(); }
+
+int launch_kernel_pdl(int mode) {
+  nfn_ctx ctx;  // its stream: the default one
+  int* out = device_copy(std::vector<int>(32, -1));
+  nfn::cuda::launch_kernel(&ctx, pdl_kernel, 1, 32, 0, out, mode);
+  const std::vector<int> got = take(out, 32);
+  return got[31];
+}
+
+void pdl_begin_never() { launch_kernel_pdl(1); }
+void pdl_begin_after_barrier() { launch_kernel_pdl(2); }
 
 void out_of_bounds() {
   void* p = nullptr;

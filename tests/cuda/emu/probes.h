@@ -47,6 +47,13 @@ int raise_shared_limit(int bytes);  // cudaFuncSetAttribute's result
 // with that much: the limit is the kernel's own.
 int launch_other_kernel_after_raising();
 
+// A 32-thread kernel launched by cuda/ops/launch.h's launch_kernel that calls pdl_begin first
+// (mode 0: returns what thread 31 wrote, 31), never (1), or after a __syncthreads (2): the
+// emulator stops the last two.
+int launch_kernel_pdl(int mode);
+void pdl_begin_never();
+void pdl_begin_after_barrier();
+
 // cudaMemcpyAsync device-to-host of `bytes` from a 64-byte allocation.
 int copy_from_64_bytes(int bytes);
 
@@ -77,6 +84,7 @@ void deadlock();
 void out_of_bounds();
 void shuffle_after_exit();
 void too_much_static_shared();
+void static_and_dynamic_over_48k();  // 128 bytes static and 48 KiB dynamic, limit not raised
 void misaligned_vector_load();  // a uint4 read 4 bytes past a 16-byte boundary
 void ldmatrix_misaligned();     // lane 5's ldmatrix row address 8 bytes past a 16-byte boundary
 void ldmatrix_global();         // lane 5's ldmatrix row address in global memory

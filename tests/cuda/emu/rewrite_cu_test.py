@@ -17,6 +17,20 @@ class RewriteCuTest(unittest.TestCase):
             '  NFN_DISPATCH(dtype, E, ::nfn_emu::launch("kernel<E, 4>", ::nfn_emu::launch_config(g, b), '
             '[=] { kernel<E, 4>(static_cast<E*>(p), (x + 1) * 2); }));\n'))
 
+    def test_launch_kernel(self):
+        src = ("  nfn::cuda::launch_kernel(ctx, norm_kernel<kCentered, V, P, T>, grid, dim3(32, w), shared,\n"
+               "      y, x > 0 ? a : b, N);\n"
+               "  NFN_DISPATCH(dtype, E, launch_kernel(ctx, k<E>, grid_for(n, 256), 256, 0, p, n));\n"
+               "  // launch_kernel(ctx, k, g, b, 0, args): a comment stays\n")
+        self.assertEqual(rewrite("t.cu", src), (
+            '  ::nfn_emu::launch("norm_kernel<kCentered, V, P, T>", ::nfn_emu::launch_config(grid, dim3(32, w), '
+            'shared, (ctx)->stream, true), [=] { norm_kernel<kCentered, V, P, T>(y, x > 0 ? a : b, N); });\n'
+            '  NFN_DISPATCH(dtype, E, ::nfn_emu::launch("k<E>", ::nfn_emu::launch_config(grid_for(n, 256), 256, 0, '
+            '(ctx)->stream, true), [=] { k<E>(p, n); }));\n'
+            "  // launch_kernel(ctx, k, g, b, 0, args): a comment stays\n"))
+        with self.assertRaises(SystemExit):
+            rewrite("t.cu", "  launch_kernel(ctx, k, grid, block);\n")
+
     def test_shared_memory(self):
         src = ("  extern __shared__ float smem[];\n"
                "    __shared__ __align__(16) uint16_t ks[R * S], vs[R * S];\n"

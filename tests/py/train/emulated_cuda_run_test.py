@@ -8,8 +8,8 @@ nothing and is issued without waiting for the device (the host reads each step's
 the next is queued). With graphs (--graphs auto, the default, turns them on here), the
 forward/backward is recorded once, after the first step, and replayed: bitwise the same run,
 one graph launch where the ops were; the resumed run, with graphs, is bitwise the run without;
-with --overlap on (a second stream for the weight and bias gradients, inside the graph) the
-run is bitwise the same again. tools/device_check.sh makes the comparison on a real GPU."""
+with --overlap on (a second stream for the weight and bias gradients, inside the graph) and
+--pdl on (every kernel a programmatic dependent launch) the run is bitwise the same again. tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
 import re
@@ -75,9 +75,11 @@ class EmulatedCudaRunTest(unittest.TestCase):
                                        "--output-dir", os.path.join(cls.tmp, "graphs")],
                          {"NFN_EMU_TRACE": cls.graph_trace})
         # --overlap on: each linear backward's weight and bias gradients on a second stream,
-        # forked and joined inside the recorded graph too.
+        # forked and joined inside the recorded graph too; --pdl on: every kernel launched as a
+        # programmatic dependent launch (the emulator runs them in order, and checks each kernel
+        # calls pdl_begin first).
         cls.overlap = run(cls.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
-                                        "--attention", "flash_mma", "--overlap", "on",
+                                        "--attention", "flash_mma", "--overlap", "on", "--pdl", "on",
                                         "--output-dir", os.path.join(cls.tmp, "overlap")])
 
     @classmethod
@@ -222,7 +224,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
         self.assert_same_run(self.overlap, "overlap")
         lib = self.overlap["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (True, 1, False))
-        self.assertEqual(lib["options"], {"attention": "flash_mma", "overlap": "on"})
+        self.assertEqual(lib["options"], {"attention": "flash_mma", "overlap": "on", "pdl": "on"})
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
         proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,

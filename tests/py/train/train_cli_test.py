@@ -129,12 +129,13 @@ class TrainCliTest(unittest.TestCase):
     def test_backend_options_reach_the_trainer(self):
         code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--matmul", "f32", "--attention", "flash_mma",
                                       "--graphs", "on", "--gemm-tune", "on", "--deterministic", "off",
-                                      "--overlap", "on", "--print-command"])
+                                      "--overlap", "on", "--pdl", "on", "--print-command"])
         self.assertEqual(code, 0, err)
         argv = out.split()
         self.assertEqual(argv[argv.index("--matmul") + 1], "f32")
         self.assertEqual(argv[argv.index("--attention") + 1], "flash_mma")
-        for flag, value in (("--graphs", "on"), ("--gemm-tune", "on"), ("--deterministic", "off"), ("--overlap", "on")):
+        for flag, value in (("--graphs", "on"), ("--gemm-tune", "on"), ("--deterministic", "off"), ("--overlap", "on"),
+                            ("--pdl", "on")):
             self.assertEqual(argv[argv.index(flag) + 1], value, flag)
         # The CPU library has no attention option: refused in one line naming the flag.
         code, _, err, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
