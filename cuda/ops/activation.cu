@@ -54,7 +54,7 @@ namespace nfn::cuda {
 
 nfn_status launch_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t n, nfn_dtype dtype) {
   NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, gelu_forward_kernel<E>, grid_for(n, 256), 256, 0,
-      static_cast<E*>(out), static_cast<const E*>(inp), n));
+                                                  static_cast<E*>(out), static_cast<const E*>(inp), n));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "gelu_forward");
   return NFN_OK;
 }
@@ -79,7 +79,8 @@ nfn_status nfn_gelu_backward(nfn_ctx* ctx, void* dinp, const void* pre, const vo
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "gelu_backward: null dinp, pre or dout");
   NFN_DISPATCH(dtype, E,
                nfn::cuda::launch_kernel(ctx, gelu_backward_kernel<E>, nfn::cuda::grid_for(n, 256), 256, 0,
-                   static_cast<E*>(dinp), static_cast<const E*>(pre), static_cast<const E*>(dout), n));
+                                        static_cast<E*>(dinp), static_cast<const E*>(pre),
+                                        static_cast<const E*>(dout), n));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "gelu_backward");
   return NFN_OK;
 }
@@ -94,8 +95,8 @@ nfn_status nfn_residual_forward(nfn_ctx* ctx, void* out, const void* residual, c
   const size_t n = static_cast<size_t>(N) * C;
   NFN_DISPATCH(dtype, E,
                nfn::cuda::launch_kernel(ctx, residual_kernel<E>, nfn::cuda::grid_for(n, 256), 256, 0,
-                   static_cast<E*>(out), static_cast<const E*>(residual), static_cast<const E*>(inp),
-                   static_cast<const E*>(bias), C, n));
+                                        static_cast<E*>(out), static_cast<const E*>(residual),
+                                        static_cast<const E*>(inp), static_cast<const E*>(bias), C, n));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "residual_forward");
   return NFN_OK;
 }

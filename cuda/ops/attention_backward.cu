@@ -46,8 +46,8 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
 template <typename T, int HD, int V>
 void launch_delta(nfn_ctx* ctx, float* delta, const T* dout, const T* out, QkvIndex ix, size_t rows) {
   constexpr int L = HD / V < 32 ? HD / V : 32;
-  nfn::cuda::launch_kernel(ctx, attention_delta_kernel<T, HD, V>, (rows * L + 255) / 256, 256, 0,
-      delta, dout, out, ix, rows);
+  nfn::cuda::launch_kernel(ctx, attention_delta_kernel<T, HD, V>, (rows * L + 255) / 256, 256, 0, delta, dout, out,
+                           ix, rows);
 }
 
 // Shared-memory layout of both backward kernels: the block's own rows (padded so each thread
@@ -216,10 +216,10 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dq_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), op);
   dim3 grid((T + kRows - 1) / kRows, B * NH);
   const float scale = 1.f / sqrtf(HD);
-  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD>, grid, kRows, smem,
-      static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
-  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD>, grid, kRows, smem,
-      static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
+  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD>, grid, kRows, smem, static_cast<S*>(dqkv),
+                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
+  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD>, grid, kRows, smem, static_cast<S*>(dqkv),
+                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse
 template <typename S, int HD>
 nfn_status forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
   dim3 grid((T + kRows - 1) / kRows, B * NH);
-  nfn::cuda::launch_kernel(ctx, flash_forward_kernel<S, HD>, grid, kRows, 0,
-      static_cast<S*>(out), lse, static_cast<const S*>(qkv), QkvIndex{T, C, NH}, 1.f / sqrtf(HD));
+  nfn::cuda::launch_kernel(ctx, flash_forward_kernel<S, HD>, grid, kRows, 0, static_cast<S*>(out), lse,
+                           static_cast<const S*>(qkv), QkvIndex{T, C, NH}, 1.f / sqrtf(HD));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "attention_forward");
   return NFN_OK;
 }

@@ -98,11 +98,11 @@ nfn_status nfn_attention_kv_cached(nfn_ctx* ctx, void* out, void* k_cache, void*
   const float scale = 1.f / sqrtf(static_cast<float>(C / NH));
   NFN_DISPATCH(dtype, E, {
     nfn::cuda::launch_kernel(ctx, write_cache_kernel<E>, nfn::cuda::grid_for(total, 256), 256, 0,
-        static_cast<E*>(k_cache), static_cast<E*>(v_cache), static_cast<const E*>(qkv), Tq, pos,
-        maxT, C, total);
-    nfn::cuda::launch_kernel(ctx, cached_attention_kernel<E>, dim3(Tq, B * NH), kThreads, smem,
-        static_cast<E*>(out), static_cast<const E*>(k_cache), static_cast<const E*>(v_cache),
-        static_cast<const E*>(qkv), Tq, pos, maxT, C, NH, scale);
+                             static_cast<E*>(k_cache), static_cast<E*>(v_cache), static_cast<const E*>(qkv), Tq, pos,
+                             maxT, C, total);
+    nfn::cuda::launch_kernel(ctx, cached_attention_kernel<E>, dim3(Tq, B * NH), kThreads, smem, static_cast<E*>(out),
+                             static_cast<const E*>(k_cache), static_cast<const E*>(v_cache),
+                             static_cast<const E*>(qkv), Tq, pos, maxT, C, NH, scale);
   });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;

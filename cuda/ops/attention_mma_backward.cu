@@ -292,8 +292,7 @@ nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, 
   const QkvIndex ix{T, C, NH};
   const float scale = 1.f / sqrtf(static_cast<float>(HD));
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
-  nfn::cuda::launch_kernel(ctx, dkdv_kernel<HD>, grid, kThreads, dkdv_smem_bytes<HD>(),
-      g, ix, scale, scale * kLog2e);
+  nfn::cuda::launch_kernel(ctx, dkdv_kernel<HD>, grid, kThreads, dkdv_smem_bytes<HD>(), g, ix, scale, scale * kLog2e);
   if constexpr (dq_smem_bytes<HD, 2>() <= kSmallestSharedOptIn) {
     const nfn_status s = launch_dq<HD, 2>(ctx, g, ix, grid, scale, op);
     if (s != NFN_OK) return s;

@@ -142,8 +142,7 @@ nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, 
                                          static_cast<int>(smem)), op);
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
   nfn::cuda::launch_kernel(ctx, forward_kernel<HD>, grid, kThreads, smem, static_cast<bf16*>(out), lse,
-                                                            static_cast<const bf16*>(qkv), QkvIndex{T, C, NH},
-                                                            kLog2e / sqrtf(static_cast<float>(HD)));
+                           static_cast<const bf16*>(qkv), QkvIndex{T, C, NH}, kLog2e / sqrtf(static_cast<float>(HD)));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

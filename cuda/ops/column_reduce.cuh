@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(1024)
 template <typename T, int NV>
 nfn_status add_partials(nfn_ctx* ctx, const char* op, ColumnDsts<T, NV> dsts, const float* partials, int slices,
                         int C) {
-  nfn::cuda::launch_kernel(ctx, add_partials_kernel<T, NV>, dim3((C + 31) / 32, NV), dim3(32, 32), 0, dsts,
-                           partials, slices, C);
+  nfn::cuda::launch_kernel(ctx, add_partials_kernel<T, NV>, dim3((C + 31) / 32, NV), dim3(32, 32), 0, dsts, partials,
+                           slices, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

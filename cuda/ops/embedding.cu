@@ -42,8 +42,7 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
 template <int V, typename T>
 void launch_forward(nfn_ctx* ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int N, int T_, int C) {
   nfn::cuda::launch_kernel(ctx, embedding_forward_kernel<V, T>, (N + kRowsPerBlock - 1) / kRowsPerBlock,
-                           dim3(32, kRowsPerBlock), 0,
-      out, tokens, wte, wpe, N, T_, C);
+                           dim3(32, kRowsPerBlock), 0, out, tokens, wte, wpe, N, T_, C);
 }
 
 constexpr int kDwteWarps = 8, kDwteUnroll = 4;
@@ -99,8 +98,8 @@ template <int V, typename T>
 void launch_dwte(nfn_ctx* ctx, T* dwte, const T* dout, const int32_t* sorted_tokens, const int32_t* sorted_rows,
                  int N, int C) {
   const dim3 grid(N, (C + 32 * V - 1) / (32 * V)), block(32, kDwteWarps);
-  nfn::cuda::launch_kernel(ctx, embedding_dwte_kernel<V, T>, grid, block, 0,
-      dwte, dout, sorted_tokens, sorted_rows, N, C);
+  nfn::cuda::launch_kernel(ctx, embedding_dwte_kernel<V, T>, grid, block, 0, dwte, dout, sorted_tokens, sorted_rows,
+                           N, C);
 }
 
 template <typename T>
@@ -160,7 +159,7 @@ nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const vo
   if (dwpe != nullptr) {
     const size_t n = static_cast<size_t>(T) * C;
     NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, embedding_dwpe_kernel<E>, (n + 255) / 256, 256, 0,
-        static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C));
+                                                    static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C));
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }
   if (dwte == nullptr) return NFN_OK;

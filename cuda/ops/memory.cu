@@ -90,7 +90,7 @@ nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_
     nfn::cuda::launch_kernel(ctx, fill_kernel<float>, grid, block, 0, static_cast<float*>(dst), value, n);
   } else if (dtype == NFN_BF16) {
     nfn::cuda::launch_kernel(ctx, fill_kernel<__nv_bfloat16>, grid, block, 0, static_cast<__nv_bfloat16*>(dst),
-                                                 __float2bfloat16_rn(value), n);
+                             __float2bfloat16_rn(value), n);
   } else {
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: unknown dtype %d", static_cast<int>(dtype));
   }
@@ -115,7 +115,7 @@ nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void*
   const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
   NFN_DISPATCH(dst_dtype, D, NFN_DISPATCH(src_dtype, S,
       nfn::cuda::launch_kernel(ctx, convert_kernel<D, S>, grid, block, 0, static_cast<D*>(dst),
-                                                      static_cast<const S*>(src), n)));
+                               static_cast<const S*>(src), n)));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "convert");
   return NFN_OK;
 }

@@ -237,12 +237,12 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
   if (packed)
     with_held_packs<kForwardHeld, T>(held_packs<kForwardHeld, T>(packed, C), [&](auto p) {
       constexpr int V = Pack<T>::n, P = decltype(p)::value;
-      nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, V, P, T>, grid, block, 0,
-          y, mean, rstd, x, w, b, N, C);
+      nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, V, P, T>, grid, block, 0, y, mean, rstd, x, w, b,
+                               N, C);
     });
   else
-    nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, 1, 0, T>, grid, block, 0,
-        y, mean, rstd, x, w, b, N, C);
+    nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, 1, 0, T>, grid, block, 0, y, mean, rstd, x, w, b, N,
+                             C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
@@ -256,7 +256,7 @@ nfn_status launch_backward(nfn_ctx* ctx, const char* op, int blocks, int warps, 
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
                  op);
   nfn::cuda::launch_kernel(ctx, norm_backward_kernel<kCentered, kColsum, V, P, T>, blocks, dim3(32, warps), shared,
-      dinp, partials, dout, inp, weight, mean, rstd, N, C);
+                           dinp, partials, dout, inp, weight, mean, rstd, N, C);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

@@ -109,11 +109,11 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
     NFN_TRY(nfn::cuda::scratch(ctx, grid * sizeof(float), &partials, "sum_squares_many"));
     auto* part = static_cast<float*>(partials);
     if (packed)
-      nfn::cuda::launch_kernel(ctx, sum_squares_kernel<T, n>, grid, kBlock, 0,
-          list, total, part, ctx->blocks_done, out);
+      nfn::cuda::launch_kernel(ctx, sum_squares_kernel<T, n>, grid, kBlock, 0, list, total, part,
+                               ctx->blocks_done, out);
     else
-      nfn::cuda::launch_kernel(ctx, sum_squares_kernel<T, 1>, grid, kBlock, 0,
-          list, total, part, ctx->blocks_done, out);
+      nfn::cuda::launch_kernel(ctx, sum_squares_kernel<T, 1>, grid, kBlock, 0, list, total, part,
+                               ctx->blocks_done, out);
   });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "sum_squares_many");
   return NFN_OK;

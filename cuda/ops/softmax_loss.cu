@@ -239,8 +239,8 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
                 "softmax_forward: N=%d V=%d stride=%d (need N, V > 0 and stride >= V)", N, V, stride);
   if (out == nullptr || inp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "softmax_forward: null out or inp");
-  NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, softmax_kernel<E>, N, kBlock, 0,
-      out, static_cast<const E*>(inp), V, stride));
+  NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, softmax_kernel<E>, N, kBlock, 0, out,
+                                                  static_cast<const E*>(inp), V, stride));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "softmax_forward");
   return NFN_OK;
 }
@@ -298,8 +298,8 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
         nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, Pack<E>::n>, R, kRowBlock, 0, row_loss + r0, l,
                                  targets + r0, V, Vp, grad_scale, backward);
       else
-        nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1>, R, kRowBlock, 0, row_loss + r0, l, targets + r0,
-                                 V, Vp, grad_scale, backward);
+        nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1>, R, kRowBlock, 0, row_loss + r0, l, targets + r0, V,
+                                 Vp, grad_scale, backward);
     });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
     if (!backward) continue;
