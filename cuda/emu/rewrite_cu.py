@@ -15,6 +15,9 @@ Six rewrites, nothing else changes:
       -> ::nfn_emu::set_max_dynamic_shared("kernel", n) (limits are per kernel name)
   #include "cuda/ops/NAME.cuh"  ->  #include "cuda/ops/emu/NAME.cuh.h" (its rewritten copy)
 
+In cuda/ops (the op library, whose every kernel launch_kernel may launch with PDL), a
+__global__ function whose body does not begin with nfn::cuda::pdl_begin(); stops the build.
+
 usage: rewrite_cu.py IN.cu|IN.cuh OUT
 """
 
@@ -128,7 +131,29 @@ def rewrite_launch_kernel(path, text):
     return "".join(out) + text[pos:]
 
 
+KERNEL = re.compile(r"^__global__\s", re.M)
+NAME_AND_PARAMS = re.compile(r"(\w+)\s*\(")
+PDL_BEGIN = "nfn::cuda::pdl_begin();"
+
+
+def check_pdl_begin(path, text):
+    """Every kernel's body begins with pdl_begin (cuda/ops/launch.h): nothing it does before
+    may touch global memory, which the emulator cannot see."""
+    for match in KERNEL.finditer(text):
+        name = NAME_AND_PARAMS.search(text, match.end())
+        while name and name.group(1) == "__launch_bounds__":
+            name = NAME_AND_PARAMS.search(text, matching(text, name.end() - 1, "(", ")", 1) + 1)
+        if name is None:
+            fail(path, text, match.start(), "cannot parse this kernel")
+        body = text.find("{", matching(text, name.end() - 1, "(", ")", 1))
+        if not text[body + 1:].lstrip().startswith(PDL_BEGIN):
+            fail(path, text, match.start(), f"kernel {name.group(1)} does not begin with {PDL_BEGIN} "
+                 "(cuda/ops/launch.h: any launch may be a programmatic dependent launch)")
+
+
 def rewrite(path, text):
+    if "cuda/ops/" in path.replace("\\", "/"):
+        check_pdl_begin(path, text)
     text = rewrite_launch_kernel(path, text)
     out = []
     pos = 0

@@ -164,6 +164,13 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     if (key == nullptr || value == nullptr || std::strcmp(key, name) != 0) continue;
     if (std::strcmp(value, "on") != 0 && std::strcmp(value, "off") != 0)
       return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: %s=%s is not on or off", name, value);
+    // The kernels wait for their predecessor (griddepcontrol.wait) only in the sm_90a and
+    // sm_120 code; another GPU runs them from compute_80 PTX, where pdl_begin is empty.
+    if (flag == &ctx->pdl && std::strcmp(value, "on") == 0 && ctx->cc_major != 9 && ctx->cc_major != 12)
+      return fail(ctx, NFN_ERR_UNSUPPORTED,
+                  "configure: pdl=on: %s (compute capability %d) runs this library's kernels from compute_80 PTX, "
+                  "which cannot wait for the kernel before; only the sm_90a and sm_120 builds can",
+                  ctx->device_name.c_str(), ctx->cc_major);
     *flag = std::strcmp(value, "on") == 0;
     return NFN_OK;
   }

@@ -729,6 +729,11 @@ int main(int argc, char** argv) {
   if (!self_check && !emulated) {
     expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "on") == NFN_OK, "configure pdl=on");
     check_ops(cpu, gpu, NFN_BF16);
+    // Recorded into graphs (programmatic edges), and beside the second stream of overlap=on.
+    check_graphs(gpu, rng);
+    expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "on") == NFN_OK, "configure overlap=on with pdl=on");
+    check_linear(cpu, gpu, NFN_BF16);
+    expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "off") == NFN_OK, "configure overlap=off");
     expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "off") == NFN_OK, "configure pdl=off");
   }
   // The attention of other people's code, never run before a GPU session: last, so that a

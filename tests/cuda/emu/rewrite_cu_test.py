@@ -31,6 +31,16 @@ class RewriteCuTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             rewrite("t.cu", "  launch_kernel(ctx, k, grid, block);\n")
 
+    def test_op_library_kernels_begin_with_pdl_begin(self):
+        good = ("template <int V>\n__global__ void __launch_bounds__(256, 2)\n    k(float* p, int n) {\n"
+                "  nfn::cuda::pdl_begin();\n  p[0] = n;\n}\n")
+        bad = "__global__ void late(float* p) {\n  const int i = threadIdx.x;\n  nfn::cuda::pdl_begin();\n}\n"
+        self.assertIn("p[0] = n;", rewrite("cuda/ops/x.cu", good))
+        with self.assertRaises(SystemExit) as raised:
+            rewrite("cuda/ops/x.cu", bad)
+        self.assertIn("kernel late does not begin with nfn::cuda::pdl_begin();", str(raised.exception))
+        self.assertIn("const int i", rewrite("tests/cuda/emu/probes.cu", bad))  # outside the op library
+
     def test_shared_memory(self):
         src = ("  extern __shared__ float smem[];\n"
                "    __shared__ __align__(16) uint16_t ks[R * S], vs[R * S];\n"
