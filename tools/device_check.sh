@@ -177,7 +177,8 @@ fi
 
 # 5. every kernel of a GPT-2 124M step, timed by Nsight Compute (one metric, one pass; clocks
 # and caches left alone): the second of three steps (op by op), in step 4's fastest mode
-# (its attention path, gemm_tune and deterministic), summed by name into $out/profile.txt
+# (its attention path, gemm_tune and deterministic; overlap and pdl change when kernels run,
+# not which, and Nsight Compute runs them one at a time anyway), summed by name into $out/profile.txt
 # (cuBLASLt's and cuDNN's kernel names say their tile shapes and split-K)
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then
@@ -202,7 +203,6 @@ PY
     --dtype bf16 --train-data "$data" --train-seq-len 1024 --batch-size 16 --train-batch-tokens 16384 \
     --attention "${mode%%+*}" --gemm-tune "$([[ "$mode" == *+tune* ]] && echo on || echo off)" \
     --deterministic "$([[ "$mode" == *+nondet* ]] && echo off || echo on)" \
-    --overlap "$([[ "$mode" == *+overlap* ]] && echo on || echo off)" --pdl "$([[ "$mode" == *+pdl* ]] && echo on || echo off)" \
     --max-steps 3 --eval-every-steps 100 --eval-batches 0 --graphs off --output-dir /tmp/nfn-profile-out \
     > "$logs/profile_train.out" 2>&1
   echo "ncu exit $?" >> "$logs/profile_train.out"
