@@ -1,8 +1,11 @@
 // Token + position embedding. The backward sorts token ids (CUB radix sort) so that each
 // distinct token's rows are summed once in f32 and added to dwte without atomics: the
 // result is deterministic and bf16 gradients are rounded once, not once per occurrence.
-// A frequent token (" the" is about 4% of web text, ~650 rows of a 16k-token micro-batch)
-// is summed by 8 warps, 4 rows each at a time, not row after row by one thread.
+// A warp sums each run of a token's rows that lies within an aligned block of 32 sorted
+// positions (a segment), four rows at a time, so a frequent token (" the" is about 4% of web
+// text, ~650 rows of a 16k-token micro-batch) is summed by ~20 warps at once, and a second
+// kernel adds its segments' sums in order; a micro-batch's other tokens, one segment each,
+// need one warp each, not a block of 8.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/ops/context.h"
@@ -46,30 +49,36 @@ void launch_forward(nfn_ctx* ctx, T* out, const int32_t* tokens, const T* wte, c
 }
 
 constexpr int kDwteWarps = 8, kDwteUnroll = 4;
+// Sorted positions are cut into aligned blocks of kSegmentRows; a segment is a token's rows
+// within one such block, so no warp sums more than kSegmentRows rows.
+constexpr int kSegmentRows = 32;
 
-// A block per sorted position p and 32 * V columns; only the block at the start of each run
-// of equal tokens works. Its warp w sums occurrences p + w, p + w + 8, ... of the run (four
-// at a time, so a frequent token's rows are read many at once), each lane V columns in f32;
-// the warps' sums are then added in warp order to that token's dwte row, so the result is
-// deterministic and rounded once.
+// A warp per sorted position p and 32 * V columns; it works where a segment starts (its
+// token's run starts at p, or p starts an aligned block inside a run) and sums the segment's
+// rows in f32, four at a time. A run that is one segment (almost every run of a micro-batch)
+// is added to its token's dwte row at once, rounded once. A longer run leaves its segments'
+// sums in `partials`, two rows of C floats an aligned block: [2b] the block's first segment
+// where it continues a run, [2b + 1] the segment of the run that starts in block b and goes
+// on past it; embedding_dwte_runs_kernel adds those up.
 template <int V, typename T>
-__global__ void embedding_dwte_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
+__global__ void embedding_dwte_kernel(T* dwte, float* partials, const T* dout, const int32_t* sorted_tokens,
                                       const int32_t* sorted_rows, int N, int C) {
   nfn::cuda::pdl_begin();
-  const int p = blockIdx.x, warp = threadIdx.y, lane = threadIdx.x;
+  const int p = blockIdx.x * kDwteWarps + threadIdx.y, lane = threadIdx.x;
+  if (p >= N) return;
   const int32_t token = sorted_tokens[p];
-  if (p > 0 && sorted_tokens[p - 1] == token) return;
-  const int pack = blockIdx.y * 32 + lane;  // this lane's V columns
+  const bool run_start = p == 0 || sorted_tokens[p - 1] != token;
+  if (!run_start && p % kSegmentRows != 0) return;
+  const int end = min(N, (p / kSegmentRows + 1) * kSegmentRows);  // the aligned block's
+  const int pack = blockIdx.y * 32 + lane;                         // this lane's V columns
   const bool mine = pack * V < C;
   float acc[V] = {};
-  for (int q0 = p + warp;; q0 += kDwteUnroll * kDwteWarps) {
-    int32_t toks[kDwteUnroll], rows[kDwteUnroll];  // each step's loads issued together
+  for (int q0 = p; q0 < end; q0 += kDwteUnroll) {
+    int32_t rows[kDwteUnroll];  // each step's loads issued together
     for (int u = 0; u < kDwteUnroll; ++u) {
-      const int q = q0 + u * kDwteWarps;
-      toks[u] = q < N ? sorted_tokens[q] : ~token;
+      const int q = q0 + u;
+      rows[u] = q < end && sorted_tokens[q] == token ? sorted_rows[q] : -1;
     }
-    for (int u = 0; u < kDwteUnroll; ++u)
-      rows[u] = toks[u] == token ? sorted_rows[q0 + u * kDwteWarps] : -1;
     float v[kDwteUnroll][V];
     for (int u = 0; u < kDwteUnroll; ++u) {
       if (rows[u] >= 0 && mine)
@@ -79,14 +88,43 @@ __global__ void embedding_dwte_kernel(T* dwte, const T* dout, const int32_t* sor
     }
     for (int u = 0; u < kDwteUnroll; ++u)
       for (int j = 0; j < V; ++j) acc[j] += v[u][j];
-    if (rows[kDwteUnroll - 1] < 0) break;  // sorted: the run ended
+    if (rows[kDwteUnroll - 1] < 0) break;  // sorted: the segment ended
   }
-  __shared__ float sums[kDwteWarps][V][32];
-  for (int j = 0; j < V; ++j) sums[warp][j][lane] = acc[j];
-  __syncthreads();
-  if (warp != 0 || !mine) return;
-  for (int j = 0; j < V; ++j)
-    for (int w = 1; w < kDwteWarps; ++w) acc[j] += sums[w][j][lane];
+  if (!mine) return;
+  const bool goes_on = end < N && sorted_tokens[end] == token;
+  if (run_start && !goes_on) {
+    T* row = dwte + static_cast<size_t>(token) * C;
+    float old[V];
+    load_pack(row, pack, old);
+    for (int j = 0; j < V; ++j) acc[j] += old[j];
+    store_pack(row, pack, acc);
+    return;
+  }
+  store_pack(partials + static_cast<size_t>(2 * (p / kSegmentRows) + (run_start ? 1 : 0)) * C, pack, acc);
+}
+
+// A warp per aligned block b and 32 * V columns: where a run starts in block b and goes on
+// past it, adds its segments' sums in order (partials [2b + 1], then [2c] for each later block
+// c the run continues into) to its token's dwte row, rounded once.
+template <int V, typename T>
+__global__ void embedding_dwte_runs_kernel(T* dwte, const float* partials, const int32_t* sorted_tokens, int N,
+                                           int C) {
+  nfn::cuda::pdl_begin();
+  const int b = blockIdx.x * kDwteWarps + threadIdx.y, lane = threadIdx.x;
+  const int first = b * kSegmentRows, end = first + kSegmentRows;
+  if (end >= N) return;
+  const int32_t token = sorted_tokens[end - 1];
+  if (sorted_tokens[end] != token) return;  // no run crosses the block's end
+  if (sorted_tokens[first] == token && first > 0 && sorted_tokens[first - 1] == token) return;  // began before b
+  const int pack = blockIdx.y * 32 + lane;
+  if (pack * V >= C) return;
+  float acc[V];
+  load_pack(partials + (2 * static_cast<size_t>(b) + 1) * C, pack, acc);
+  for (int c = b + 1; c * kSegmentRows < N && sorted_tokens[c * kSegmentRows] == token; ++c) {
+    float v[V];
+    load_pack(partials + 2 * static_cast<size_t>(c) * C, pack, v);
+    for (int j = 0; j < V; ++j) acc[j] += v[j];
+  }
   T* row = dwte + static_cast<size_t>(token) * C;
   float old[V];
   load_pack(row, pack, old);
@@ -95,11 +133,15 @@ __global__ void embedding_dwte_kernel(T* dwte, const T* dout, const int32_t* sor
 }
 
 template <int V, typename T>
-void launch_dwte(nfn_ctx* ctx, T* dwte, const T* dout, const int32_t* sorted_tokens, const int32_t* sorted_rows,
-                 int N, int C) {
-  const dim3 grid(N, (C + 32 * V - 1) / (32 * V)), block(32, kDwteWarps);
-  nfn::cuda::launch_kernel(ctx, embedding_dwte_kernel<V, T>, grid, block, 0, dwte, dout, sorted_tokens, sorted_rows,
-                           N, C);
+void launch_dwte(nfn_ctx* ctx, T* dwte, float* partials, const T* dout, const int32_t* sorted_tokens,
+                 const int32_t* sorted_rows, int N, int C) {
+  const int groups = (C + 32 * V - 1) / (32 * V), blocks = (N + kSegmentRows - 1) / kSegmentRows;
+  const dim3 block(32, kDwteWarps);
+  nfn::cuda::launch_kernel(ctx, embedding_dwte_kernel<V, T>, dim3((N + kDwteWarps - 1) / kDwteWarps, groups), block,
+                           0, dwte, partials, dout, sorted_tokens, sorted_rows, N, C);
+  nfn::cuda::launch_kernel(ctx, embedding_dwte_runs_kernel<V, T>,
+                           dim3((blocks + kDwteWarps - 1) / kDwteWarps, groups), block, 0, dwte, partials,
+                           sorted_tokens, N, C);
 }
 
 template <typename T>
@@ -171,23 +213,26 @@ nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const vo
                                                     static_cast<int32_t*>(nullptr), N, 0, 32,
                                                     ctx->stream), op);
   const size_t ids_bytes = (static_cast<size_t>(N) * 4 + 255) / 256 * 256;
+  // two rows of C floats for each aligned block of kSegmentRows sorted positions
+  const size_t partial_bytes = ((N + kSegmentRows - 1) / kSegmentRows * 2 * static_cast<size_t>(C) * 4 + 255) / 256 * 256;
   void* buf = nullptr;
-  NFN_TRY(nfn::cuda::scratch(ctx, 3 * ids_bytes + temp_bytes, &buf, op));
+  NFN_TRY(nfn::cuda::scratch(ctx, 3 * ids_bytes + partial_bytes + temp_bytes, &buf, op));
   char* base = static_cast<char*>(buf);
   auto* rows = reinterpret_cast<int32_t*>(base);
   auto* sorted_tokens = reinterpret_cast<int32_t*>(base + ids_bytes);
   auto* sorted_rows = reinterpret_cast<int32_t*>(base + 2 * ids_bytes);
+  auto* partials = reinterpret_cast<float*>(base + 3 * ids_bytes);
   nfn::cuda::launch_kernel(ctx, iota_kernel, (N + 255) / 256, 256, 0, rows, N);
-  NFN_CUDA_TRY(ctx, cub::DeviceRadixSort::SortPairs(base + 3 * ids_bytes, temp_bytes, tokens,
+  NFN_CUDA_TRY(ctx, cub::DeviceRadixSort::SortPairs(base + 3 * ids_bytes + partial_bytes, temp_bytes, tokens,
                                                     sorted_tokens, rows, sorted_rows, N, 0, 32,
                                                     ctx->stream), op);
   NFN_DISPATCH(dtype, E, {
     auto* dst = static_cast<E*>(dwte);
     const auto* grad = static_cast<const E*>(dout);
     if (nfn::cuda::rows_packed<E>(C, {dwte, dout}))
-      launch_dwte<Pack<E>::n>(ctx, dst, grad, sorted_tokens, sorted_rows, N, C);
+      launch_dwte<Pack<E>::n>(ctx, dst, partials, grad, sorted_tokens, sorted_rows, N, C);
     else
-      launch_dwte<1>(ctx, dst, grad, sorted_tokens, sorted_rows, N, C);
+      launch_dwte<1>(ctx, dst, partials, grad, sorted_tokens, sorted_rows, N, C);
   });
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;

@@ -34,16 +34,18 @@ std::vector<int32_t> random_ids(size_t n, int bound, bool some_masked = false) {
 #define F(i) static_cast<float*>(p[i])
 #define P(i) p[i]
 
-// Shapes: 16 bytes a load (C = 72) with a few repeated tokens, and one element a load (C = 75)
-// with one token in every other position, a run of 50 rows in dwte's sorted order: longer
-// than the 32 rows its 8 warps take at a time.
-void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, bool frequent) {
+// Shapes: 16 bytes a load (C = 72) with a few repeated tokens; one element a load (C = 75)
+// with one token in every other position (`frequent` 2), a run of about 50 rows in dwte's
+// sorted order, which crosses an aligned block of 32 sorted positions (the CUDA backward's
+// segments); and 16 bytes a load with one token in 3 of every 4 positions (`frequent` 4) of
+// 2 x 100, a run of about 150 rows that spans whole blocks.
+void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int frequent) {
   const int V = 50;
   const std::string dims = " " + std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(C);
   auto tokens = random_ids(B * T, V);
   tokens[5] = tokens[6] = tokens[40] = 7;  // repeated tokens must sum, not overwrite
-  if (frequent)
-    for (size_t i = 0; i < tokens.size(); i += 2) tokens[i] = 7;
+  for (size_t i = 0; frequent > 0 && i < tokens.size(); ++i)
+    if (i % frequent != 1) tokens[i] = 7;
   for (bool with_wpe : {true, false}) {
     compare(cpu, gpu, Case{(with_wpe ? "embedding_forward" : "embedding_forward (no wpe)") + dims,
                            {output("out", B * T * C), ids("tokens", tokens),
@@ -128,8 +130,9 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, in
 }
 
 void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
-  check_embedding(cpu, gpu, dt, 3, 37, 72, false);
-  check_embedding(cpu, gpu, dt, 2, 50, 75, true);
+  check_embedding(cpu, gpu, dt, 3, 37, 72, 0);
+  check_embedding(cpu, gpu, dt, 2, 50, 75, 2);
+  check_embedding(cpu, gpu, dt, 2, 100, 72, 4);
 }
 
 // Shapes: 16 bytes a load (C a whole number of 16-byte packs), one element a load (C = 75),
