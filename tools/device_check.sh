@@ -156,7 +156,7 @@ nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits > /dev/null 2>&
 nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits -lms 250 > "$logs/smi.csv" 2>&1 &
 smi_pid=$!
 timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
-  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+pdl,cudnn+graphs+tune+nondet+overlap+pdl \
+  --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+pdl,cudnn+graphs+tune+nondet+overlap,cudnn+graphs+tune+nondet+overlap+pdl \
   > "$out/bench.json" 2> "$logs/bench.err"
 kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
 summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json"
