@@ -9,6 +9,7 @@
 #include "cuda/ops/cublaslt.h"
 #include "cuda/ops/dtype.cuh"
 #include "cuda/ops/launch.h"
+#include "cuda/ops/lm_head_chunks.h"
 
 using nfn::cuda::block_max;
 using nfn::cuda::block_sum;
@@ -32,19 +33,6 @@ constexpr int kRowBlocksPerSm = 1;
 constexpr int kRowBlocksPerSm = 2;
 #endif
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-// Logits per chunk, in the storage dtype: at most 2 GiB, so GPT-2's 16 x 1024 tokens (1.6 GB
-// in bf16) are one chunk: three full-size GEMMs, and dwte read and written once. More rows
-// are split into equal chunks (a multiple of 8 rows each), not full ones and a small rest:
-// 64 x 1024 tokens are 4 chunks of 16,384 rows, not 3 of 21,344 and one of 1,504, whose
-// three GEMMs would run far below the others' speed.
-constexpr size_t kChunkBytes = size_t{1} << 31;
-
-int auto_chunk_rows(int N, size_t row_bytes) {
-  const size_t most = std::max<size_t>(8, kChunkBytes / row_bytes / 8 * 8);
-  const size_t n = static_cast<size_t>(N), chunks = (n + most - 1) / most;
-  const size_t even = ((n + chunks - 1) / chunks + 7) / 8 * 8;  // rounded up to 8 rows: at most `most`
-  return static_cast<int>(std::min(most, even));
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) softmax_kernel(float* out, const T* inp, int V, int stride) {
@@ -270,7 +258,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dwte needs dx (the backward runs only with dx)", op);
   const size_t es = nfn::cuda::dtype_size(dtype);
   // Chunk rows: a multiple of 8 keeps every chunk's GEMM operands 16-byte aligned.
-  int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows : auto_chunk_rows(N, es * static_cast<size_t>(Vp));
+  int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows : nfn::cuda::auto_chunk_rows(N, es * static_cast<size_t>(Vp));
   rows = std::min(rows, N);
   const bool backward = dx != nullptr;
   const size_t logits_bytes = align256(es * rows * static_cast<size_t>(Vp));
