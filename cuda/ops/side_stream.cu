@@ -13,20 +13,15 @@ nfn_status side_fork(nfn_ctx* ctx, const char* op, bool* forked) {
   if (!ctx->overlap) return NFN_OK;
   if (ctx->side_stream == nullptr) {
     if (ctx->recording) return NFN_OK;  // one stream this time; the next call outside makes it
-    // Made whole or not at all: a failure part way (out of memory) leaves no half-made side.
-    nfn_ctx made;
-    cudaError_t err = cudaStreamCreateWithFlags(&made.side_stream, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.side_fork, cudaEventDisableTiming);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.side_join, cudaEventDisableTiming);
-    if (err == cudaSuccess) err = cudaMalloc(&made.side_gemm_workspace, gemm_workspace_bytes());
+    // Made whole or not at all: a failure part way (out of memory) releases what was made.
+    cudaError_t err = cudaStreamCreateWithFlags(&ctx->side_stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&ctx->side_join, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaMalloc(&ctx->side_gemm_workspace, gemm_workspace_bytes());
     if (err != cudaSuccess) {
-      side_release(&made);
+      side_release(ctx);
       return check(ctx, err, op);
     }
-    std::swap(ctx->side_stream, made.side_stream);
-    std::swap(ctx->side_fork, made.side_fork);
-    std::swap(ctx->side_join, made.side_join);
-    std::swap(ctx->side_gemm_workspace, made.side_gemm_workspace);
   }
   NFN_CUDA_TRY(ctx, cudaEventRecord(ctx->side_fork, ctx->stream), op);
   NFN_CUDA_TRY(ctx, cudaStreamWaitEvent(ctx->side_stream, ctx->side_fork, 0), op);

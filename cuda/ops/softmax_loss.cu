@@ -258,7 +258,8 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dwte needs dx (the backward runs only with dx)", op);
   const size_t es = nfn::cuda::dtype_size(dtype);
   // Chunk rows: a multiple of 8 keeps every chunk's GEMM operands 16-byte aligned.
-  int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows : nfn::cuda::auto_chunk_rows(N, es * static_cast<size_t>(Vp));
+  int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows
+                                   : nfn::cuda::auto_chunk_rows(N, es * static_cast<size_t>(Vp));
   rows = std::min(rows, N);
   const bool backward = dx != nullptr;
   const size_t logits_bytes = align256(es * rows * static_cast<size_t>(Vp));
