@@ -102,11 +102,18 @@ def run_nfn_modes(args, workdir):
     modes = {}
     for mode in args.modes.split(","):
         modes[mode] = run_nfn(args, os.path.join(workdir, mode), mode)
+        progress(f"nfn {mode}", modes[mode])
     done = {k: v for k, v in modes.items() if v.get("tokens_per_s")}
     if not done:
         return {"error": "; ".join(f"{k}: {v.get('error')}" for k, v in modes.items()), "modes": modes}
     best = max(done, key=lambda k: done[k]["tokens_per_s"])
     return dict(done[best], mode=best, modes=modes)
+
+
+def progress(name, result):
+    """One stderr line a finished run, "bench_train: NAME JSON", so that a benchmark stopped from
+    outside (tools/device_check.sh gives it a time limit) still leaves what it measured."""
+    print(f"bench_train: {name} {json.dumps(result)}", file=sys.stderr, flush=True)
 
 
 def run_nfn(args, workdir, mode):
@@ -204,6 +211,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
         nfn = run_nfn_modes(args, workdir)
     ref = {"skipped": True} if args.skip_torch else run_torch(args)
+    progress("pytorch", ref)
     ratio = None
     if nfn.get("tokens_per_s") and ref.get("tokens_per_s"):
         ratio = nfn["tokens_per_s"] / ref["tokens_per_s"]

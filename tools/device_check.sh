@@ -22,8 +22,9 @@
 # Results go to $OUT (or /tmp/nfn-device-out): table.txt (the short table, kept as it grows,
 # so a run stopped early still returns its rows), parity.log, bench_ops.txt, bench.json,
 # profile.txt, and logs.tgz (every step's output and the libraries' logs, ncu.csv;
-# tools/device_env.sh). Each step has its own time limit; steps 4b and 5 run only where they
-# would still end by 590 s, so give the device tool timeout_s 600 (a whole run took 111-139 s
+# tools/device_env.sh). Each step has its own time limit (bench_train writes each finished
+# run to its stderr as it goes, so step 4 stopped by its limit still has a row of what
+# finished); steps 4b and 5 run only where they would still end by 590 s, so give the device tool timeout_s 600 (a whole run took 111-139 s
 # on an H200 before steps 4b and 5, which should add about 70 s and 15 s).
 # --quick runs steps 1 and 2 only (260 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
@@ -159,20 +160,20 @@ timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100
   --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+pdl,cudnn+graphs+tune+nondet+overlap,cudnn+graphs+tune+nondet+overlap+pdl \
   > "$out/bench.json" 2> "$logs/bench.err"
 kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
-summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json"
+summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json" "$logs/bench.err"
 summary_row "gpt2-124m clocks and power" clocks "$logs/smi.csv"
 
 # 4b. the same as llm.c trains GPT-2 124M (-b 64, 524,288 tokens an optimizer step): micro-batch
 # 64, 8 micro-batches, on both sides, nfn in step 4's fastest mode. Against step 4 it shows what
 # 4x taller GEMMs and an optimizer step (about 1.1 ms with the gradient norm and zeroing) paid once
 # in 8 micro-steps buy.
-best=$(python3 "$root/tools/device_rows.py" best "$out/bench.json")
+best=$(python3 "$root/tools/device_rows.py" best "$out/bench.json" "$logs/bench.err")
 if [ -z "$best" ]; then
   row "gpt2-124m at B=64, 0.5M tokens a step" "SKIP" "step 4 gave no nfn mode"
 elif time_for 150 "gpt2-124m at B=64, 0.5M tokens a step"; then
   timeout 150 python3 "$root/tools/bench_train.py" --json --batch-size 64 --accum 8 --steps 5 --timeout 70 \
     --trainer "$trainer" --tile-ops-lib "$cuda_lib" --modes "$best" > "$logs/bench_b64.json" 2> "$logs/bench_b64.err"
-  summary_row "gpt2-124m at B=64, 0.5M tokens a step" bench "$logs/bench_b64.json"
+  summary_row "gpt2-124m at B=64, 0.5M tokens a step" bench "$logs/bench_b64.json" "$logs/bench_b64.err"
 fi
 
 # 5. every kernel of a GPT-2 124M step, timed by Nsight Compute (one metric, one pass; clocks

@@ -5,8 +5,9 @@ or INFO), a space, then what the step measured.
     device_rows.py train CPU_JSON GPU_JSON BOUND STATUS   a training run on cuda against cpu
     device_rows.py same EAGER_JSON OTHER_JSON             graphs/overlap: the same losses bit for bit
     device_rows.py ops BENCH_OPS_LOG                      bench_ops' runs, "== attention=..." before each
-    device_rows.py bench BENCH_JSON                       a tools/bench_train.py --json result
-    device_rows.py best BENCH_JSON                        that result's fastest nfn mode (a bare word)
+    device_rows.py bench BENCH_JSON BENCH_ERR             a tools/bench_train.py --json result (else
+                                                          the runs its stderr says finished)
+    device_rows.py best BENCH_JSON BENCH_ERR              that result's fastest nfn mode (a bare word)
     device_rows.py clocks SMI_CSV                         nvidia-smi's samples during the benchmark
     device_rows.py profile NCU_CSV PROFILE_TXT            Nsight Compute's kernel times of a step
 
@@ -121,18 +122,42 @@ def ops(log_path):
     return f"PASS {total:.1f} ms a micro-step of {tokens or '?'} tokens; top ms: {top}; " + "; ".join(parts)
 
 
-def load_bench(path):
-    with open(path) as f:
-        return json.load(f)
+def load_bench(path, err_path):
+    """bench_train's result; where it has none (stopped from outside), one put together from the
+    "bench_train: NAME JSON" lines its stderr has of the runs that finished, "stopped" set."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        why = e
+    modes, ref = {}, None
+    try:
+        with open(err_path) as f:
+            for line in f:
+                m = re.match(r"bench_train: (nfn (\S+)|pytorch) (\{.*\})$", line.strip())
+                if m and m.group(2):
+                    modes[m.group(2)] = json.loads(m.group(3))
+                elif m:
+                    ref = json.loads(m.group(3))
+    except OSError:
+        pass
+    if not modes and ref is None:
+        raise ValueError(f"no result ({why})")
+    done = {k: v for k, v in modes.items() if v.get("tokens_per_s")}
+    top = max(done, key=lambda k: done[k]["tokens_per_s"]) if done else None
+    nfn = dict(done[top], mode=top, modes=modes) if top else {"modes": modes}
+    ref = ref or {"error": "stopped before the reference finished"}
+    ratio = nfn["tokens_per_s"] / ref["tokens_per_s"] if top and ref.get("tokens_per_s") else None
+    return {"nfn": nfn, "pytorch": ref, "ratio": ratio, "stopped": True}
 
 
-def bench(path):
+def bench(path, err_path):
     """Each nfn mode's tokens/s and MFU (and the host's time to issue a step against the step:
     near it, launches bound the step), the reference's, the ratio."""
     try:
-        r = load_bench(path)
+        r = load_bench(path, err_path)
     except (OSError, ValueError) as e:
-        return f"FAIL no result ({e})"
+        return f"FAIL {e}"
 
     def cell(x):
         if "tokens_per_s" not in x:
@@ -142,13 +167,14 @@ def bench(path):
 
     paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
     ratio = f"{r['ratio']:.3f}" if r.get("ratio") else "none"
-    return f"{'PASS' if r.get('ratio') else 'FAIL'} nfn {paths} | torch {cell(r['pytorch'])} | ratio {ratio}"
+    stopped = "stopped from outside; finished runs only: " if r.get("stopped") else ""
+    return f"{'PASS' if r.get('ratio') and not stopped else 'FAIL'} {stopped}nfn {paths} | torch {cell(r['pytorch'])} | ratio {ratio}"
 
 
-def best(path):
+def best(path, err_path):
     """The fastest nfn mode of a bench_train result, or nothing."""
     try:
-        return load_bench(path)["nfn"].get("mode") or ""
+        return load_bench(path, err_path)["nfn"].get("mode") or ""
     except (OSError, ValueError, KeyError):
         return ""
 

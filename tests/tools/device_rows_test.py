@@ -18,7 +18,7 @@ import unittest
 TOOLS = os.path.dirname(os.path.abspath(os.environ["NFN_DEVICE_ROWS"]))
 sys.path.insert(0, TOOLS)
 import device_rows  # noqa: E402
-from bench_train import successor_tokens, write_shard_tokens  # noqa: E402
+from bench_train import progress, successor_tokens, write_shard_tokens  # noqa: E402
 
 TRAINER = os.path.abspath(os.environ["NFN_TRAINER"])
 BENCH_OPS = os.path.abspath(os.environ["NFN_BENCH_OPS"])
@@ -163,15 +163,45 @@ class BenchAndClocksAndProfile(unittest.TestCase):
 
     def test_bench(self):
         path = write(os.path.join(self.tmp, "bench.json"), json.dumps(bench_result()))
-        self.assertEqual(device_rows.bench(path),
+        err = write(os.path.join(self.tmp, "bench.err"), "")
+        self.assertEqual(device_rows.bench(path, err),
                          "PASS nfn [cudnn+graphs+tune: 541332 tok/s MFU 43.7% host 0.4/30.3 ms] "
                          "[cudnn+graphs+nondet: trainer exited 1: boom] | torch 496576 tok/s MFU 40.1% | ratio 1.100")
-        self.assertEqual(device_rows.best(path), "cudnn+graphs+tune")
+        self.assertEqual(device_rows.best(path, err), "cudnn+graphs+tune")
         failed = write(os.path.join(self.tmp, "failed.json"), json.dumps(bench_result(ratio=None)))
-        self.assertTrue(device_rows.bench(failed).startswith("FAIL nfn "))
-        self.assertTrue(device_rows.bench(failed).endswith("| ratio none"))
-        self.assertTrue(device_rows.bench(os.path.join(self.tmp, "absent.json")).startswith("FAIL no result"))
-        self.assertEqual(device_rows.best(os.path.join(self.tmp, "absent.json")), "")
+        self.assertTrue(device_rows.bench(failed, err).startswith("FAIL nfn "))
+        self.assertTrue(device_rows.bench(failed, err).endswith("| ratio none"))
+        absent = os.path.join(self.tmp, "absent.json")
+        self.assertTrue(device_rows.bench(absent, err).startswith("FAIL no result"))
+        self.assertEqual(device_rows.best(absent, err), "")
+
+    def test_a_stopped_bench_keeps_the_runs_that_finished(self):
+        # device_check's time limit stops bench_train before it prints its JSON: the rows come
+        # from the lines bench_train.progress wrote to stderr as each run finished.
+        modes = bench_result()["nfn"]["modes"]
+        stderr = io.StringIO()
+        real, sys.stderr = sys.stderr, stderr
+        try:
+            for mode, result in modes.items():
+                progress(f"nfn {mode}", result)
+        finally:
+            sys.stderr = real
+        empty = write(os.path.join(self.tmp, "bench.json"), "")
+        err = write(os.path.join(self.tmp, "bench.err"), "a warning from the trainer\n" + stderr.getvalue())
+        self.assertEqual(device_rows.bench(empty, err),
+                         "FAIL stopped from outside; finished runs only: nfn "
+                         "[cudnn+graphs+tune: 541332 tok/s MFU 43.7% host 0.4/30.3 ms] "
+                         "[cudnn+graphs+nondet: trainer exited 1: boom] | torch stopped before the reference "
+                         "finished | ratio none")
+        self.assertEqual(device_rows.best(empty, err), "cudnn+graphs+tune")
+        # The reference finished too (stopped while printing): the ratio is the fastest mode's.
+        with open(err, "a") as f:
+            f.write("bench_train: pytorch " + json.dumps(bench_result()["pytorch"]) + "\n")
+        self.assertTrue(device_rows.bench(empty, err).endswith("| torch 496576 tok/s MFU 40.1% | ratio 1.090"))
+        # Nothing finished: no result, said so.
+        none = write(os.path.join(self.tmp, "none.err"), "a warning from the trainer\n")
+        self.assertTrue(device_rows.bench(empty, none).startswith("FAIL no result"))
+        self.assertEqual(device_rows.best(empty, none), "")
 
     def test_clocks_under_load(self):
         # nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
@@ -226,11 +256,12 @@ class BenchAndClocksAndProfile(unittest.TestCase):
     def test_command_line(self):
         script = os.path.join(TOOLS, "device_rows.py")
         path = write(os.path.join(self.tmp, "bench.json"), json.dumps(bench_result()))
-        proc = subprocess.run([sys.executable, script, "best", path], capture_output=True, text=True)
+        err = write(os.path.join(self.tmp, "bench.err"), "")
+        proc = subprocess.run([sys.executable, script, "best", path, err], capture_output=True, text=True)
         self.assertEqual((proc.returncode, proc.stdout), (0, "cudnn+graphs+tune\n"))
         # A summary that breaks on its input is still one row.
         broken = write(os.path.join(self.tmp, "broken.json"), json.dumps({"nfn": {}}))
-        proc = subprocess.run([sys.executable, script, "bench", broken], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, script, "bench", broken, err], capture_output=True, text=True)
         self.assertEqual((proc.returncode, proc.stdout), (0, "FAIL bench: KeyError: 'pytorch'\n"))
         proc = subprocess.run([sys.executable, script, "bench"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 2)
