@@ -24,8 +24,9 @@
 # profile.txt, and logs.tgz (every step's output and the libraries' logs, ncu.csv;
 # tools/device_env.sh). Each step has its own time limit (bench_train writes each finished
 # run to its stderr as it goes, so step 4 stopped by its limit still has a row of what
-# finished); steps 4b and 5 run only where they would still end by 590 s, so give the device tool timeout_s 600 (a whole run took 111-139 s
-# on an H200 before steps 4b and 5, which should add about 70 s and 15 s).
+# finished); steps 4b and 5 run only where they would still end by 590 s, so give the device
+# tool timeout_s 600 (a whole run took 111-139 s on an H200 before steps 4b and 5, which
+# should add about 70 s and 15 s).
 # --quick runs steps 1 and 2 only (260 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
