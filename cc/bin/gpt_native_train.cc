@@ -1,5 +1,6 @@
 // nfn_gpt_native_train: the dense GPT trainer (model families gpt, gpt2 and gpt3).
 #include <cstdio>
+#include <new>
 
 #include "cc/train/trainer.h"
 
@@ -23,5 +24,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", error.c_str());
     return 2;
   }
-  return nfn::run_training(config);
+  try {
+    return nfn::run_training(config);
+  } catch (const std::bad_alloc&) {
+    // A host buffer (the initial parameters, a checkpoint's copies, a data reader's) did not
+    // fit; a checkpoint cut short has no DONE marker, so no later run trusts it.
+    std::fprintf(stderr,
+                 "nfn_gpt_native_train: error: out of host memory (std::bad_alloc): a smaller model or "
+                 "--batch-size needs less\n");
+    return 1;
+  }
 }

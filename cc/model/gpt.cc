@@ -90,8 +90,10 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
     const std::vector<ArenaSlot> acts = activation_slots(B, T);
     plan.insert(plan.end(), acts.begin(), acts.end());
   }
-  if (!alloc_arena(*ops_, ctx_, plan, B > 0 && T > 0 ? "allocating the model and its activations" : "allocating parameters",
-                   &param_block_, error))
+  const std::string what = B > 0 && T > 0 ? "allocating the model and the activations of micro-batch " +
+                                                  std::to_string(B) + " x " + std::to_string(T)
+                                            : "allocating parameters";
+  if (!alloc_arena(*ops_, ctx_, plan, what, &param_block_, error))
     return false;
   if (B > 0 && T > 0) {
     B_ = B;
@@ -194,7 +196,10 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
   // slots in the model's block left unused.
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
-  if (!alloc_arena(*ops_, ctx_, activation_slots(B, T), "allocating activations", &act_block_, error)) return false;
+  if (!alloc_arena(*ops_, ctx_, activation_slots(B, T),
+                   "allocating the activations of micro-batch " + std::to_string(B) + " x " + std::to_string(T),
+                   &act_block_, error))
+    return false;
   B_ = B;
   T_ = T;
   ++activations_version_;

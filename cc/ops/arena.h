@@ -2,6 +2,7 @@
 // (pointer, bytes) and get a single block to free, instead of one allocation per buffer.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -17,13 +18,15 @@ struct ArenaSlot {
 inline size_t arena_align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Allocates one block for every slot and points each slot into it. false with
-// "<what>: <backend message>" in *error when the allocation fails.
+// "<what> (<size> GiB): <backend message>" in *error when the allocation fails.
 inline bool alloc_arena(const nfn_op_table& ops, nfn_ctx* ctx, const std::vector<ArenaSlot>& slots,
-                        const char* what, void** block, std::string* error) {
+                        const std::string& what, void** block, std::string* error) {
   size_t total = 0;
   for (const ArenaSlot& s : slots) total += arena_align(s.bytes);
   if (ops.alloc(ctx, total, block) != NFN_OK) {
-    *error = std::string(what) + ": " + ops.ctx_last_error(ctx);
+    char gib[32];
+    std::snprintf(gib, sizeof gib, " (%.1f GiB): ", static_cast<double>(total) / (1ull << 30));
+    *error = what + gib + ops.ctx_last_error(ctx);
     return false;
   }
   char* p = static_cast<char*>(*block);

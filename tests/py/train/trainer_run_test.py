@@ -145,6 +145,34 @@ class TrainerRunTest(unittest.TestCase):
         self.assertIn("checkpoint geometry", proc.stderr)
         self.assertIn("does not match", proc.stderr)
 
+    def test_out_of_memory(self):
+        # Memory capped at 1.3 GB (the trainer alone needs 0.2-0.4). A 200M-parameter model
+        # (3 GiB of f32 state) cannot get its block: the line says what and how much. A
+        # 50M-parameter one (0.8 GiB) gets it, then a host buffer (the initial parameters, or
+        # the checkpoint's copies after the step) cannot: one line instead of an abort, and no
+        # checkpoint marked done.
+        import resource
+
+        def cap():
+            resource.setrlimit(resource.RLIMIT_AS, (1_300_000_000, 1_300_000_000))
+
+        for dim, message in (("2048", r"error: allocating the model and the activations of micro-batch 4 x 16 "
+                                      r"\(3\.0 GiB\): alloc: \d+ bytes failed"),
+                             ("1024", r"error: out of host memory \(std::bad_alloc\): a smaller model or "
+                                      r"--batch-size needs less")):
+            out = os.path.join(self.tmp, f"oom{dim}")
+            flags = dict(zip(self.common[::2], self.common[1::2]))
+            flags.update({"--model-dim": dim, "--num-layers": "4", "--num-heads": "16", "--max-steps": "1",
+                          "--checkpoint-every": "0", "--output-dir": out})
+            args = [x for kv in flags.items() for x in kv]
+            proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=120, preexec_fn=cap)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            lines = proc.stderr.strip().splitlines()  # progress lines, then the error
+            self.assertRegex(lines[-1], "^nfn_gpt_native_train: " + message + "$")
+            self.assertEqual([ln for ln in lines if "error" in ln], lines[-1:])
+            done = [f for f in os.listdir(out) if f.startswith("DONE")] if os.path.isdir(out) else []
+            self.assertEqual(done, [])
+
     def test_missing_op_library(self):
         proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "y"), "--tile-ops-lib", "/nope/libops.so"],
                    check=False)
