@@ -79,12 +79,7 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
   layout_ = param_layout(config);
   num_params_ = nfn::num_parameters(config);
   const size_t P = num_params_;
-  std::vector<ArenaSlot> plan = {{&params_, P * esize()},
-                                 {&grads_, P * esize()},
-                                 {reinterpret_cast<void**>(&master_), dtype == NFN_F32 ? 0 : P * 4},
-                                 {reinterpret_cast<void**>(&m_), P * 4},
-                                 {reinterpret_cast<void**>(&v_), P * 4},
-                                 {reinterpret_cast<void**>(&loss_sum_), 8}};  // and grad_sumsq_ after it
+  std::vector<ArenaSlot> plan = state_plan(P, dtype, &params_, &grads_, &master_, &m_, &v_, &loss_sum_);
   if (B > 0 && T > 0) {
     if (!check_sequence_length(T, error)) return false;
     const std::vector<ArenaSlot> acts = activation_slots(B, T);
@@ -206,41 +201,68 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
   return true;
 }
 
+// The model's state: parameters and gradients in `dtype`, the f32 master copy (the parameters
+// themselves in f32), AdamW's moments, and two f32 scalars (the loss, then the gradients' sum
+// of squares).
+std::vector<ArenaSlot> GPT::state_plan(size_t P, nfn_dtype dtype, void** params, void** grads, float** master,
+                                       float** m, float** v, float** scalars) {
+  const size_t e = dtype == NFN_F32 ? 4 : 2;
+  return {{params, P * e},
+          {grads, P * e},
+          {reinterpret_cast<void**>(master), dtype == NFN_F32 ? 0 : P * 4},
+          {reinterpret_cast<void**>(m), P * 4},
+          {reinterpret_cast<void**>(v), P * 4},
+          {reinterpret_cast<void**>(scalars), 8}};
+}
+
+// The activation buffers of a (B, T) micro-batch in elements of e bytes, into `a`.
+std::vector<ArenaSlot> GPT::activation_plan(const GPTConfig& config, int B, int T, size_t e, Acts* a) {
+  const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
+  const size_t N = static_cast<size_t>(B) * T, Vp = config.padded_vocab_size;
+  return {
+      {&a->encoded, N * C * e},
+      {&a->ln1, L * N * C * e},
+      {reinterpret_cast<void**>(&a->ln1_mean), L * N * 4},
+      {reinterpret_cast<void**>(&a->ln1_rstd), L * N * 4},
+      {&a->qkv, L * N * 3 * C * e},
+      {&a->atty, L * N * C * e},
+      {reinterpret_cast<void**>(&a->lse), L * N * NH * 4},
+      {&a->residual2, L * N * C * e},
+      {&a->ln2, L * N * C * e},
+      {reinterpret_cast<void**>(&a->ln2_mean), L * N * 4},
+      {reinterpret_cast<void**>(&a->ln2_rstd), L * N * 4},
+      {&a->fch, L * N * 4 * C * e},
+      {&a->fch_gelu, L * N * 4 * C * e},
+      {&a->residual3, L * N * C * e},
+      {&a->lnf, N * C * e},
+      {reinterpret_cast<void**>(&a->lnf_mean), N * 4},
+      {reinterpret_cast<void**>(&a->lnf_rstd), N * 4},
+      {reinterpret_cast<void**>(&a->losses), N * 4},
+      {reinterpret_cast<void**>(&a->inputs), N * 4},
+      {reinterpret_cast<void**>(&a->targets), N * 4},
+      {reinterpret_cast<void**>(&a->window), (N + 1) * 2},
+      {&a->dresidual, N * C * e},
+      {&a->dln, N * C * e},
+      {&a->dbig, N * 4 * C * e},
+      {&a->logits, Vp * e},
+      {reinterpret_cast<void**>(&a->logits_f32), Vp * 4},
+  };
+}
+
 // The activation buffers of a (B, T) micro-batch, pointed into whatever block the slots get.
 std::vector<ArenaSlot> GPT::activation_slots(int B, int T) {
   delete acts_;
   acts_ = new Acts();
-  const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
-  const size_t N = static_cast<size_t>(B) * T, Vp = config_.padded_vocab_size, e = esize();
-  std::vector<ArenaSlot> plan = {
-      {&acts_->encoded, N * C * e},
-      {&acts_->ln1, L * N * C * e},
-      {reinterpret_cast<void**>(&acts_->ln1_mean), L * N * 4},
-      {reinterpret_cast<void**>(&acts_->ln1_rstd), L * N * 4},
-      {&acts_->qkv, L * N * 3 * C * e},
-      {&acts_->atty, L * N * C * e},
-      {reinterpret_cast<void**>(&acts_->lse), L * N * NH * 4},
-      {&acts_->residual2, L * N * C * e},
-      {&acts_->ln2, L * N * C * e},
-      {reinterpret_cast<void**>(&acts_->ln2_mean), L * N * 4},
-      {reinterpret_cast<void**>(&acts_->ln2_rstd), L * N * 4},
-      {&acts_->fch, L * N * 4 * C * e},
-      {&acts_->fch_gelu, L * N * 4 * C * e},
-      {&acts_->residual3, L * N * C * e},
-      {&acts_->lnf, N * C * e},
-      {reinterpret_cast<void**>(&acts_->lnf_mean), N * 4},
-      {reinterpret_cast<void**>(&acts_->lnf_rstd), N * 4},
-      {reinterpret_cast<void**>(&acts_->losses), N * 4},
-      {reinterpret_cast<void**>(&acts_->inputs), N * 4},
-      {reinterpret_cast<void**>(&acts_->targets), N * 4},
-      {reinterpret_cast<void**>(&acts_->window), (N + 1) * 2},
-      {&acts_->dresidual, N * C * e},
-      {&acts_->dln, N * C * e},
-      {&acts_->dbig, N * 4 * C * e},
-      {&acts_->logits, Vp * e},
-      {reinterpret_cast<void**>(&acts_->logits_f32), Vp * 4},
-  };
-  return plan;
+  return activation_plan(config_, B, T, esize(), acts_);
+}
+
+size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T) {
+  void *params, *grads;
+  float *master, *m, *v, *scalars;
+  Acts acts;
+  size_t bytes = arena_bytes(state_plan(nfn::num_parameters(config), dtype, &params, &grads, &master, &m, &v, &scalars));
+  if (B > 0 && T > 0) bytes += arena_bytes(activation_plan(config, B, T, dtype == NFN_F32 ? 4 : 2, &acts));
+  return bytes;
 }
 
 bool GPT::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {

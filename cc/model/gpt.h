@@ -30,6 +30,10 @@ class GPT {
             std::string* error, int B = 0, int T = 0);
   const GPTConfig& config() const { return config_; }
   size_t num_parameters() const { return num_params_; }
+  // The bytes init(..., B, T) asks of the op library in its one block: the model's state in
+  // `dtype` and a B x T micro-batch's activations (the op library's own scratch, such as the
+  // CUDA LM head's logits, is not in it).
+  static size_t memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T);
 
   // GPT-2 initialisation (normal 0.02, residual projections scaled by 1/sqrt(2L), norms 1,
   // biases 0) from `seed`, deterministic on every platform.
@@ -74,6 +78,9 @@ class GPT {
   bool ensure_activations(int B, int T, std::string* error);
   bool check_sequence_length(int T, std::string* error) const;
   std::vector<ArenaSlot> activation_slots(int B, int T);
+  static std::vector<ArenaSlot> state_plan(size_t P, nfn_dtype dtype, void** params, void** grads, float** master,
+                                           float** m, float** v, float** scalars);
+  static std::vector<ArenaSlot> activation_plan(const GPTConfig& config, int B, int T, size_t e, Acts* a);
   bool forward(bool with_loss, bool backward, float grad_scale, std::string* error);
   bool backward(std::string* error);
   void* param(int i) const;

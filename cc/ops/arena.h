@@ -17,12 +17,18 @@ struct ArenaSlot {
 
 inline size_t arena_align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// The block alloc_arena asks for `slots`.
+inline size_t arena_bytes(const std::vector<ArenaSlot>& slots) {
+  size_t total = 0;
+  for (const ArenaSlot& s : slots) total += arena_align(s.bytes);
+  return total;
+}
+
 // Allocates one block for every slot and points each slot into it. false with
 // "<what> (<size> GiB): <backend message>" in *error when the allocation fails.
 inline bool alloc_arena(const nfn_op_table& ops, nfn_ctx* ctx, const std::vector<ArenaSlot>& slots,
                         const std::string& what, void** block, std::string* error) {
-  size_t total = 0;
-  for (const ArenaSlot& s : slots) total += arena_align(s.bytes);
+  const size_t total = arena_bytes(slots);
   if (ops.alloc(ctx, total, block) != NFN_OK) {
     char gib[32];
     std::snprintf(gib, sizeof gib, " (%.1f GiB): ", static_cast<double>(total) / (1ull << 30));

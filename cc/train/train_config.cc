@@ -1,7 +1,9 @@
 #include "cc/train/train_config.h"
 
+#include <cmath>
 #include <cstdlib>
 
+#include "cc/model/gpt.h"
 #include "cc/train/manifest.h"
 
 namespace nfn {
@@ -9,6 +11,19 @@ namespace nfn {
 namespace {
 // Vocabularies up to this size get the demo's longer schedule (resolve_train_config).
 constexpr int kDemoSmallVocab = 8192;
+
+// The recipe's micro-batch: llm.c's 64 rows, halved until the model's state and a micro-batch's
+// activations (in bf16, the GPU recipe's dtype) take at most 64 GiB, so that every GPT-2
+// template runs as it comes on an 80 GB GPU, with room left for the op library's own scratch
+// (the CUDA LM head's logits, up to 2 GiB) and the driver's. GPT-2 124M and 350M keep 64
+// (20.7 and 54.4 GiB), 774M gets 32, 1558M 16 (61.2 GiB); --batch-size overrides.
+constexpr size_t kRecipeMemoryBytes = size_t{64} << 30;
+
+int recipe_micro_batch(const GPTConfig& model, int T) {
+  int B = 64;
+  while (B > 1 && GPT::memory_bytes(model, NFN_BF16, B, T) > kRecipeMemoryBytes) B /= 2;
+  return B;
+}
 }  // namespace
 
 void declare_train_flags(Flags* f) {
@@ -163,7 +178,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
 
   // Schedule defaults: llm.c's GPT-2 124M recipe for GPT-2/3 templates, a CPU demo otherwise.
   if (recipe) {
-    c->batch_size = 64;
+    c->batch_size = recipe_micro_batch(c->model, c->seq_len);
     c->train_batch_tokens = 524288;
     c->max_steps = 20000;
     c->learning_rate = 6e-4;
@@ -268,6 +283,14 @@ Json plan_json(const TrainConfig& c) {
   batch.set("train_batch_tokens", static_cast<int64_t>(c.train_batch_tokens));
   batch.set("grad_accum_steps", c.grad_accum_steps);
   p.set("batch", batch);
+  // The op library's block for the model's state and a micro-batch's activations, in GiB to
+  // 0.01, by the dtype trained in (bf16 on CUDA by default, f32 on the CPU).
+  Json memory = Json::object();
+  for (nfn_dtype dtype : {NFN_BF16, NFN_F32}) {
+    const double gib = static_cast<double>(GPT::memory_bytes(c.model, dtype, c.batch_size, c.seq_len)) / (1 << 30);
+    memory.set(dtype == NFN_BF16 ? "bf16" : "f32", std::round(gib * 100) / 100);
+  }
+  p.set("memory_gib", memory);
   Json s = Json::object();
   s.set("max_steps", c.max_steps);
   s.set("learning_rate", c.learning_rate);

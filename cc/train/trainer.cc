@@ -256,9 +256,11 @@ int run_training(const TrainConfig& c) {
   const double token_flops = flops_per_token(model.num_parameters(), c.model.num_layers, T, c.model.channels);
 
   const bool tty = isatty(fileno(stderr));
-  std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s on %s (%s)%s%s\n", c.model_family.c_str(),
-               c.template_name.c_str(), model.num_parameters(), dtype_name.c_str(), backend.name.c_str(),
-               backend.path.c_str(), start.from.empty() ? "" : ", resuming from ", start.from.c_str());
+  std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s on %s (%s), %.1f GiB for the model and micro-batch %d x %d%s%s\n",
+               c.model_family.c_str(), c.template_name.c_str(), model.num_parameters(), dtype_name.c_str(),
+               backend.name.c_str(), backend.path.c_str(),
+               static_cast<double>(GPT::memory_bytes(c.model, dtype, B, T)) / (1 << 30), B, T,
+               start.from.empty() ? "" : ", resuming from ", start.from.c_str());
 
   Phases ph;
   Json train_losses = Json::array(), val_losses = Json::array(), step_seconds = Json::array();

@@ -49,6 +49,28 @@ class DispatcherTest(unittest.TestCase):
         self.assertEqual((s["max_steps"], s["learning_rate"], s["warmup_steps"], s["weight_decay"],
                           s["eval_every_steps"]), (20000, 6e-4, 60, 0.1, 250))
 
+    def test_recipe_micro_batch_fits_an_80gb_gpu(self):
+        # llm.c's 64 rows, halved until the model's state and the activations take 64 GiB in
+        # bf16; the optimizer step stays 524,288 tokens. GPT-2 124M's block at micro-batch 64:
+        # 124,475,904 parameters x 16 bytes of state (bf16 parameters and gradients, f32 master
+        # and moments) is 1.85 GiB; 16 values a token a layer are kept for the backward (ln1,
+        # qkv 3, atty, residual2, ln2, fch 4, fch_gelu 4, residual3), 12 x 65,536 x 768 x 16 x 2
+        # bytes = 18.0 GiB; 8 values a token more, not per layer (the embedding, the final norm,
+        # the backward's scratch), the norms' statistics and the softmax sums make 20.65 GiB.
+        for template, batch, accum in (("gpt2-124m", 64, 8), ("gpt2-350m", 64, 8), ("gpt2-774m", 32, 16),
+                                       ("gpt2-1558m", 16, 32), ("gpt3-125m", 64, 4)):
+            p = plan(["--base-model", "gpt2", "--template-name", template])
+            self.assertEqual((p["batch"]["batch_size"], p["batch"]["grad_accum_steps"]), (batch, accum), template)
+            self.assertLessEqual(p["memory_gib"]["bf16"], 64, template)
+            if batch < 64:  # twice the rows would not have fitted
+                self.assertGreater(p["memory_gib"]["bf16"] * 2 - p["parameters"] * 16 / 2**30, 64, template)
+        self.assertEqual(plan(["--base-model", "gpt2", "--template-name", "gpt2-124m"])["memory_gib"],
+                         {"bf16": 20.65, "f32": 39.4})
+        # the flag still wins, and the size follows it
+        p = plan(["--base-model", "gpt2", "--template-name", "gpt2-1558m", "--batch-size", "32"])
+        self.assertEqual((p["batch"]["batch_size"], p["batch"]["grad_accum_steps"]), (32, 16))
+        self.assertGreater(p["memory_gib"]["bf16"], 64)
+
     def test_demo_schedule_follows_the_vocabulary(self):
         def schedule(args):
             p = plan(["--base-model", "gpt"] + args)

@@ -3,6 +3,7 @@ uninterrupted run, incomplete checkpoints are ignored, and bad input gives one c
 and a non-zero exit without losing the last good checkpoint."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -157,7 +158,7 @@ class TrainerRunTest(unittest.TestCase):
             resource.setrlimit(resource.RLIMIT_AS, (1_300_000_000, 1_300_000_000))
 
         for dim, message in (("2048", r"error: allocating the model and the activations of micro-batch 4 x 16 "
-                                      r"\(3\.0 GiB\): alloc: \d+ bytes failed"),
+                                      r"\((\d+\.\d) GiB\): alloc: \d+ bytes failed"),
                              ("1024", r"error: out of host memory \(std::bad_alloc\): a smaller model or "
                                       r"--batch-size needs less")):
             out = os.path.join(self.tmp, f"oom{dim}")
@@ -165,11 +166,19 @@ class TrainerRunTest(unittest.TestCase):
             flags.update({"--model-dim": dim, "--num-layers": "4", "--num-heads": "16", "--max-steps": "1",
                           "--checkpoint-every": "0", "--output-dir": out})
             args = [x for kv in flags.items() for x in kv]
+            # The plan's size of the block (f32 on the CPU) is what the run asks for.
+            gib = json.loads(run(args + ["--dry-run"]).stdout)["memory_gib"]["f32"]
             proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=120, preexec_fn=cap)
             self.assertEqual(proc.returncode, 1, proc.stderr)
             lines = proc.stderr.strip().splitlines()  # progress lines, then the error
-            self.assertRegex(lines[-1], "^nfn_gpt_native_train: " + message + "$")
+            m = re.match("^nfn_gpt_native_train: " + message + "$", lines[-1])
+            self.assertIsNotNone(m, lines[-1])
             self.assertEqual([ln for ln in lines if "error" in ln], lines[-1:])
+            if m.groups():
+                self.assertEqual(m.group(1), f"{gib:.1f}")
+                self.assertEqual(m.group(1), "3.0")  # 200M parameters x 16 bytes, and the activations
+            else:
+                self.assertIn(f", {gib:.1f} GiB for the model and micro-batch 4 x 16", lines[0])
             done = [f for f in os.listdir(out) if f.startswith("DONE")] if os.path.isdir(out) else []
             self.assertEqual(done, [])
 
