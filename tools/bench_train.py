@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
@@ -141,10 +142,12 @@ def run_nfn(args, workdir, mode):
            "--output-dir", os.path.join(workdir, "out"), "--json"]
     if args.tile_ops_lib:
         cmd += ["--tile-ops-lib", args.tile_ops_lib]
+    span = {"t0": time.time()}  # the run's wall-clock span, for the clock samples taken meanwhile
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"trainer ran past {args.timeout} s"}
+    span["t1"] = time.time()
     if proc.returncode != 0:
         return {"error": f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
     report = json.loads(proc.stdout)
@@ -156,7 +159,7 @@ def run_nfn(args, workdir, mode):
     tps = step_tokens * len(times) / sum(times)
     # Host time to issue a step against the step: near 1, launches bound the step (graphs pay).
     enqueue = (report.get("enqueue_seconds") or [])[CUDA_WARMUP_STEPS:]
-    return {"impl": "nfn", "tokens_per_s": tps, "step_ms": 1e3 * sum(times) / len(times),
+    return {"impl": "nfn", **span, "tokens_per_s": tps, "step_ms": 1e3 * sum(times) / len(times),
             "enqueue_ms": 1e3 * statistics.median(enqueue) if enqueue else None,
             "mfu": tps * flops_per_token(seq_len=args.seq_len) / (args.peak_tflops * 1e12),
             "final_loss": report.get("final_train_loss"),
@@ -167,6 +170,7 @@ def run_torch(args):
     cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cuda.py"), "--json",
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--accum", str(args.accum),
            "--warmup", str(CUDA_WARMUP_STEPS), "--steps", str(args.steps), "--peak-tflops", str(args.peak_tflops)]
+    t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -174,7 +178,7 @@ def run_torch(args):
     if proc.returncode != 0:
         why = (proc.stderr.strip() or proc.stdout.strip())[-400:]
         return {"error": f"reference exited {proc.returncode}: {why}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), t0=t0, t1=time.time())
 
 
 def default_trainer():

@@ -13,9 +13,9 @@
 #      the linear backwards with overlap=on, and the LM head at four chunk sizes, so the next
 #      session knows where a step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
-#      gemm_tune, deterministic=off, overlap=on and pdl=on) and with the PyTorch reference, tokens/s, MFU and the
-#      ratio of nfn's fastest, with the SM clock and the board's power sampled meanwhile;
-#      then (4b) nfn's fastest mode and the reference again as llm.c trains GPT-2: micro-batch
+#      gemm_tune, deterministic=off, overlap=on and pdl=on) and with the PyTorch reference,
+#      tokens/s, MFU and the ratio of nfn's fastest, with the SM clock and the board's power
+#      sampled meanwhile (each run's median clock under load beside its tokens/s); then (4b) nfn's fastest mode and the reference again as llm.c trains GPT-2: micro-batch
 #      64, 8 micro-batches an optimizer step (524,288 tokens), so the GEMMs are 4x taller and the
 #      optimizer's step is paid once in 8 micro-steps of 65,536 tokens
 #   5. Nsight Compute over a GPT-2 124M step: every kernel's time (profile.txt)
@@ -155,14 +155,14 @@ row "ops gpt2 bf16 (bench_ops)" "$([ "$ops_status" = 0 ] && echo "${ops%% *}" ||
 frontend_log bench_train
 smi_fields=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
 nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits > /dev/null 2>&1 || smi_fields=clocks.sm,power.draw,temperature.gpu
-nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits -lms 250 > "$logs/smi.csv" 2>&1 &
+# Each sample is stamped with the time it arrived, so each benchmark run's samples are its own.
+nvidia-smi --query-gpu=$smi_fields --format=csv,noheader,nounits -lms 250 2>&1 |
+  { LC_NUMERIC=C; while IFS= read -r line; do printf '%s, %s\n' "${EPOCHREALTIME:-}" "$line"; done; } > "$logs/smi.csv" &
 smi_pid=$!
 timeout 250 python3 "$root/tools/bench_train.py" --json --steps 20 --timeout 100 --trainer "$trainer" --tile-ops-lib "$cuda_lib" \
   --modes cudnn+graphs,cudnn+graphs+tune,cudnn+graphs+nondet,cudnn+graphs+overlap,cudnn+graphs+pdl,cudnn+graphs+tune+nondet+overlap,cudnn+graphs+tune+nondet+overlap+pdl \
   > "$out/bench.json" 2> "$logs/bench.err"
-kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
-summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json" "$logs/bench.err"
-summary_row "gpt2-124m clocks and power" clocks "$logs/smi.csv"
+summary_row "gpt2-124m nfn vs torch" bench "$out/bench.json" "$logs/bench.err" "$logs/smi.csv"
 
 # 4b. the same as llm.c trains GPT-2 124M (-b 64, 524,288 tokens an optimizer step): micro-batch
 # 64, 8 micro-batches, on both sides, nfn in step 4's fastest mode. Against step 4 it shows what
@@ -174,8 +174,12 @@ if [ -z "$best" ]; then
 elif time_for 150 "gpt2-124m at B=64, 0.5M tokens a step"; then
   timeout 150 python3 "$root/tools/bench_train.py" --json --batch-size 64 --accum 8 --steps 5 --timeout 70 \
     --trainer "$trainer" --tile-ops-lib "$cuda_lib" --modes "$best" > "$logs/bench_b64.json" 2> "$logs/bench_b64.err"
-  summary_row "gpt2-124m at B=64, 0.5M tokens a step" bench "$logs/bench_b64.json" "$logs/bench_b64.err"
+  summary_row "gpt2-124m at B=64, 0.5M tokens a step" bench "$logs/bench_b64.json" "$logs/bench_b64.err" \
+    "$logs/smi.csv"
 fi
+# The sampler stops when its loop does (nvidia-smi then ends at its next write).
+kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
+summary_row "gpt2-124m clocks and power (steps 4, 4b)" clocks "$logs/smi.csv"
 
 # 5. every kernel of a GPT-2 124M step, timed by Nsight Compute (one metric, one pass; clocks
 # and caches left alone): the second of three steps (op by op), in step 4's fastest mode

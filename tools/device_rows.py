@@ -5,8 +5,9 @@ or INFO), a space, then what the step measured.
     device_rows.py train CPU_JSON GPU_JSON BOUND STATUS   a training run on cuda against cpu
     device_rows.py same EAGER_JSON OTHER_JSON             graphs/overlap: the same losses bit for bit
     device_rows.py ops BENCH_OPS_LOG                      bench_ops' runs, "== attention=..." before each
-    device_rows.py bench BENCH_JSON BENCH_ERR             a tools/bench_train.py --json result (else
-                                                          the runs its stderr says finished)
+    device_rows.py bench BENCH_JSON BENCH_ERR SMI_CSV     a tools/bench_train.py --json result (else
+                                                          the runs its stderr says finished), with
+                                                          each run's median SM clock under load
     device_rows.py best BENCH_JSON BENCH_ERR              that result's fastest nfn mode (a bare word)
     device_rows.py clocks SMI_CSV                         nvidia-smi's samples during the benchmark
     device_rows.py profile NCU_CSV PROFILE_TXT            Nsight Compute's kernel times of a step
@@ -151,19 +152,26 @@ def load_bench(path, err_path):
     return {"nfn": nfn, "pytorch": ref, "ratio": ratio, "stopped": True}
 
 
-def bench(path, err_path):
+def bench(path, err_path, smi_path):
     """Each nfn mode's tokens/s and MFU (and the host's time to issue a step against the step:
-    near it, launches bound the step), the reference's, the ratio."""
+    near it, launches bound the step; and the median SM clock of the samples taken under load
+    while it ran, so that a mode's gain is not a cooler GPU's), the reference's, the ratio."""
     try:
         r = load_bench(path, err_path)
     except (OSError, ValueError) as e:
         return f"FAIL {e}"
+    try:
+        samples = [(t, mhz) for t, mhz, watts, _, _ in smi_samples(smi_path) if t is not None and watts > BUSY_WATTS]
+    except OSError:
+        samples = []
 
     def cell(x):
         if "tokens_per_s" not in x:
             return x.get("error", "?")[:120]
         host = f" host {x['enqueue_ms']:.1f}/{x['step_ms']:.1f} ms" if x.get("enqueue_ms") else ""
-        return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%{host}"
+        mhz = [m for t, m in samples if x.get("t0", 0) <= t <= x.get("t1", 0)]
+        clock = f" {statistics.median(mhz):.0f} MHz" if mhz else ""
+        return f"{x['tokens_per_s']:.0f} tok/s MFU {100 * x['mfu']:.1f}%{host}{clock}"
 
     paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
     ratio = f"{r['ratio']:.3f}" if r.get("ratio") else "none"
@@ -179,20 +187,34 @@ def best(path, err_path):
         return ""
 
 
-def clocks(csv_path, busy_watts=300):
-    """SM clock, power and temperature while a step runs (samples above busy_watts)."""
-    busy = []
+BUSY_WATTS = 300  # samples above this draw are a step running, not a process starting
+
+
+def smi_samples(csv_path):
+    """device_check's nvidia-smi samples: [(epoch seconds or None, MHz, W, C, clock event reasons)].
+    Lines are "EPOCH, MHz, W, C[, reasons]" (the sampler's time first; empty where the shell
+    has no $EPOCHREALTIME) or, as nvidia-smi writes them, "MHz, W, C[, reasons]"; unreadable
+    ones are left out."""
+    samples = []
     with open(csv_path) as f:
         for line in f:
             fields = [x.strip() for x in line.split(",")]
+            t = None
+            if len(fields) >= 4 and (fields[0] == "" or re.fullmatch(r"\d{9,}(\.\d*)?", fields[0])):
+                t, fields = (float(fields[0]) if fields[0] else None), fields[1:]
             try:
                 mhz, watts, temp = float(fields[0]), float(fields[1]), float(fields[2])
             except (ValueError, IndexError):
                 continue
-            if watts > busy_watts:
-                busy.append((mhz, watts, temp, fields[3] if len(fields) > 3 else "?"))
+            samples.append((t, mhz, watts, temp, fields[3] if len(fields) > 3 else "?"))
+    return samples
+
+
+def clocks(csv_path):
+    """SM clock, power and temperature while a step runs (samples above BUSY_WATTS)."""
+    busy = [b[1:] for b in smi_samples(csv_path) if b[2] > BUSY_WATTS]
     if not busy:
-        return f"INFO no samples above {busy_watts} W (nvidia-smi: smi.csv in logs.tgz)"
+        return f"INFO no samples above {BUSY_WATTS} W (nvidia-smi: smi.csv in logs.tgz)"
     mhz = sorted(b[0] for b in busy)
     reasons = " ".join(sorted({b[3] for b in busy}))
     return (f"INFO under load ({len(busy)} samples): SM clock median {statistics.median(mhz):.0f} MHz "

@@ -160,19 +160,20 @@ def bench_result(ratio=1.1):
 class BenchAndClocksAndProfile(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
+        self.no_smi = os.path.join(self.tmp, "absent.csv")
 
     def test_bench(self):
         path = write(os.path.join(self.tmp, "bench.json"), json.dumps(bench_result()))
         err = write(os.path.join(self.tmp, "bench.err"), "")
-        self.assertEqual(device_rows.bench(path, err),
+        self.assertEqual(device_rows.bench(path, err, self.no_smi),
                          "PASS nfn [cudnn+graphs+tune: 541332 tok/s MFU 43.7% host 0.4/30.3 ms] "
                          "[cudnn+graphs+nondet: trainer exited 1: boom] | torch 496576 tok/s MFU 40.1% | ratio 1.100")
         self.assertEqual(device_rows.best(path, err), "cudnn+graphs+tune")
         failed = write(os.path.join(self.tmp, "failed.json"), json.dumps(bench_result(ratio=None)))
-        self.assertTrue(device_rows.bench(failed, err).startswith("FAIL nfn "))
-        self.assertTrue(device_rows.bench(failed, err).endswith("| ratio none"))
+        self.assertTrue(device_rows.bench(failed, err, self.no_smi).startswith("FAIL nfn "))
+        self.assertTrue(device_rows.bench(failed, err, self.no_smi).endswith("| ratio none"))
         absent = os.path.join(self.tmp, "absent.json")
-        self.assertTrue(device_rows.bench(absent, err).startswith("FAIL no result"))
+        self.assertTrue(device_rows.bench(absent, err, self.no_smi).startswith("FAIL no result"))
         self.assertEqual(device_rows.best(absent, err), "")
 
     def test_a_stopped_bench_keeps_the_runs_that_finished(self):
@@ -188,7 +189,7 @@ class BenchAndClocksAndProfile(unittest.TestCase):
             sys.stderr = real
         empty = write(os.path.join(self.tmp, "bench.json"), "")
         err = write(os.path.join(self.tmp, "bench.err"), "a warning from the trainer\n" + stderr.getvalue())
-        self.assertEqual(device_rows.bench(empty, err),
+        self.assertEqual(device_rows.bench(empty, err, self.no_smi),
                          "FAIL stopped from outside; finished runs only: nfn "
                          "[cudnn+graphs+tune: 541332 tok/s MFU 43.7% host 0.4/30.3 ms] "
                          "[cudnn+graphs+nondet: trainer exited 1: boom] | torch stopped before the reference "
@@ -197,28 +198,53 @@ class BenchAndClocksAndProfile(unittest.TestCase):
         # The reference finished too (stopped while printing): the ratio is the fastest mode's.
         with open(err, "a") as f:
             f.write("bench_train: pytorch " + json.dumps(bench_result()["pytorch"]) + "\n")
-        self.assertTrue(device_rows.bench(empty, err).endswith("| torch 496576 tok/s MFU 40.1% | ratio 1.090"))
+        self.assertTrue(device_rows.bench(empty, err, self.no_smi).endswith("| torch 496576 tok/s MFU 40.1% | ratio 1.090"))
         # Nothing finished: no result, said so.
         none = write(os.path.join(self.tmp, "none.err"), "a warning from the trainer\n")
-        self.assertTrue(device_rows.bench(empty, none).startswith("FAIL no result"))
+        self.assertTrue(device_rows.bench(empty, none, self.no_smi).startswith("FAIL no result"))
         self.assertEqual(device_rows.best(empty, none), "")
 
     def test_clocks_under_load(self):
         # nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
         # --format=csv,noheader,nounits: idle samples (a process starting) and unreadable ones
         # are left out.
-        path = write(os.path.join(self.tmp, "smi.csv"), "\n".join([
-            "1980, 95.10, 31, 0x0000000000000001",
-            "1755, 690.50, 52, 0x0000000000000004",
-            "1830, 640.00, 55, 0x0000000000000000",
-            "1785, 700.20, 57, 0x0000000000000004",
-            "[N/A], [N/A], 40, [N/A]",
-            "Failed to initialize NVML"]))
-        self.assertEqual(device_rows.clocks(path),
-                         "INFO under load (3 samples): SM clock median 1785 MHz (min 1755, max 1830), power median "
-                         "690 W (max 700), max 57 C; clock event reasons 0x0000000000000000 0x0000000000000004")
+        lines = ["1980, 95.10, 31, 0x0000000000000001",
+                 "1755, 690.50, 52, 0x0000000000000004",
+                 "1830, 640.00, 55, 0x0000000000000000",
+                 "1785, 700.20, 57, 0x0000000000000004",
+                 "[N/A], [N/A], 40, [N/A]",
+                 "Failed to initialize NVML"]
+        summary = ("INFO under load (3 samples): SM clock median 1785 MHz (min 1755, max 1830), power median "
+                   "690 W (max 700), max 57 C; clock event reasons 0x0000000000000000 0x0000000000000004")
+        path = write(os.path.join(self.tmp, "smi.csv"), "\n".join(lines))
+        self.assertEqual(device_rows.clocks(path), summary)
+        # As device_check's sampler writes them: each line stamped with the time it arrived
+        # (or an empty stamp, where the shell has no $EPOCHREALTIME).
+        stamped = write(os.path.join(self.tmp, "stamped.csv"),
+                        "\n".join(f"{1796106866.25 + i / 4:.6f}, {line}" for i, line in enumerate(lines)))
+        self.assertEqual(device_rows.clocks(stamped), summary)
+        self.assertEqual(device_rows.smi_samples(stamped)[1], (1796106866.5, 1755.0, 690.5, 52.0, "0x0000000000000004"))
+        blank = write(os.path.join(self.tmp, "blank.csv"), "\n".join(", " + line for line in lines))
+        self.assertEqual(device_rows.clocks(blank), summary)
         idle = write(os.path.join(self.tmp, "idle.csv"), "1980, 95.10, 31\n")
         self.assertTrue(device_rows.clocks(idle).startswith("INFO no samples above 300 W"))
+
+    def test_bench_gives_each_run_its_clock(self):
+        t = 1796106800.0  # seconds since the epoch, as bench_train and the sampler write them
+        result = bench_result()
+        result["nfn"]["modes"]["cudnn+graphs+tune"].update(t0=t + 100, t1=t + 110)
+        result["pytorch"].update(t0=t + 110, t1=t + 130)
+        path = write(os.path.join(self.tmp, "bench.json"), json.dumps(result))
+        # Under load at 1700-1760 MHz during nfn's run, 1900 during the reference's; an idle
+        # sample inside a run (the process starting) and samples outside the runs do not count.
+        samples = [(99, 1980, 650), (100.5, 1980, 90), (101, 1700, 690), (105, 1760, 695), (109, 1740, 700),
+                   (115, 1900, 600), (120, 1900, 610), (140, 1400, 700)]
+        smi = write(os.path.join(self.tmp, "smi.csv"),
+                    "\n".join(f"{t + dt:.6f}, {mhz}, {watts}.00, 55, 0x0" for dt, mhz, watts in samples))
+        self.assertEqual(device_rows.bench(path, self.no_smi, smi),
+                         "PASS nfn [cudnn+graphs+tune: 541332 tok/s MFU 43.7% host 0.4/30.3 ms 1740 MHz] "
+                         "[cudnn+graphs+nondet: trainer exited 1: boom] | torch 496576 tok/s MFU 40.1% 1900 MHz "
+                         "| ratio 1.100")
 
     def test_profile(self):
         fields = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
@@ -261,7 +287,8 @@ class BenchAndClocksAndProfile(unittest.TestCase):
         self.assertEqual((proc.returncode, proc.stdout), (0, "cudnn+graphs+tune\n"))
         # A summary that breaks on its input is still one row.
         broken = write(os.path.join(self.tmp, "broken.json"), json.dumps({"nfn": {}}))
-        proc = subprocess.run([sys.executable, script, "bench", broken, err], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, script, "bench", broken, err, self.no_smi], capture_output=True,
+                              text=True)
         self.assertEqual((proc.returncode, proc.stdout), (0, "FAIL bench: KeyError: 'pytorch'\n"))
         proc = subprocess.run([sys.executable, script, "bench"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 2)
