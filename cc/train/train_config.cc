@@ -57,7 +57,8 @@ void declare_train_flags(Flags* f) {
   f->value("backend", "op library: cpu, cuda or auto", "auto");
   f->value("tile-ops-lib", "path of the op library to load (overrides --backend)");
   f->value("dtype", "storage of parameters and activations: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
-  f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation)");
+  f->value("matmul", "CPU GEMM compute: f32 or bf16 (f32 accumulation); default bf16 where the CPU has bf16 "
+                     "units (AVX512-BF16, AMX), else f32");
   f->value("threads", "CPU threads (default: all cores)");
   f->value("attention", "CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN loads), flash_mma (tensor cores; the default otherwise), flash (CUDA cores) or thunderkittens");
   f->value("gemm-tune", "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the fastest, in ~/.cache/nfn/gemm_tune/ (or $NFN_GEMM_TUNE_CACHE), where later runs on the same GPU take them from; off: cuBLASLt's first pick (the library's default)");

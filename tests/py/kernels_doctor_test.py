@@ -70,6 +70,21 @@ class DoctorTest(unittest.TestCase):
         r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so", cpuinfo=cpuinfo)
         self.assertIn("cpu          Test CPU 9000 (avx2 fma avx512f avx512_bf16)", kernels.format_report(r))
 
+    def test_the_cpu_trainers_gemm_default(self):
+        # bf16 where the library offers it and the CPU has bf16 units; offered without them
+        # (oneDNN emulates on plain AVX-512), f32.
+        yes, no = {"supported": True, "reason": ""}, {"supported": False, "reason": "not here"}
+        for features, offered, default in ((["avx512f", "avx512_bf16"], yes, True), (["amx_bf16"], yes, True),
+                                           (["avx512f"], yes, False), (["avx512_bf16"], no, False)):
+            cpu = kernels.cpu_report({"model": "m", "features": features}, offered)
+            self.assertEqual(cpu["bf16_matmul"]["trainer_default"], default, features)
+        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        r["cpu"] = kernels.cpu_report({"model": "m", "features": ["avx512f"]}, yes)
+        self.assertIn("bf16 matmul  yes, emulated (no bf16 units): the CPU trainer's default stays f32",
+                      kernels.format_report(r))
+        r["cpu"] = kernels.cpu_report({"model": "m", "features": ["avx512_bf16"]}, yes)
+        self.assertIn("bf16 matmul  yes, the CPU trainer's default here", kernels.format_report(r))
+
     def test_bf16_matmul_is_asked_of_the_cpu_library(self):
         # A file that is no library: unknown, with the reason.
         open(os.path.join(self.libs, kernels.CPU_LIB), "w").close()

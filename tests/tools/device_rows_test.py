@@ -48,7 +48,7 @@ class TrainerReports(unittest.TestCase):
                   "--model-dim", "128", "--train-seq-len", "64", "--batch-size", "2", "--train-batch-tokens", "256",
                   "--max-steps", "4", "--warmup-steps", "1", "--learning-rate", "3e-3", "--eval-every-steps", "4",
                   "--eval-batches", "1", "--seed", "11", "--json"]
-        runs = {"cpu": ["--backend", "cpu", "--tile-ops-lib", CPU_LIB],
+        runs = {"cpu": ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--matmul", "f32"],
                 "eager": ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
                           "--attention", "flash_mma", "--graphs", "off"],
                 "graphs": ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",

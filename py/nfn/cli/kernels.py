@@ -198,8 +198,16 @@ def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
         "auto_backend": {"would_load": would, "reason": why},
         "runtime_libraries": {name: cuda_runtime.probe(name, env) for name in cuda_runtime.LIBRARIES},
         "thunderkittens": thunderkittens(cuda_lib),
-        "cpu": dict(cpu_info(cpuinfo), bf16_matmul=cpu_bf16_matmul(cpu_lib)),
+        "cpu": cpu_report(cpu_info(cpuinfo), cpu_bf16_matmul(cpu_lib)),
     }
+
+
+def cpu_report(info, bf16_matmul):
+    """The CPU's model, GEMM features and bf16 matmul, and whether the CPU trainer takes bf16
+    GEMMs by default here: where the library offers them and the CPU has bf16 units (the
+    trainer's own rule, cc/train/trainer.cc; AVX-512 alone would emulate them)."""
+    units = any(f in info["features"] for f in ("avx512_bf16", "amx_bf16"))
+    return dict(info, bf16_matmul=dict(bf16_matmul, trainer_default=bool(bf16_matmul["supported"]) and units))
 
 
 def format_report(r):
@@ -212,6 +220,9 @@ def format_report(r):
     devices = ", ".join(d["name"] for d in gpu["devices"]) or gpu.get("error", "none")
     bf16, tk = cpu["bf16_matmul"], r["thunderkittens"]
     bf16_text = {True: "yes", False: "no", None: "unknown"}[bf16["supported"]]
+    if bf16["supported"]:
+        bf16_text += (", the CPU trainer's default here" if bf16["trainer_default"]
+                      else ", emulated (no bf16 units): the CPU trainer's default stays f32")
     return "\n".join([
         f"nvcc         {tc['nvcc'] or 'not found'}" + (f" (CUDA {tc['version']})" if tc["version"] else ""),
         f"driver       {gpu['driver'] or 'not found'} (via {gpu['source']})",

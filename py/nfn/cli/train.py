@@ -57,7 +57,8 @@ def register(sub):
                      help="parameter and activation storage (default: f32 on CPU, bf16 on CUDA)")
     opts.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     opts.add_argument("--matmul", choices=["f32", "bf16"],
-                     help="CPU GEMM compute (bf16: f32 accumulation, where the CPU has bf16 units)")
+                     help="CPU GEMM compute (bf16: f32 accumulation; the default where the CPU has "
+                          "bf16 units, AVX512-BF16 or AMX, else f32)")
     opts.add_argument("--attention", choices=["flash", "flash_mma", "cudnn", "thunderkittens"],
                      help="CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN "
                           "loads), flash_mma (nfn's tensor-core kernel; the default otherwise), "

@@ -59,8 +59,10 @@ class EmulatedCudaRunTest(unittest.TestCase):
                       "--train-batch-tokens", "256", "--max-steps", str(STEPS), "--warmup-steps", "1",
                       "--learning-rate", "3e-3", "--eval-every-steps", str(STEPS), "--eval-batches", "1",
                       "--checkpoint-every", "2", "--seed", "11", "--sample-tokens", "40", "--json"]
+        # The reference: the CPU library's f32 GEMMs (not the bf16 ones the trainer takes by
+        # default on a CPU with bf16 units).
         cls.cpu = run(cls.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--threads", "2",
-                                    "--output-dir", os.path.join(cls.tmp, "cpu")])
+                                    "--matmul", "f32", "--output-dir", os.path.join(cls.tmp, "cpu")])
         cls.cuda = {}
         cls.trace = os.path.join(cls.tmp, "trace.txt")
         for dtype, attention in (("f32", "flash"), ("bf16", "flash"), ("bf16", "flash_mma")):

@@ -89,6 +89,17 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(manifest["geometry"]["channels"], 32)
         self.assertEqual(manifest["weights"], "model_00000006.bin")
 
+    def test_gemms_in_bf16_by_default_where_the_cpu_has_bf16_units(self):
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+        units = bool(flags & {"avx512_bf16", "amx_bf16"})
+        self.assertEqual(self.report["op_library"]["matmul"], "bf16" if units else "f32")
+        # --matmul f32 is f32 anywhere, and the two runs differ where bf16 ran.
+        out = os.path.join(self.tmp, "f32")
+        f32 = json.loads(run(self.common + ["--output-dir", out, "--json", "--matmul", "f32"]).stdout)
+        self.assertEqual(f32["op_library"]["matmul"], "f32")
+        self.assertEqual(f32["train_losses"] == self.report["train_losses"], not units)
+
     def test_resume_is_bitwise_identical(self):
         out = self.interrupted_copy("resumed")
         report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
