@@ -42,7 +42,8 @@ void declare_train_flags(Flags* f) {
   f->value("tokenizer", "tokenizer name recorded in the manifest", "gpt2");
   f->value("eot-token", "document separator id, the start token of samples (default: 50256 for GPT-2's vocabulary, else 0)");
   f->value("train-seq-len", "tokens per row, T");
-  f->value("batch-size", "micro-batch rows, B");
+  f->value("batch-size", "micro-batch rows, B (GPT-2/3 templates: 64, halved until the model and activations "
+                         "fit 64 GiB in bf16; the demo: 16, or 8 with a vocabulary over 8192)");
   f->value("train-batch-tokens", "tokens per optimizer step (a multiple of B*T; the rest is gradient accumulation)");
   f->value("max-steps", "optimizer steps");
   f->value("learning-rate", "peak learning rate");

@@ -36,7 +36,9 @@ def register(sub):
                                            "or graph file is named)")
     sched = p.add_argument_group("schedule")
     sched.add_argument("--train-seq-len", type=int, help="tokens per row")
-    sched.add_argument("--batch-size", type=int, help="micro-batch rows")
+    sched.add_argument("--batch-size", type=int,
+                       help="micro-batch rows (GPT-2/3 templates: 64, halved until the model and "
+                            "activations fit 64 GiB in bf16; the demo: 16, or 8 with a vocabulary over 8192)")
     sched.add_argument("--train-batch-tokens", type=int, help="tokens per optimizer step")
     sched.add_argument("--max-steps", type=int, help="optimizer steps")
     sched.add_argument("--learning-rate", type=float, help="peak learning rate")
