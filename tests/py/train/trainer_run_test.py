@@ -158,15 +158,19 @@ class TrainerRunTest(unittest.TestCase):
         self.assertIn("does not match", proc.stderr)
 
     def test_out_of_memory(self):
-        # Memory capped at 1.3 GB (the trainer alone needs 0.2-0.4). A 200M-parameter model
-        # (3 GiB of f32 state) cannot get its block: the line says what and how much. A
-        # 50M-parameter one (0.8 GiB) gets it, then a host buffer (the initial parameters, or
-        # the checkpoint's copies after the step) cannot: one line instead of an abort, and no
-        # checkpoint marked done.
+        # Address space capped at 1.3 GB; the trainer alone takes 0.1-0.25 (its libraries and
+        # threads; OpenBLAS's pool and glibc's arenas would grow with the machine's cores, so
+        # they are held to this test's two threads). A 200M-parameter model (3 GiB of f32
+        # state) cannot get its block: the line says what and how much. A 50M-parameter one
+        # (0.77 GiB) gets it, then a host buffer cannot (the initial parameters, 0.2 GB, or the
+        # checkpoint's copies after the step, 0.6): one line instead of an abort, and no
+        # checkpoint marked done. (Measured: caps from 0.93 to 1.67 GB give that line.)
         import resource
 
         def cap():
             resource.setrlimit(resource.RLIMIT_AS, (1_300_000_000, 1_300_000_000))
+
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="2", MALLOC_ARENA_MAX="2")
 
         for dim, message in (("2048", r"error: allocating the model and the activations of micro-batch 4 x 16 "
                                       r"\((\d+\.\d) GiB\): alloc: \d+ bytes failed"),
@@ -179,7 +183,8 @@ class TrainerRunTest(unittest.TestCase):
             args = [x for kv in flags.items() for x in kv]
             # The plan's size of the block (f32 on the CPU) is what the run asks for.
             gib = json.loads(run(args + ["--dry-run"]).stdout)["memory_gib"]["f32"]
-            proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=120, preexec_fn=cap)
+            proc = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=120, preexec_fn=cap,
+                                  env=env)
             self.assertEqual(proc.returncode, 1, proc.stderr)
             lines = proc.stderr.strip().splitlines()  # progress lines, then the error
             m = re.match("^nfn_gpt_native_train: " + message + "$", lines[-1])
