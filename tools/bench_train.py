@@ -104,6 +104,12 @@ def run_nfn_modes(args, workdir):
     for mode in args.modes.split(","):
         modes[mode] = run_nfn(args, os.path.join(workdir, mode), mode)
         progress(f"nfn {mode}", modes[mode])
+    return nfn_summary(modes)
+
+
+def nfn_summary(modes):
+    """The fastest finished mode's result, with every mode's under "modes" (tools/device_rows.py
+    puts a stopped benchmark's together the same way)."""
     done = {k: v for k, v in modes.items() if v.get("tokens_per_s")}
     if not done:
         return {"error": "; ".join(f"{k}: {v.get('error')}" for k, v in modes.items()), "modes": modes}

@@ -15,8 +15,9 @@
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
 #      gemm_tune, deterministic=off, overlap=on and pdl=on) and with the PyTorch reference,
 #      tokens/s, MFU and the ratio of nfn's fastest, with the SM clock and the board's power
-#      sampled meanwhile (each run's median clock under load beside its tokens/s); then (4b) nfn's fastest mode and the reference again as llm.c trains GPT-2: micro-batch
-#      64, 8 micro-batches an optimizer step (524,288 tokens), so the GEMMs are 4x taller and the
+#      sampled meanwhile (each run's median clock under load beside its tokens/s); then (4b)
+#      nfn's fastest mode and the reference again as llm.c trains GPT-2: micro-batch 64, 8
+#      micro-batches an optimizer step (524,288 tokens), so the GEMMs are 4x taller and the
 #      optimizer's step is paid once in 8 micro-steps of 65,536 tokens
 #   5. Nsight Compute over a GPT-2 124M step: every kernel's time (profile.txt)
 # Results go to $OUT (or /tmp/nfn-device-out): table.txt (the short table, kept as it grows,

@@ -23,6 +23,8 @@ import re
 import statistics
 import sys
 
+from bench_train import nfn_summary  # beside this file, and standard library only too
+
 
 def load_report(path, status=""):
     """A trainer's --json report; ValueError with the reason (its stderr's last line) if none."""
@@ -144,11 +146,9 @@ def load_bench(path, err_path):
         pass
     if not modes and ref is None:
         raise ValueError(f"no result ({why})")
-    done = {k: v for k, v in modes.items() if v.get("tokens_per_s")}
-    top = max(done, key=lambda k: done[k]["tokens_per_s"]) if done else None
-    nfn = dict(done[top], mode=top, modes=modes) if top else {"modes": modes}
+    nfn = nfn_summary(modes)
     ref = ref or {"error": "stopped before the reference finished"}
-    ratio = nfn["tokens_per_s"] / ref["tokens_per_s"] if top and ref.get("tokens_per_s") else None
+    ratio = nfn["tokens_per_s"] / ref["tokens_per_s"] if nfn.get("tokens_per_s") and ref.get("tokens_per_s") else None
     return {"nfn": nfn, "pytorch": ref, "ratio": ratio, "stopped": True}
 
 
@@ -176,7 +176,8 @@ def bench(path, err_path, smi_path):
     paths = " ".join(f"[{k}: {cell(v)}]" for k, v in r["nfn"].get("modes", {}).items())
     ratio = f"{r['ratio']:.3f}" if r.get("ratio") else "none"
     stopped = "stopped from outside; finished runs only: " if r.get("stopped") else ""
-    return f"{'PASS' if r.get('ratio') and not stopped else 'FAIL'} {stopped}nfn {paths} | torch {cell(r['pytorch'])} | ratio {ratio}"
+    verdict = "PASS" if r.get("ratio") and not stopped else "FAIL"
+    return f"{verdict} {stopped}nfn {paths} | torch {cell(r['pytorch'])} | ratio {ratio}"
 
 
 def best(path, err_path):

@@ -272,9 +272,10 @@ int run_training(const TrainConfig& c) {
   const double token_flops = flops_per_token(model.num_parameters(), c.model.num_layers, T, c.model.channels);
 
   const bool tty = isatty(fileno(stderr));
+  const std::string gemms = matmul.empty() ? "" : " with " + matmul + " GEMMs";
   std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s%s on %s (%s), %.1f GiB for the model and micro-batch %d x %d%s%s\n",
                c.model_family.c_str(), c.template_name.c_str(), model.num_parameters(), dtype_name.c_str(),
-               matmul.empty() ? "" : (" with " + matmul + " GEMMs").c_str(), backend.name.c_str(), backend.path.c_str(),
+               gemms.c_str(), backend.name.c_str(), backend.path.c_str(),
                static_cast<double>(GPT::memory_bytes(c.model, dtype, B, T)) / (1 << 30), B, T,
                start.from.empty() ? "" : ", resuming from ", start.from.c_str());
 
