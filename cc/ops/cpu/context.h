@@ -20,7 +20,7 @@ struct nfn_ctx {
   bool matmul_bf16 = false;  // GEMMs in bf16 with f32 accumulation ("matmul" option)
   nfn::cpu::GemmState* gemm = nullptr;  // oneDNN engine and primitive cache (gemm.cc)
   std::vector<float> scratch[nfn::cpu::kScratchSlots];
-  std::vector<uint16_t> scratch_bf16;  // a weight rounded once per call in matmul=bf16 mode
+  std::vector<uint16_t> scratch_bf16[nfn::cpu::kScratchSlots];  // operands rounded in matmul=bf16 mode
   ~nfn_ctx();
 };
 
@@ -37,9 +37,10 @@ inline float* scratch_floats(nfn_ctx* ctx, ScratchSlot slot, size_t n) {
   return v.data();
 }
 
-inline uint16_t* scratch_bf16(nfn_ctx* ctx, size_t n) {
-  if (ctx->scratch_bf16.size() < n) ctx->scratch_bf16.resize(n);
-  return ctx->scratch_bf16.data();
+inline uint16_t* scratch_bf16(nfn_ctx* ctx, ScratchSlot slot, size_t n) {
+  std::vector<uint16_t>& v = ctx->scratch_bf16[slot];
+  if (v.size() < n) v.resize(n);
+  return v.data();
 }
 
 using nfn::bf16_to_f32;

@@ -33,9 +33,34 @@ struct Gemm {
 nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g);
 
 // An f32 product on the calling thread only, for ops that parallelize over independent
-// blocks themselves (attention: its products are small and feed exp(), so they stay f32).
-// No bias; shapes are the caller's to check.
+// blocks themselves (attention in f32 mode). No bias; shapes are the caller's to check.
 void gemm_f32_serial(const Gemm& g);
+
+// A bf16 product on the calling thread, of operands already rounded to bf16 and row-major
+// (B stored (N,K) when trans_b), into f32: C (M,N) = alpha op(A) op(B) (+ C). For ops that
+// parallelize over independent blocks themselves (attention in matmul=bf16 mode).
+struct GemmBf16 {
+  int64_t M = 0, N = 0, K = 0;
+  const uint16_t* A = nullptr;
+  int64_t lda = 0;
+  const uint16_t* B = nullptr;
+  int64_t ldb = 0;
+  bool trans_b = false;
+  float* C = nullptr;
+  int64_t ldc = 0;
+  float alpha = 1.f;
+  bool accumulate = false;
+};
+
+// Creates the primitive for g's shape (pointers unused) for up to `threads` threads to run
+// at once, outside any parallel region: primitives are made for one thread, since each runs
+// on one of the op's threads.
+nfn_status prepare_gemm_bf16_serial(nfn_ctx* ctx, const char* op, const GemmBf16& g, int threads);
+
+// Runs a product whose shape was prepared, on the calling thread `thread` (below the
+// prepared count), inside the op's parallel region. Returns false if oneDNN failed; the op
+// reports it after its parallel region.
+bool gemm_bf16_serial(nfn_ctx* ctx, const GemmBf16& g, int thread);
 
 // The product through oneDNN (gemm_bf16.cc), which gemm calls with bf16=true in matmul=bf16
 // mode. bf16=false runs the same packing, descriptors and primitive cache with f32 operands:

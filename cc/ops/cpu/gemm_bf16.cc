@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cc/ops/cpu/gemm.h"
@@ -26,6 +27,25 @@ using Dims = dnnl::memory::dims;
 // packed (M,K), so lda selects nothing.
 using Key = std::array<int64_t, 10>;
 
+// gemm_bf16_serial's shapes: M, N, K, lda, ldb, trans_b, ldc, alpha, accumulate.
+using SerialKey = std::array<int64_t, 9>;
+
+int32_t bits_of(float f) {
+  int32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+// alpha and accumulate as post-ops: C = alpha * product (+ C).
+dnnl::primitive_attr product_attr(float alpha, bool accumulate) {
+  dnnl::post_ops post;
+  if (alpha != 1.f) post.append_eltwise(dnnl::algorithm::eltwise_linear, alpha, 0.f);
+  if (accumulate) post.append_sum(1.f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(post);
+  return attr;
+}
+
 }  // namespace
 
 struct GemmState {
@@ -38,6 +58,18 @@ struct GemmState {
   std::map<Key, Entry> primitives;
   std::vector<uint16_t> a_bf16, b_bf16;  // op(A) and B rounded to bf16, packed
   std::vector<float> a_f32, b_f32;       // the same in f32 (bf16=false)
+  // gemm_bf16_serial: one-thread primitives, and each thread's stream and scratchpad (user
+  // scratchpads, so that two threads running one primitive never share one).
+  struct SerialEntry {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+    // Each thread's arguments, made once (making dnnl::memory objects costs a few
+    // allocations, as much as a small product): a call only sets their pointers.
+    std::vector<std::unordered_map<int, dnnl::memory>> args;
+  };
+  std::map<SerialKey, SerialEntry> serial;
+  std::vector<dnnl::stream> thread_streams;
+  std::vector<std::vector<uint8_t>> thread_scratch;
 };
 
 void destroy_gemm_state(GemmState* state) { delete state; }
@@ -58,9 +90,7 @@ nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16) {
   // the primitive.
   const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
-  int32_t alpha_bits;
-  std::memcpy(&alpha_bits, &g.alpha, 4);
-  const Key key = {bf16, g.M, g.N, g.K, g.ldc, g.trans_a, g.trans_b, g.bias != nullptr, g.accumulate, alpha_bits};
+  const Key key = {bf16, g.M, g.N, g.K, g.ldc, g.trans_a, g.trans_b, g.bias != nullptr, g.accumulate, bits_of(g.alpha)};
   const dt in = bf16 ? dt::bf16 : dt::f32;
   try {
     auto it = st->primitives.find(key);
@@ -68,11 +98,7 @@ nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16) {
       dnnl::memory::desc a_md({g.M, g.K}, in, Dims{packed_ld(a_rows, a_cols, g.trans_a), 1});
       dnnl::memory::desc b_md({g.K, g.N}, in, g.trans_b ? Dims{1, b_cols} : Dims{b_cols, 1});
       dnnl::memory::desc c_md({g.M, g.N}, dt::f32, Dims{g.ldc, 1});
-      dnnl::post_ops post;
-      if (g.alpha != 1.f) post.append_eltwise(dnnl::algorithm::eltwise_linear, g.alpha, 0.f);
-      if (g.accumulate) post.append_sum(1.f);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(post);
+      const dnnl::primitive_attr attr = product_attr(g.alpha, g.accumulate);
       dnnl::matmul::primitive_desc pd =
           g.bias != nullptr
               ? dnnl::matmul::primitive_desc(st->engine, a_md, b_md,
@@ -106,6 +132,77 @@ nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16) {
                 static_cast<long long>(g.K), err.what());
   }
   return NFN_OK;
+}
+
+namespace {
+
+SerialKey serial_key(const GemmBf16& g) {
+  return {g.M, g.N, g.K, g.lda, g.ldb, g.trans_b, g.ldc, bits_of(g.alpha), g.accumulate};
+}
+
+}  // namespace
+
+nfn_status prepare_gemm_bf16_serial(nfn_ctx* ctx, const char* op, const GemmBf16& g, int threads) {
+  GemmState* st = state_of(ctx);
+  try {
+    while (static_cast<int>(st->thread_streams.size()) < threads) {
+      st->thread_streams.emplace_back(st->engine);
+      st->thread_scratch.emplace_back();
+    }
+    auto it = st->serial.find(serial_key(g));
+    if (it == st->serial.end()) {
+      dnnl::memory::desc a_md({g.M, g.K}, dt::bf16, Dims{g.lda, 1});
+      dnnl::memory::desc b_md({g.K, g.N}, dt::bf16, g.trans_b ? Dims{1, g.ldb} : Dims{g.ldb, 1});
+      dnnl::memory::desc c_md({g.M, g.N}, dt::f32, Dims{g.ldc, 1});
+      dnnl::primitive_attr attr = product_attr(g.alpha, g.accumulate);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      // oneDNN plans a primitive's work for the threads it sees when it is made; these run
+      // on one thread each, inside the op's parallel region.
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      dnnl::matmul::primitive_desc pd;
+      try {
+        pd = dnnl::matmul::primitive_desc(st->engine, a_md, b_md, c_md, attr);
+      } catch (...) {
+        omp_set_num_threads(saved);
+        throw;
+      }
+      dnnl::matmul prim(pd);
+      omp_set_num_threads(saved);
+      it = st->serial.emplace(serial_key(g), GemmState::SerialEntry{pd, prim, {}}).first;
+    }
+    GemmState::SerialEntry& e = it->second;
+    const size_t scratch = e.pd.scratchpad_desc().get_size();
+    for (std::vector<uint8_t>& s : st->thread_scratch)
+      if (s.size() < scratch) s.resize(scratch);
+    while (e.args.size() < st->thread_streams.size())
+      e.args.push_back({{DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), st->engine, nullptr)},
+                        {DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), st->engine, nullptr)},
+                        {DNNL_ARG_DST, dnnl::memory(e.pd.dst_desc(), st->engine, nullptr)},
+                        {DNNL_ARG_SCRATCHPAD, dnnl::memory(e.pd.scratchpad_desc(), st->engine, nullptr)}});
+  } catch (const dnnl::error& err) {
+    return fail(ctx, NFN_ERR_BACKEND, "%s: oneDNN bf16 matmul %lldx%lldx%lld (one thread) failed: %s", op,
+                static_cast<long long>(g.M), static_cast<long long>(g.N), static_cast<long long>(g.K), err.what());
+  }
+  return NFN_OK;
+}
+
+bool gemm_bf16_serial(nfn_ctx* ctx, const GemmBf16& g, int thread) {
+  GemmState* st = ctx->gemm;
+  auto it = st->serial.find(serial_key(g));  // only looked up here: prepared beforehand
+  if (it == st->serial.end() || thread >= static_cast<int>(it->second.args.size())) return false;
+  std::unordered_map<int, dnnl::memory>& args = it->second.args[thread];
+  try {
+    args.at(DNNL_ARG_SRC).set_data_handle(const_cast<uint16_t*>(g.A));
+    args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<uint16_t*>(g.B));
+    args.at(DNNL_ARG_DST).set_data_handle(g.C);
+    args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(st->thread_scratch[thread].data());
+    it->second.prim.execute(st->thread_streams[thread], args);
+    st->thread_streams[thread].wait();
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
 }
 
 bool bf16_gemm_supported(nfn_ctx* ctx) {

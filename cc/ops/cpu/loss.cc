@@ -42,7 +42,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   // In matmul=bf16 mode the tied weight is rounded once here, not once per chunk and GEMM.
   const uint16_t* wte_bf16 = nullptr;
   if (ctx->matmul_bf16) {
-    uint16_t* rounded = nfn::cpu::scratch_bf16(ctx, static_cast<size_t>(V) * C);
+    uint16_t* rounded = nfn::cpu::scratch_bf16(ctx, nfn::cpu::kScratchLogits, static_cast<size_t>(V) * C);
     NFN_RETURN_IF_ERROR(nfn_convert(ctx, rounded, NFN_BF16, wte, NFN_F32, static_cast<size_t>(V) * C));
     wte_bf16 = rounded;
   }

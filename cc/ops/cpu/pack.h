@@ -26,4 +26,9 @@ int64_t packed_ld(int64_t rows, int64_t cols, bool trans);
 template <typename Out>
 Out* pack(const float* src, int64_t rows, int64_t cols, int64_t ld, bool trans, std::vector<Out>* dst);
 
+// On the calling thread: a stored (rows, cols, ld) f32 block rounded to bf16 into dst, as
+// (rows, cols) with row stride ldd, or transposed to (cols, rows) when `trans`.
+void round_bf16_serial(const float* src, int64_t rows, int64_t cols, int64_t ld, bool trans, uint16_t* dst,
+                       int64_t ldd);
+
 }  // namespace nfn::cpu

@@ -1,9 +1,10 @@
-// nfn::cpu::pack (the operand copy of the matmul=bf16 path) against the definition written
-// here, bit for bit: straight and transposed, to f32 and to bf16 (nfn::f32_to_bf16, scalar),
-// with padded row strides, at shapes whose edges do not fill the 8x8 blocks or the 256-column
-// chunks, at sizes that run on several threads (one with 2048 rows, whose packed rows must not
-// lie 4 KiB apart), and on values that test the rounding: ties to even both ways, carries into
-// the exponent, infinities, NaNs, zeros and subnormals.
+// nfn::cpu::pack (the operand copy of the matmul=bf16 path) and round_bf16_serial (the
+// attention's, on one thread) against the definition written here, bit for bit: straight and
+// transposed, to f32 and to bf16 (nfn::f32_to_bf16, scalar), with padded row strides, at
+// shapes whose edges do not fill the 8x8 blocks or the 256-column chunks, at sizes that run
+// on several threads (one with 2048 rows, whose packed rows must not lie 4 KiB apart), and
+// on values that test the rounding: ties to even both ways, carries into the exponent,
+// infinities, NaNs, zeros and subnormals.
 #include <omp.h>
 
 #include <cmath>
@@ -58,10 +59,29 @@ void check(const std::vector<float>& src, int64_t rows, int64_t cols, int64_t ld
          static_cast<long>(first));
 }
 
+// round_bf16_serial into rows of stride ldd (3 longer than a row): every element rounded as
+// f32_to_bf16 rounds it, and the padding between rows untouched.
+void check_serial(const std::vector<float>& src, int64_t rows, int64_t cols, int64_t ld, bool trans) {
+  const int64_t out_rows = trans ? cols : rows, out_cols = trans ? rows : cols, ldd = out_cols + 3;
+  std::vector<uint16_t> d(out_rows * ldd, 0xabcd);
+  nfn::cpu::round_bf16_serial(src.data(), rows, cols, ld, trans, d.data(), ldd);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < out_rows; ++r)
+    for (int64_t c = 0; c < ldd; ++c) {
+      const uint16_t want = c >= out_cols ? 0xabcd
+                            : trans       ? nfn::f32_to_bf16(src[c * ld + r])
+                                          : nfn::f32_to_bf16(src[r * ld + c]);
+      bad += d[r * ldd + c] != want;
+    }
+  EXPECT(bad == 0, "round_bf16_serial rows=%ld cols=%ld trans=%d: %ld elements wrong", static_cast<long>(rows),
+         static_cast<long>(cols), trans, static_cast<long>(bad));
+}
+
 void check_all(const std::vector<float>& src, int64_t rows, int64_t cols, int64_t ld) {
   for (bool trans : {false, true}) {
     check<float>(src, rows, cols, ld, trans);
     check<uint16_t>(src, rows, cols, ld, trans);
+    check_serial(src, rows, cols, ld, trans);
   }
 }
 
