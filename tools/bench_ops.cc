@@ -2,15 +2,16 @@
 // median time of each op at a training geometry, how often one micro-step calls it, and the
 // op time of a whole micro-step. Not a test.
 //
-//   bazel run -c opt //tools:bench_ops -- [--lib PATH] [--geometry tiny|small|gpt2] [--batch N]
+//   bazel run -c opt //tools:bench_ops -- [--lib PATH] [--geometry tiny|small|demo|gpt2] [--batch N]
 //       [--dtype f32|bf16] [--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT]
 //       [--lm-head-rows R,R,...]
 //
 // `bazel run` passes the CPU library as --lib (a later --lib wins). --geometry small (the CPU
 // trainer benchmark's: 4 layers, 4 heads, 256 channels, seq 256, micro-batch 8, vocab 8192) is
-// the default, gpt2 is GPT-2 124M at seq 1024, micro-batch 16 (the GPU benchmark's), tiny a
-// 1-layer model that checks the tool itself (on the CUDA emulator, say). --dtype is the storage dtype
-// (bf16 needs a backend that stores bf16: CUDA). --configure passes a context option, e.g.
+// the default, demo the `nfn train` demo's (4 layers, 4 heads, 128 channels, seq 128,
+// micro-batch 16, vocab 1024), gpt2 is GPT-2 124M at seq 1024, micro-batch 16 (the GPU
+// benchmark's), tiny a 1-layer model that checks the tool itself (on the CUDA emulator, say).
+// --dtype is the storage dtype (bf16 needs a backend that stores bf16: CUDA). --configure passes a context option, e.g.
 // threads=1 or matmul=bf16 (CPU), attention=flash_mma (CUDA). Each sample times enough
 // back-to-back calls to fill a millisecond, then synchronizes, so launch-bound GPU ops are
 // timed as a trainer runs them. --cpu-time measures the process's CPU time (CPU library
@@ -152,7 +153,7 @@ std::pair<double, double> time_ms(const nfn_op_table& ops, nfn_ctx* ctx, const s
 
 int usage() {
   std::fprintf(stderr,
-               "usage: bench_ops [--lib PATH] [--geometry tiny|small|gpt2] [--batch N] [--dtype f32|bf16] "
+               "usage: bench_ops [--lib PATH] [--geometry tiny|small|demo|gpt2] [--batch N] [--dtype f32|bf16] "
                "[--configure KEY=VALUE]... [--reps N] [--cpu-time] [--only TEXT] [--lm-head-rows R,R,...]\n");
   return 2;
 }
@@ -195,6 +196,7 @@ int main(int argc, char** argv) {
   Geometry g;
   if (geometry == "tiny") g = {1, 2, 128, 64, 2, 512, 512, 256};
   else if (geometry == "small") g = {4, 4, 256, 256, 8, 8192, 8192, 2048};
+  else if (geometry == "demo") g = {4, 4, 128, 128, 16, 1024, 1024, 2048};
   else if (geometry == "gpt2") g = {12, 12, 768, 1024, 16, 50257, 50304, 8192};
   else return usage();
   if (batch > 0) g.B = batch;
