@@ -235,8 +235,16 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   NFN_TRY(check_args(ctx, "attention_backward", B, T, C, NH, dtype, &hd));
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_backward: null dqkv, dout, qkv, out or lse");
-  if (use_cudnn(ctx, dtype, hd, T, {dqkv, dout, qkv, out, lse}))
-    return nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  if (use_cudnn(ctx, dtype, hd, T, {dqkv, dout, qkv, out, lse})) {
+    const nfn_status s = nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    // As the forward does: cudnn by default (not configured) whose backward graph fails where
+    // the forward's built (another engine: deterministic=off asks for the atomic-dQ one) hands
+    // over to flash_mma for good, which reads the same lse and overwrites all of dqkv.
+    if (s != NFN_ERR_BACKEND || ctx->attention_configured) return s;
+    ctx->attention = nfn_attention_path::flash_mma;
+    ctx->attention_fallback = "flash_mma (cuDNN's backward, the default, failed: " + ctx->last_error + ")";
+    return nfn_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH, dtype);
+  }
   NFN_ATTENTION_DISPATCH(backward, dtype, hd, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
   return NFN_OK;
 }

@@ -341,7 +341,7 @@ bool refusable(const GemmArgs& g, cublasStatus_t status) {
 
 // The kernel for `g`: cached, else (gemm_tune=on) the one its picks file keeps, else the
 // heuristic's first pick (gemm_tune=on, outside a graph recording: the fastest of its first
-// kTuneCandidates, then kept in the file), then cached.
+// kTuneCandidates, then kept in the file), then cached (but not an untimed pick of gemm_tune's).
 nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descriptors& s, cublasLtMatmulAlgo_t* algo) {
   if (ctx->gemm_algos == nullptr) ctx->gemm_algos = new AlgoCache();
   auto& algos = static_cast<AlgoCache*>(ctx->gemm_algos)->algos;
@@ -383,7 +383,9 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
     NFN_TRY(fastest(ctx, op, g, picks, found, algo));
     keep_pick(ctx, key, *algo);
   }
-  algos.emplace(key, *algo);
+  // With gemm_tune, a pick made inside a graph recording was not timed (nothing is, while
+  // capturing): not cached, so the shape's next call outside a recording times and keeps it.
+  if (!(ctx->gemm_tune && ctx->recording)) algos.emplace(key, *algo);
   return NFN_OK;
 }
 

@@ -107,6 +107,13 @@ bool save_picks(const TunedPicks& t, std::string* error) {
     return false;
   }
   if (!make_parent(t.path, error)) return false;
+  // Picks another process saved since t was read are kept beside t's (t's win a key both
+  // have), so two runs tuning at once each add to the file instead of the last one's
+  // replacing it. A file that does not parse is replaced.
+  std::map<GemmKey, AlgoWords> picks = t.picks;
+  TunedPicks on_disk{t.path, t.header, {}};
+  std::string ignored;
+  if (load_picks(&on_disk, &ignored)) picks.insert(on_disk.picks.begin(), on_disk.picks.end());
   const std::string tmp = t.path + ".tmp." + std::to_string(getpid());
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (f == nullptr) {
@@ -114,7 +121,7 @@ bool save_picks(const TunedPicks& t, std::string* error) {
     return false;
   }
   bool ok = std::fprintf(f, "%s\n", t.header.c_str()) > 0;
-  for (const auto& [key, algo] : t.picks) {
+  for (const auto& [key, algo] : picks) {
     for (int64_t v : key) ok = ok && std::fprintf(f, "%" PRId64 " ", v) > 0;
     ok = ok && std::fprintf(f, ":") > 0;
     for (uint64_t w : algo) ok = ok && std::fprintf(f, " %016" PRIx64, w) > 0;

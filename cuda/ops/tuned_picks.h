@@ -47,7 +47,8 @@ std::string default_picks_path(const std::string& device, size_t cublaslt_versio
 bool load_picks(TunedPicks* t, std::string* error);
 
 // Writes t->header and t->picks to t->path, making its folder: a temporary file beside it,
-// renamed over it. false with *error saying what failed (nothing is left half written).
+// renamed over it. Picks already in the file for the same header and not in t are kept (t's
+// win a key both have). false with *error saying what failed (nothing is left half written).
 bool save_picks(const TunedPicks& t, std::string* error);
 
 }  // namespace nfn::cuda

@@ -1,7 +1,8 @@
 // gemm_tune's picks file (cuda/ops/tuned_picks.h) on the host: written and read back word for
-// word; another device's or library's file is ignored, not trusted; a line that does not
-// parse is one error naming the file and line; a save makes its folder and leaves nothing
-// beside the file; the default path follows NFN_GEMM_TUNE_CACHE, XDG_CACHE_HOME and HOME.
+// word; a save keeps the picks another process saved since; another device's or library's
+// file is ignored, not trusted; a line that does not parse is one error naming the file and
+// line; a save makes its folder and leaves nothing beside the file; the default path follows
+// NFN_GEMM_TUNE_CACHE, XDG_CACHE_HOME and HOME.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -69,6 +70,22 @@ void test_round_trip(const std::string& dir) {
     EXPECT(nfn::cuda::load_picks(&elsewhere, &error) && elsewhere.picks.empty(),
            "a file for another device or library gave %zu picks", elsewhere.picks.size());
   }
+  // A save keeps what another process saved since (its keys beside ours; ours win a key both
+  // have), so runs tuning at once add to the file.
+  TunedPicks other;
+  other.path = t.path;
+  other.header = t.header;
+  other.picks[key(4096)] = AlgoWords{1, 1, 1, 1, 1, 1, 1, 1};
+  other.picks[key(2304)] = AlgoWords{2, 2, 2, 2, 2, 2, 2, 2};
+  EXPECT(nfn::cuda::save_picks(other, &error), "save: %s", error.c_str());
+  TunedPicks merged;
+  merged.path = t.path;
+  merged.header = t.header;
+  EXPECT(nfn::cuda::load_picks(&merged, &error), "load: %s", error.c_str());
+  EXPECT(merged.picks.size() == 3 && merged.picks[key(4096)] == other.picks[key(4096)] &&
+             merged.picks[key(2304)] == other.picks[key(2304)] && merged.picks[key(-1)] == t.picks[key(-1)],
+         "a save dropped or overrode another's picks (%zu kept)", merged.picks.size());
+
   // No file yet: no picks.
   TunedPicks none;
   none.path = dir + "/missing.txt";
