@@ -1,9 +1,10 @@
 // Causal scaled-dot-product attention on the CPU, flash style (f32 here; matmul=bf16 mode in
 // attention_bf16.cc): the forward saves each row's log-sum-exp and the backward recomputes
-// the probabilities from it, so no (T,T) matrix outlives a call. Each thread takes whole (batch, head) blocks and walks their query
-// tiles with single-threaded GEMMs in its own scratch, so a tile's scores stay in cache and
-// threads never wait for each other; tile i needs only keys up to its last row, which skips
-// most of the masked half of the scores. A block's result does not depend on the thread count.
+// the probabilities from it, so no (T,T) matrix outlives a call. Each thread takes whole
+// (batch, head) blocks and walks their query tiles with single-threaded GEMMs in its own
+// scratch, so a tile's scores stay in cache and threads never wait for each other; tile i
+// needs only keys up to its last row, which skips most of the masked half of the scores. A
+// block's result does not depend on the thread count.
 #include <omp.h>
 
 #include <algorithm>
