@@ -5,7 +5,6 @@
 // scratch, so a tile's scores stay in cache and threads never wait for each other; tile i
 // needs only keys up to its last row, which skips most of the masked half of the scores. A
 // block's result does not depend on the thread count.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@ using nfn::cpu::Gemm;
 using nfn::cpu::attention::Block;
 using nfn::cpu::attention::for_each_block;
 using nfn::cpu::attention::kQueryTile;
+using nfn::cpu::attention::thread_scratch;
 
 namespace {
 
@@ -41,11 +41,6 @@ void product(long M, long N, long K, const float* A, long lda, bool trans_a, con
   nfn::cpu::gemm_f32_serial(g);
 }
 
-// Each thread's `per_thread` floats of scratch.
-float* thread_scratch(nfn_ctx* ctx, long per_thread) {
-  return nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchAttention, omp_get_max_threads() * per_thread);
-}
-
 }  // namespace
 
 extern "C" {
@@ -61,9 +56,9 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
   if (ctx->matmul_bf16) return nfn::cpu::attention::forward_bf16(ctx, y, lse, x, B, T, C, NH);
   const long ld = 3L * C, hs = C / NH, tile = static_cast<long>(kQueryTile) * T;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  float* scratch = thread_scratch(ctx, tile);
+  thread_scratch(ctx, tile, 0, 0);  // sized outside the parallel region
   for_each_block(B, T, C, NH, [&](const Block& blk, int thread) {
-    float* S = scratch + thread * tile;
+    float* S = thread_scratch(ctx, tile, 0, thread).f32;
     const float *q = blk.q(x), *k = blk.k(x), *v = blk.v(x);
     float* o = blk.rows(y);
     float* row_lse = lse + (blk.b * NH + blk.h) * T;
@@ -92,9 +87,9 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   if (ctx->matmul_bf16) return nfn::cpu::attention::backward_bf16(ctx, dx, go, x, y, lse, B, T, C, NH);
   const long ld = 3L * C, hs = C / NH, tile = static_cast<long>(kQueryTile) * T;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  float* scratch = thread_scratch(ctx, 2 * tile);
+  thread_scratch(ctx, 2 * tile, 0, 0);
   for_each_block(B, T, C, NH, [&](const Block& blk, int thread) {
-    float* P = scratch + thread * 2 * tile;
+    float* P = thread_scratch(ctx, 2 * tile, 0, thread).f32;
     float* dS = P + tile;
     const float *q = blk.q(x), *k = blk.k(x), *v = blk.v(x);
     const float *o = blk.rows(y), *dO = blk.rows(go);

@@ -64,18 +64,6 @@ void copy_rows(const float* src, long rows, long hs, float* dst, long ld) {
   for (long r = 0; r < rows; ++r) std::copy(src + r * hs, src + (r + 1) * hs, dst + r * ld);
 }
 
-struct Scratch {
-  float* f32;
-  uint16_t* bf16;
-};
-
-Scratch thread_scratch(nfn_ctx* ctx, long f32_per_thread, long bf16_per_thread, int thread) {
-  const int threads = omp_get_max_threads();
-  float* f = scratch_floats(ctx, kScratchAttention, threads * f32_per_thread);
-  uint16_t* h = nfn::cpu::scratch_bf16(ctx, kScratchAttention, threads * bf16_per_thread);
-  return {f + thread * f32_per_thread, h + thread * bf16_per_thread};
-}
-
 nfn_status oneDNN_failed(nfn_ctx* ctx, const char* op) {
   return fail(ctx, NFN_ERR_BACKEND, "%s: a bf16 product failed inside oneDNN on one of the op's threads", op);
 }

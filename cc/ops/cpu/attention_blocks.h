@@ -39,6 +39,20 @@ void for_each_block(int B, int T, int C, int NH, Fn fn) {
   for (long i = 0; i < blocks; ++i) fn(Block{i / NH, i % NH, T, C, C / NH}, omp_get_thread_num());
 }
 
+// Thread `thread`'s part of the op's scratch: f32 floats and bf16 values, sized for
+// omp_get_max_threads() threads. Call it once outside the parallel region first: it grows
+// the buffers there, and inside only reads them.
+struct Scratch {
+  float* f32;
+  uint16_t* bf16;
+};
+inline Scratch thread_scratch(nfn_ctx* ctx, long f32, long bf16, int thread) {
+  const int threads = omp_get_max_threads();
+  float* f = scratch_floats(ctx, kScratchAttention, threads * f32);
+  uint16_t* h = scratch_bf16(ctx, kScratchAttention, threads * bf16);
+  return {f + thread * f32, h + thread * bf16};
+}
+
 // Causal softmax of a row of r1 scores in place, of which the first n are kept: returns the
 // row's log-sum-exp and leaves its probabilities, zeros past n.
 inline float softmax_row(float* p, int n, int r1) {
