@@ -136,6 +136,13 @@ nfn_status gemm_onednn(nfn_ctx* ctx, const char* op, const Gemm& g, bool bf16) {
 
 namespace {
 
+// OpenMP's thread count 1 on this thread while it lives (thrown through too), then back.
+struct OneThread {
+  const int saved = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved); }
+};
+
 SerialKey serial_key(const GemmBf16& g) {
   return {g.M, g.N, g.K, g.lda, g.ldb, g.trans_b, g.ldc, bits_of(g.alpha), g.accumulate};
 }
@@ -158,18 +165,9 @@ nfn_status prepare_gemm_bf16_serial(nfn_ctx* ctx, const char* op, const GemmBf16
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       // oneDNN plans a primitive's work for the threads it sees when it is made; these run
       // on one thread each, inside the op's parallel region.
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(1);
-      dnnl::matmul::primitive_desc pd;
-      try {
-        pd = dnnl::matmul::primitive_desc(st->engine, a_md, b_md, c_md, attr);
-      } catch (...) {
-        omp_set_num_threads(saved);
-        throw;
-      }
-      dnnl::matmul prim(pd);
-      omp_set_num_threads(saved);
-      it = st->serial.emplace(serial_key(g), GemmState::SerialEntry{pd, prim, {}}).first;
+      const OneThread one;
+      dnnl::matmul::primitive_desc pd(st->engine, a_md, b_md, c_md, attr);
+      it = st->serial.emplace(serial_key(g), GemmState::SerialEntry{pd, dnnl::matmul(pd), {}}).first;
     }
     GemmState::SerialEntry& e = it->second;
     const size_t scratch = e.pd.scratchpad_desc().get_size();
