@@ -4,8 +4,10 @@ The split's shards are scored in windows of the model's context with the native 
 Bits per byte divide the summed loss by ln 2 and by the UTF-8 bytes of the decoded targets
 (end-of-text tokens excluded), as nanochat does.
 
+Without --dataset, the data the checkpoint was trained on (its manifest names it).
+
 example:
-  nfn eval --checkpoint gpt --dataset shakespeare --max-tokens 20000 --json
+  nfn eval --checkpoint gpt --max-tokens 20000 --json
 """
 from nfn.cli.common import add_command
 
@@ -13,7 +15,7 @@ from nfn.cli.common import add_command
 def register(sub):
     p = add_command(sub, "eval", __doc__)
     p.add_argument("--checkpoint", required=True, help="checkpoint directory, file, or artifact name")
-    p.add_argument("--dataset", help="dataset alias or shard directory")
+    p.add_argument("--dataset", help="dataset alias or shard directory (default: the checkpoint's training data)")
     p.add_argument("--split", default="val", choices=["train", "val"], help="split (default: val)")
     p.add_argument("--max-tokens", type=int, help="stop after this many tokens")
     p.add_argument("--graph-file", help="manifest overriding the checkpoint's")

@@ -166,6 +166,19 @@ def read_manifest(path):
     return m
 
 
+def recorded_data(manifest):
+    """The data a run was trained on, as its manifest names it: ("dataset", an alias or a
+    shards path) or ("pretraining_file", the path of its text); None when nothing is recorded
+    (a run the trainer made directly, or a file with no manifest)."""
+    dataset = (manifest or {}).get("dataset")
+    name = dataset.get("name") if isinstance(dataset, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    from nfn.data import shard_headers
+    shards = name.endswith(".bin") or (os.path.isdir(name) and shard_headers.shards_in(name, "train"))
+    return ("pretraining_file" if os.path.isabs(name) and not shards else "dataset"), name
+
+
 def check_manifest_matches(manifest_path, manifest, geom):
     """The manifest must describe the weights it is used with, field by field."""
     for field in GEOMETRY_FIELDS:

@@ -28,19 +28,21 @@ def read_split_tokens(shards, limit):
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32), parts
 
 
-def dataset_shards(args, tokenizer):
-    """The split's shard paths for --dataset, prepared with the checkpoint's tokenizer if needed."""
+def dataset_shards(args, tokenizer, data):
+    """The split's shard paths for data (("dataset", alias or shards) or ("pretraining_file",
+    text)), prepared with the checkpoint's tokenizer if needed."""
     from nfn.data import cache
-    info = cache.find_cached(dataset=args.dataset, tokenizer=tokenizer)
+    kind, name = data
+    info = cache.find_cached(**{kind: name}, tokenizer=tokenizer)
     if info is None:
         from nfn.data.prepare import prepare_dataset
-        info = prepare_dataset(dataset=args.dataset, tokenizer=tokenizer, quiet=args.json)
+        info = prepare_dataset(**{kind: name}, tokenizer=tokenizer, quiet=args.json)
     if info["tokenizer"] != tokenizer:
-        raise UserError(f"dataset {args.dataset} is tokenized with {info['tokenizer']} but the checkpoint "
+        raise UserError(f"dataset {name} is tokenized with {info['tokenizer']} but the checkpoint "
                         f"uses {tokenizer}")
     shards = info["val_shards"] if args.split == "val" else info["train_shards"]
     if not shards:
-        raise UserError(f"dataset {args.dataset}: no {args.split} shards")
+        raise UserError(f"dataset {name}: no {args.split} shards")
     return shards
 
 
@@ -69,20 +71,23 @@ def metrics(losses, targets, tok, eot):
 
 
 def run(args):
-    if not args.dataset:
-        raise UserError("--dataset is required (an alias from `nfn data list`, or a shard directory)")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise UserError(f"--max-tokens must be >= 1 (got {args.max_tokens})")
     from nfn.infer import model as model_lib
     m = model_lib.load(args, need_tokenizer=True)
-    shards = dataset_shards(args, m.tokenizer)
+    data = ("dataset", args.dataset) if args.dataset else m.data
+    if data is None:
+        raise UserError(f"--dataset is required: {m.source} records no training data (name an alias from "
+                        "`nfn data list`, or a shard directory)")
+    name = data[1]
+    shards = dataset_shards(args, m.tokenizer, data)
     limit = None if args.max_tokens is None else args.max_tokens + 1  # +1: the first token is only context
     tokens, _ = read_split_tokens(shards, limit)
     if len(tokens) < 2:
-        raise UserError(f"dataset {args.dataset}: the {args.split} split has fewer than 2 tokens")
+        raise UserError(f"dataset {name}: the {args.split} split has fewer than 2 tokens")
     top = int(tokens.max())
     if top >= m.geometry["vocab_size"]:
-        raise UserError(f"dataset {args.dataset}: token id {top} is outside the checkpoint's vocabulary "
+        raise UserError(f"dataset {name}: token id {top} is outside the checkpoint's vocabulary "
                         f"[0, {m.geometry['vocab_size']}) (tokenizer mismatch)")
     from nfn import tokenizers
     tok = tokenizers.load(m.tokenizer)
@@ -92,7 +97,7 @@ def run(args):
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e)) from None
     result = metrics(losses, tokens[1:], tok, m.eot)
-    result.update({"checkpoint": m.source, "dataset": args.dataset, "split": args.split,
+    result.update({"checkpoint": m.source, "dataset": name, "split": args.split,
                    "backend": engine.backend, "backend_note": note})
     if args.json:
         import json
@@ -100,6 +105,6 @@ def run(args):
         sys.stdout.write("\n")
     else:
         bpb = "n/a" if result["bits_per_byte"] is None else f"{result['bits_per_byte']:.4f}"
-        print(f"{args.split} loss {result['loss']:.4f}   perplexity {result['perplexity']:.2f}   "
+        print(f"{name} {args.split} loss {result['loss']:.4f}   perplexity {result['perplexity']:.2f}   "
               f"bits/byte {bpb}   tokens {result['tokens']}")
     return 0

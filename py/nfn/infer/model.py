@@ -22,6 +22,7 @@ class LoadedModel:
     tokenizer: Optional[str]
     eot: Optional[int]
     source: str              # the file or directory the weights came from
+    data: Optional[tuple] = None  # the training data its manifest names (checkpoint.recorded_data)
 
 
 def read_raw(path):
@@ -78,7 +79,7 @@ def load(args, need_tokenizer=True):
     elif need_tokenizer:
         raise UserError(f"{source}: no tokenizer recorded (no manifest); pass --tokenizer NAME or "
                         "--prompt-tokens IDS")
-    return LoadedModel(geom, dtype, params, tokenizer, eot, source)
+    return LoadedModel(geom, dtype, params, tokenizer, eot, source, checkpoint.recorded_data(manifest))
 
 
 def check_tokenizer(name, geom, source):

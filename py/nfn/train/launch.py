@@ -75,17 +75,12 @@ def resume_data(args, manifest):
     path, or the path of pretraining text. True when it named the data."""
     if not manifest or args.dataset or args.pretraining_file or args.tinystories:
         return False
-    dataset = manifest.get("dataset")
-    name = dataset.get("name") if isinstance(dataset, dict) else None
-    if not isinstance(name, str) or not name:
+    from nfn.infer.checkpoint import recorded_data  # standard library only
+    data = recorded_data(manifest)
+    if data is None:
         return False  # a run the trainer made directly: nothing recorded to follow
-    from nfn.data import shard_headers
-    text = os.path.isabs(name) and not (name.endswith(".bin") or (os.path.isdir(name) and
-                                                                 shard_headers.shards_in(name, "train")))
-    if text:
-        args.pretraining_file = name
-    else:
-        args.dataset = name
+    kind, name = data
+    setattr(args, kind, name)
     return True
 
 

@@ -95,6 +95,35 @@ class EvalTest(unittest.TestCase):
     def test_max_tokens(self):
         self.check(max_tokens=45)
 
+    def test_the_checkpoints_own_data_by_default(self):
+        """Without --dataset, the data its manifest names: the same numbers as naming it."""
+        own = os.path.join(self.tmp, "own")
+        shutil.copytree(self.ckpt, own)
+        with open(os.path.join(own, "manifest.json")) as f:
+            manifest = json.load(f)
+        manifest["dataset"] = {"name": self.data, "seq_len": T}
+        with open(os.path.join(own, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        code, out, err, _ = fixtures.run_nfn(["eval", "--checkpoint", own, "--json", "--backend", "cpu",
+                                              "--max-tokens", "45"])
+        self.assertEqual(code, 0, err)
+        got, want = json.loads(out), self.reference(45)
+        self.assertEqual(got["dataset"], self.data)
+        self.assertEqual(got["tokens"], want["tokens"])
+        self.assertAlmostEqual(got["loss"], want["loss"], delta=2e-5 * want["loss"])
+
+    def test_recorded_data(self):
+        from nfn.infer.checkpoint import recorded_data
+        text = os.path.join(self.tmp, "plays.txt")
+        cases = [(None, None), ({}, None), ({"dataset": {"name": ""}}, None), ({"dataset": "x"}, None),
+                 ({"dataset": {"name": "shakespeare"}}, ("dataset", "shakespeare")),
+                 ({"dataset": {"name": self.data}}, ("dataset", self.data)),
+                 ({"dataset": {"name": "/x/y_train_000000.bin"}}, ("dataset", "/x/y_train_000000.bin")),
+                 ({"dataset": {"name": text}}, ("pretraining_file", text))]
+        for manifest, want in cases:
+            with self.subTest(manifest=manifest):
+                self.assertEqual(recorded_data(manifest), want)
+
     def test_bad_input(self):
         wide = os.path.join(self.tmp, "wide")
         os.makedirs(wide)
@@ -102,7 +131,7 @@ class EvalTest(unittest.TestCase):
         with open(os.path.join(wide, "x_val_000000.bin"), "wb") as f:  # uint32 ids beyond the vocabulary
             f.write(struct.pack("<3i", 20240801, 7, 3) + bytes(1012) + np.array([1, 60000, 2], "<u4").tobytes())
         cases = [
-            (["--checkpoint", self.ckpt], "--dataset is required"),
+            (["--checkpoint", self.ckpt], "--dataset is required: " + self.ckpt),
             (["--checkpoint", self.ckpt, "--dataset", wide], "token id 60000 is outside the checkpoint's vocabulary"),
             (["--checkpoint", self.ckpt, "--dataset", self.data, "--tokenizer", "sp1024"], "tokenizer sp1024"),
             (["--checkpoint", os.path.join(self.tmp, "missing"), "--dataset", self.data], "not a file"),
