@@ -6,7 +6,10 @@ then tokens are sampled one at a time through the KV cache; text streams as it i
 a model_%08d.bin or other llm.c model file (v3 fp32 / v5 bf16), a Hugging Face GPT-2
 directory (config.json + model.safetensors), or an artifact name.
 
+Without --prompt or --prompt-tokens, samples from the end-of-text token alone (unconditional).
+
 examples:
+  nfn infer --checkpoint gpt
   nfn infer --checkpoint gpt --prompt "Once upon" --max-new-tokens 40 --temperature 0.8 --top-k 50
   nfn infer --checkpoint gpt --prompt-tokens 464,2068 --temperature 0 --json
   nfn infer --checkpoint gpt --checkpoint-layout

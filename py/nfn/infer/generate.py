@@ -99,8 +99,6 @@ def run(args):
         return header_only(args)
     if args.export_hf or args.export_llmc:
         return export(args)
-    if args.prompt is None and args.prompt_tokens is None:
-        raise UserError("give --prompt TEXT or --prompt-tokens IDS (or --native-info, --checkpoint-layout)")
     check_sampling(args)
     from nfn.infer import model as model_lib
     m = model_lib.load(args, need_tokenizer=args.prompt is not None)
@@ -112,6 +110,12 @@ def run(args):
         prompt = tok.encode(args.prompt)
         if not prompt:
             raise UserError("--prompt: the text encodes to no tokens")
+    elif args.prompt_tokens is None:  # unconditional: from the end-of-text token, as llm.c samples
+        start = m.eot if m.eot is not None else (tok.eot_id if tok is not None else None)
+        if start is None:
+            raise UserError(f"give --prompt TEXT or --prompt-tokens IDS: {m.source} names no tokenizer or "
+                            "end-of-text token to sample from")
+        prompt = [start]
     else:
         prompt = parse_prompt_tokens(args.prompt_tokens, m.geometry["vocab_size"])
         if not prompt:

@@ -194,6 +194,17 @@ class InferTest(unittest.TestCase):
         self.assertNotEqual(a["generated_tokens"], c["generated_tokens"])
         self.assertEqual(a["checkpoint"], os.path.join(self.run_dir, "model_00000002.bin"))  # newest with DONE
 
+    def test_no_prompt_samples_from_the_end_of_text_token(self):
+        """Unconditional: the same tokens as --prompt-tokens <eot> (the manifest's, else gpt2's)."""
+        for path in (self.run_dir, self.v3):
+            with self.subTest(path=os.path.basename(path)):
+                args = ["--checkpoint", path, "--max-new-tokens", "8", "--seed", "5"]
+                a = self.json_run(*args)
+                b = self.json_run(*args, "--prompt-tokens", "50256")
+                self.assertEqual(a["prompt_tokens"], [50256])
+                self.assertEqual(a["generated_tokens"], b["generated_tokens"])
+                self.assertEqual(a["text"], b["text"])
+
     def test_streamed_text_equals_json_text(self):
         args = ["--checkpoint", self.v3, "--prompt", "The", "--max-new-tokens", "10", "--seed", "3",
                 "--backend", "cpu"]
@@ -270,7 +281,6 @@ class InferTest(unittest.TestCase):
             (["--checkpoint", self.v3, "--tokenizer", "sp1024"] + p, "tokenizer sp1024 has 1024 tokens"),
             (["--checkpoint", self.v3, "--top-p", "0"] + p, "--top-p must be in (0, 1]"),
             (["--checkpoint", self.v3, "--temperature", "-1"] + p, "--temperature must be >= 0"),
-            (["--checkpoint", self.v3], "give --prompt TEXT or --prompt-tokens IDS"),
         ]
         for args, needle in cases:
             with self.subTest(args=args[:4]):
