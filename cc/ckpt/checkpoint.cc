@@ -1,5 +1,6 @@
 #include "cc/ckpt/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -17,6 +18,27 @@ uint64_t get_u64(const int32_t* header, int index) {
   return v;
 }
 
+// Elements a checkpoint streams at a time: 16 MB of f32.
+constexpr size_t kChunk = size_t{1} << 22;
+
+// Appends n elements of `source` to `file` through one chunk-sized buffer, as f32 or (bf16)
+// rounded to nearest even.
+bool stream(AtomicFileWriter* file, const FloatSource& source, size_t n, bool bf16, std::string* error) {
+  std::vector<float> chunk(std::min(n, kChunk));
+  std::vector<uint16_t> rounded(bf16 ? chunk.size() : 0);
+  for (size_t at = 0; at < n; at += chunk.size()) {
+    const size_t count = std::min(chunk.size(), n - at);
+    if (!source(at, count, chunk.data(), error)) return false;
+    if (!bf16) {
+      if (!file->write(chunk.data(), count * 4, error)) return false;
+      continue;
+    }
+    for (size_t i = 0; i < count; ++i) rounded[i] = f32_to_bf16(chunk[i]);
+    if (!file->write(rounded.data(), count * 2, error)) return false;
+  }
+  return true;
+}
+
 std::string numbered(const char* fmt, int a, int b = 0) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, a, b);
@@ -29,12 +51,15 @@ std::string model_file_name(int step) { return numbered("model_%08d.bin", step);
 std::string state_file_name(int step, int rank) { return numbered("state_%08d_%05d.bin", step, rank); }
 std::string done_file_name(int step) { return numbered("DONE_%08d", step); }
 
-bool write_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params, int version,
+FloatSource from_host(const std::vector<float>& v) {
+  return [&v](size_t offset, size_t count, float* dst, std::string*) {
+    std::copy(v.begin() + offset, v.begin() + offset + count, dst);
+    return true;
+  };
+}
+
+bool write_model_file(const std::string& path, const GPTConfig& c, const FloatSource& params, int version,
                       std::string* error) {
-  if (params.size() != num_parameters(c)) {
-    *error = path + ": parameter count does not match the geometry";
-    return false;
-  }
   if (version != kModelVersionF32 && version != kModelVersionBF16) {
     *error = path + ": unknown model file version " + std::to_string(version);
     return false;
@@ -48,11 +73,9 @@ bool write_model_file(const std::string& path, const GPTConfig& c, const std::ve
   header[5] = c.num_heads;
   header[6] = c.channels;
   header[7] = c.padded_vocab_size;
-  if (version == kModelVersionF32)
-    return write_file_atomic(path, {{header, sizeof header}, {params.data(), params.size() * 4}}, error);
-  std::vector<uint16_t> rounded(params.size());
-  for (size_t i = 0; i < params.size(); ++i) rounded[i] = f32_to_bf16(params[i]);
-  return write_file_atomic(path, {{header, sizeof header}, {rounded.data(), rounded.size() * 2}}, error);
+  AtomicFileWriter file;
+  return file.open(path, error) && file.write(header, sizeof header, error) &&
+         stream(&file, params, num_parameters(c), version == kModelVersionBF16, error) && file.commit(error);
 }
 
 namespace {
@@ -107,30 +130,56 @@ bool read_model_header(const std::string& path, GPTConfig* config, int* version,
          parse_model_header(path, header, file.size(), config, version, error);
 }
 
-bool read_model_file(const std::string& path, GPTConfig* config, std::vector<float>* params, std::string* error) {
+namespace {
+
+// n elements at byte `at` of `file` into sink, through one chunk-sized buffer: f32, or bf16
+// widened.
+bool drain(FileReader* file, size_t at, size_t n, bool bf16, const FloatSink& sink, std::string* error) {
+  std::vector<float> chunk(std::min(n, kChunk));
+  std::vector<uint16_t> stored(bf16 ? chunk.size() : 0);
+  for (size_t done = 0; done < n; done += chunk.size()) {
+    const size_t count = std::min(chunk.size(), n - done);
+    if (bf16) {
+      if (!file->read(at + done * 2, stored.data(), count * 2, error)) return false;
+      for (size_t i = 0; i < count; ++i) chunk[i] = bf16_to_f32(stored[i]);
+    } else if (!file->read(at + done * 4, chunk.data(), count * 4, error)) {
+      return false;
+    }
+    if (!sink(done, count, chunk.data(), error)) return false;
+  }
+  return true;
+}
+
+FloatSink into(std::vector<float>* v) {
+  return [v](size_t offset, size_t count, const float* src, std::string*) {
+    std::copy(src, src + count, v->begin() + offset);
+    return true;
+  };
+}
+
+}  // namespace
+
+bool read_model_file(const std::string& path, GPTConfig* config, const FloatSink& params, std::string* error) {
   FileReader file;
   int32_t header[256];
   int version = 0;
-  if (!open_with_header(path, &file, header, error) ||
-      !parse_model_header(path, header, file.size(), config, &version, error))
-    return false;
-  const size_t n = num_parameters(*config);
-  params->resize(n);
-  if (version == kModelVersionF32) return file.read(1024, params->data(), n * 4, error);
-  std::vector<uint16_t> stored(n);
-  if (!file.read(1024, stored.data(), n * 2, error)) return false;
-  for (size_t i = 0; i < n; ++i) (*params)[i] = bf16_to_f32(stored[i]);
-  return true;
+  return open_with_header(path, &file, header, error) &&
+         parse_model_header(path, header, file.size(), config, &version, error) &&
+         drain(&file, 1024, num_parameters(*config), version == kModelVersionBF16, params, error);
+}
+
+bool read_model_file(const std::string& path, GPTConfig* config, std::vector<float>* params, std::string* error) {
+  int version = 0;
+  if (!read_model_header(path, config, &version, error)) return false;
+  params->resize(num_parameters(*config));
+  return read_model_file(path, config, into(params), error);
 }
 
 // State header fields: [0] magic, [1] version, [2] processes, [3] rank, [4] master weights
 // stored (0: the model file holds f32), [10] step, [20..21] RNG, [30..31] data shard,
 // [32..33] data offset, [34..35] data epoch, [40..41] parameter count. Then m and v (f32).
-bool write_state_file(const std::string& path, const TrainState& s, std::string* error) {
-  if (s.m.size() != s.num_parameters || s.v.size() != s.num_parameters) {
-    *error = path + ": optimizer moments do not match the parameter count";
-    return false;
-  }
+bool write_state_file(const std::string& path, const TrainState& s, const FloatSource& m, const FloatSource& v,
+                      std::string* error) {
   int32_t header[256] = {0};
   header[0] = kStateMagic;
   header[1] = kStateVersion;
@@ -143,11 +192,13 @@ bool write_state_file(const std::string& path, const TrainState& s, std::string*
   put_u64(header, 32, static_cast<uint64_t>(s.data_offset));
   put_u64(header, 34, static_cast<uint64_t>(s.data_epoch));
   put_u64(header, 40, s.num_parameters);
-  const size_t bytes = 4 * s.num_parameters;
-  return write_file_atomic(path, {{header, sizeof header}, {s.m.data(), bytes}, {s.v.data(), bytes}}, error);
+  AtomicFileWriter file;
+  return file.open(path, error) && file.write(header, sizeof header, error) &&
+         stream(&file, m, s.num_parameters, false, error) && stream(&file, v, s.num_parameters, false, error) &&
+         file.commit(error);
 }
 
-bool read_state_file(const std::string& path, TrainState* s, std::string* error) {
+bool read_state_header(const std::string& path, TrainState* s, std::string* error) {
   FileReader file;
   int32_t header[256];
   if (!open_with_header(path, &file, header, error)) return false;
@@ -170,10 +221,21 @@ bool read_state_file(const std::string& path, TrainState* s, std::string* error)
     *error = path + ": size " + std::to_string(file.size()) + " bytes, the header implies " + std::to_string(want);
     return false;
   }
+  return true;
+}
+
+bool read_state_moments(const std::string& path, const TrainState& s, const FloatSink& m, const FloatSink& v,
+                        std::string* error) {
+  FileReader file;
+  return file.open(path, error) && drain(&file, 1024, s.num_parameters, false, m, error) &&
+         drain(&file, 1024 + 4 * s.num_parameters, s.num_parameters, false, v, error);
+}
+
+bool read_state_file(const std::string& path, TrainState* s, std::string* error) {
+  if (!read_state_header(path, s, error)) return false;
   s->m.resize(s->num_parameters);
   s->v.resize(s->num_parameters);
-  return file.read(1024, s->m.data(), 4 * s->num_parameters, error) &&
-         file.read(1024 + 4 * s->num_parameters, s->v.data(), 4 * s->num_parameters, error);
+  return read_state_moments(path, *s, into(&s->m), into(&s->v), error);
 }
 
 int newest_complete_step(const std::string& dir) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,23 @@ std::string model_file_name(int step);
 std::string state_file_name(int step, int rank = 0);
 std::string done_file_name(int step);
 
+// A tensor written from where it lives (the trainer's device memory), a range at a time:
+// fills dst with its f32 elements [offset, offset + count). Checkpoints stream through one
+// small buffer instead of a host copy of each tensor.
+using FloatSource = std::function<bool(size_t offset, size_t count, float* dst, std::string* error)>;
+// A host vector as a FloatSource.
+FloatSource from_host(const std::vector<float>& v);
+
+// Where a read puts a tensor, a range at a time: f32 elements [offset, offset + count).
+using FloatSink = std::function<bool(size_t offset, size_t count, const float* src, std::string* error)>;
+
 // Writes parameters (f32, in layout order) as version 3 (f32) or 5 (bf16), atomically.
-bool write_model_file(const std::string& path, const GPTConfig& config, const std::vector<float>& params,
-                      int version, std::string* error);
+bool write_model_file(const std::string& path, const GPTConfig& config, const FloatSource& params, int version,
+                      std::string* error);
 // Reads header and parameters (widened to f32). Errors name the file and the field.
 bool read_model_file(const std::string& path, GPTConfig* config, std::vector<float>* params, std::string* error);
+// The same, the parameters streamed into `params` a chunk at a time.
+bool read_model_file(const std::string& path, GPTConfig* config, const FloatSink& params, std::string* error);
 // Header only: geometry and version, validating the size against the header.
 bool read_model_header(const std::string& path, GPTConfig* config, int* version, std::string* error);
 
@@ -34,11 +47,17 @@ struct TrainState {
   uint64_t rng_state = 0;
   int64_t data_epoch = 0, data_shard = 0, data_offset = 0;  // where the next batch starts
   uint64_t num_parameters = 0;
-  std::vector<float> m, v;
+  std::vector<float> m, v;  // read_state_file fills them; write_state_file takes sources
 };
 
-bool write_state_file(const std::string& path, const TrainState& state, std::string* error);
+bool write_state_file(const std::string& path, const TrainState& state, const FloatSource& m, const FloatSource& v,
+                      std::string* error);
 bool read_state_file(const std::string& path, TrainState* state, std::string* error);
+// The state's fields alone (m and v left empty), checked against the file's size.
+bool read_state_header(const std::string& path, TrainState* state, std::string* error);
+// Its moments streamed into m and v a chunk at a time (state from read_state_header).
+bool read_state_moments(const std::string& path, const TrainState& state, const FloatSink& m, const FloatSink& v,
+                        std::string* error);
 
 // Newest step in `dir` whose DONE marker, model file and state file all exist; -1 if none.
 int newest_complete_step(const std::string& dir);

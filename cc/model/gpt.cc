@@ -129,20 +129,41 @@ bool GPT::set_parameters(const std::vector<float>& host, std::string* error) {
              std::to_string(num_params_);
     return false;
   }
-  if (!check(ops_->copy(ctx_, master_, host.data(), host.size() * 4, NFN_HOST_TO_DEVICE),
-             "uploading parameters", error))
+  return upload(Stored::kMaster, 0, num_params_, host.data(), error);
+}
+
+bool GPT::stored_range(Stored which, size_t offset, size_t count, float** at, std::string* error) const {
+  if (offset > num_params_ || count > num_params_ - offset) {
+    *error = "checkpoint state: elements [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+             ") are outside the model's " + std::to_string(num_params_);
     return false;
-  if (dtype_ != NFN_F32)
-    return check(ops_->convert(ctx_, params_, dtype_, master_, NFN_F32, num_params_),
-                 "converting parameters", error);
+  }
+  *at = (which == Stored::kMaster ? master_ : which == Stored::kFirstMoment ? m_ : v_) + offset;
   return true;
+}
+
+bool GPT::download(Stored which, size_t offset, size_t count, float* host, std::string* error) {
+  float* src = nullptr;
+  return stored_range(which, offset, count, &src, error) &&
+         check(ops_->copy(ctx_, host, src, count * 4, NFN_DEVICE_TO_HOST), "downloading state", error) &&
+         check(ops_->synchronize(ctx_), "synchronize", error);
+}
+
+bool GPT::upload(Stored which, size_t offset, size_t count, const float* host, std::string* error) {
+  float* dst = nullptr;
+  if (!stored_range(which, offset, count, &dst, error) ||
+      !check(ops_->copy(ctx_, dst, host, count * 4, NFN_HOST_TO_DEVICE), "uploading state", error))
+    return false;
+  if (which == Stored::kMaster && dtype_ != NFN_F32 &&
+      !check(ops_->convert(ctx_, static_cast<char*>(params_) + offset * esize(), dtype_, dst, NFN_F32, count),
+             "converting parameters", error))
+    return false;
+  return check(ops_->synchronize(ctx_), "synchronize", error);  // host may be reused at once
 }
 
 bool GPT::get_parameters(std::vector<float>* host, std::string* error) {
   host->resize(num_params_);
-  return check(ops_->copy(ctx_, host->data(), master_, num_params_ * 4, NFN_DEVICE_TO_HOST),
-               "downloading parameters", error) &&
-         check(ops_->synchronize(ctx_), "synchronize", error);
+  return download(Stored::kMaster, 0, num_params_, host->data(), error);
 }
 
 bool GPT::get_gradients(std::vector<float>* host, std::string* error) {
@@ -159,23 +180,6 @@ bool GPT::get_gradients(std::vector<float>* host, std::string* error) {
     return false;
   for (size_t i = 0; i < num_params_; ++i) (*host)[i] = bf16_to_f32(raw[i]);
   return true;
-}
-
-bool GPT::get_moments(std::vector<float>* m, std::vector<float>* v, std::string* error) {
-  m->resize(num_params_);
-  v->resize(num_params_);
-  return check(ops_->copy(ctx_, m->data(), m_, num_params_ * 4, NFN_DEVICE_TO_HOST), "downloading m", error) &&
-         check(ops_->copy(ctx_, v->data(), v_, num_params_ * 4, NFN_DEVICE_TO_HOST), "downloading v", error) &&
-         check(ops_->synchronize(ctx_), "synchronize", error);
-}
-
-bool GPT::set_moments(const std::vector<float>& m, const std::vector<float>& v, std::string* error) {
-  if (m.size() != num_params_ || v.size() != num_params_) {
-    *error = "optimizer state: moment sizes do not match the model's " + std::to_string(num_params_) + " parameters";
-    return false;
-  }
-  return check(ops_->copy(ctx_, m_, m.data(), num_params_ * 4, NFN_HOST_TO_DEVICE), "uploading m", error) &&
-         check(ops_->copy(ctx_, v_, v.data(), num_params_ * 4, NFN_HOST_TO_DEVICE), "uploading v", error);
 }
 
 bool GPT::check_sequence_length(int T, std::string* error) const {

@@ -42,9 +42,12 @@ class GPT {
   bool get_parameters(std::vector<float>* host, std::string* error);  // f32 (the master)
   // Parameter gradients as f32 (tests compare them with references).
   bool get_gradients(std::vector<float>* host, std::string* error);
-  // AdamW moments, for checkpoints.
-  bool get_moments(std::vector<float>* m, std::vector<float>* v, std::string* error);
-  bool set_moments(const std::vector<float>& m, const std::vector<float>& v, std::string* error);
+  // The f32 state a checkpoint holds, elements [offset, offset + count) at a time, so a
+  // checkpoint streams through a small host buffer: copied out (or in, the master's range
+  // also converted into the parameters' dtype), and waited for.
+  enum class Stored { kMaster, kFirstMoment, kSecondMoment };
+  bool download(Stored which, size_t offset, size_t count, float* host, std::string* error);
+  bool upload(Stored which, size_t offset, size_t count, const float* host, std::string* error);
 
   // Tokens for the next forward: one window of B*T+1 uint16 ids (uploaded once, widened on
   // the device), or explicit int32 inputs and targets (targets may be null: no loss).
@@ -75,6 +78,8 @@ class GPT {
  private:
   struct Acts;
   bool check(nfn_status s, const char* what, std::string* error) const;
+  // The device address of elements [offset, offset + count) of `which`, checked in range.
+  bool stored_range(Stored which, size_t offset, size_t count, float** at, std::string* error) const;
   bool ensure_activations(int B, int T, std::string* error);
   bool check_sequence_length(int T, std::string* error) const;
   std::vector<ArenaSlot> activation_slots(int B, int T);

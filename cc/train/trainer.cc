@@ -56,8 +56,8 @@ struct Phases {
 struct Start {
   int step = 0;
   std::string from;  // checkpoint model file resumed from ("" when fresh)
-  TrainState state;
-  std::vector<float> params;
+  std::string state_path;  // and its state file
+  TrainState state;  // its fields; the moments stay in the file until the model exists
 };
 
 bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
@@ -91,7 +91,8 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   }
   model_path = join_path(dir, model_file_name(step));
   GPTConfig g;
-  if (!read_model_file(model_path, &g, &s->params, error)) return false;
+  int version = 0;
+  if (!read_model_header(model_path, &g, &version, error)) return false;
   if (g.max_seq_len != c.model.max_seq_len || g.vocab_size != c.model.vocab_size ||
       g.padded_vocab_size != c.model.padded_vocab_size || g.num_layers != c.model.num_layers ||
       g.num_heads != c.model.num_heads || g.channels != c.model.channels) {
@@ -99,14 +100,27 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
              geometry_json(c.model).dump();
     return false;
   }
-  if (!read_state_file(join_path(dir, state_file_name(step)), &s->state, error)) return false;
-  if (s->state.num_parameters != s->params.size() || s->state.step != step) {
+  if (!read_state_header(join_path(dir, state_file_name(step)), &s->state, error)) return false;
+  if (s->state.num_parameters != num_parameters(g) || s->state.step != step) {
     *error = join_path(dir, state_file_name(step)) + ": does not belong to " + model_path;
     return false;
   }
   s->step = step;
   s->from = model_path;
+  s->state_path = join_path(dir, state_file_name(step));
   return true;
+}
+
+// A checkpoint's tensors streamed straight between the files and the model's memory.
+FloatSource from_model(GPT& model, GPT::Stored which) {
+  return [&model, which](size_t offset, size_t count, float* dst, std::string* error) {
+    return model.download(which, offset, count, dst, error);
+  };
+}
+FloatSink into_model(GPT& model, GPT::Stored which) {
+  return [&model, which](size_t offset, size_t count, const float* src, std::string* error) {
+    return model.upload(which, offset, count, src, error);
+  };
 }
 
 bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
@@ -120,12 +134,13 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
   st.data_shard = pos.shard;
   st.data_offset = pos.offset;
   st.num_parameters = model.num_parameters();
-  std::vector<float> params;
-  if (!model.get_parameters(&params, error) || !model.get_moments(&st.m, &st.v, error)) return false;
   *model_path = join_path(c.output_dir, model_file_name(step));
   // DONE is written last: a crash before it leaves a checkpoint that resume ignores.
-  return write_model_file(*model_path, model.config(), params, c.checkpoint_version, error) &&
-         write_state_file(join_path(c.output_dir, state_file_name(step)), st, error) &&
+  return write_model_file(*model_path, model.config(), from_model(model, GPT::Stored::kMaster), c.checkpoint_version,
+                          error) &&
+         write_state_file(join_path(c.output_dir, state_file_name(step)), st,
+                          from_model(model, GPT::Stored::kFirstMoment), from_model(model, GPT::Stored::kSecondMoment),
+                          error) &&
          write_file_atomic(join_path(c.output_dir, "manifest.json"),
                            manifest_json(c, model_file_name(step), step, model.num_parameters()).dump(2) + "\n",
                            error) &&
@@ -246,18 +261,21 @@ int run_training(const TrainConfig& c) {
   if (!start.from.empty()) {
     rng.set_state(start.state.rng_state);
     data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
-    if (!model.set_parameters(start.params, &error) || !model.set_moments(start.state.m, start.state.v, &error) ||
+    GPTConfig g;
+    if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
+        !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),
+                            into_model(model, GPT::Stored::kSecondMoment), &error) ||
         !train.seek(pos, &error))
       return fail(error);
   } else if (!c.weights.empty()) {
     GPTConfig g;
-    std::vector<float> w;
-    if (!read_model_file(c.weights, &g, &w, &error)) return fail(error);
+    int version = 0;
+    if (!read_model_header(c.weights, &g, &version, &error)) return fail(error);
     if (num_parameters(g) != model.num_parameters() || g.num_layers != c.model.num_layers ||
         g.channels != c.model.channels || g.vocab_size != c.model.vocab_size)
       return fail(c.weights + ": weights geometry " + geometry_json(g).dump() + " does not match the model's " +
                   geometry_json(c.model).dump());
-    if (!model.set_parameters(w, &error)) return fail(error);
+    if (!read_model_file(c.weights, &g, into_model(model, GPT::Stored::kMaster), &error)) return fail(error);
   } else if (!model.set_parameters(GPT::random_parameters(c.model, c.seed), &error)) {
     return fail(error);
   }

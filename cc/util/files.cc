@@ -12,40 +12,63 @@
 
 namespace nfn {
 
-bool write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces, std::string* error) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    *error = path + ": cannot write: " + std::strerror(errno);
-    return false;
-  }
-  for (const FilePiece& piece : pieces) {
-    const char* p = static_cast<const char*>(piece.data);
-    size_t left = piece.size;
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        *error = path + ": write failed: " + std::strerror(errno);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return false;
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
+AtomicFileWriter::~AtomicFileWriter() { discard(); }
+
+void AtomicFileWriter::discard() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+  fd_ = -1;
+}
+
+bool AtomicFileWriter::open(const std::string& path, std::string* error) {
+  discard();
+  path_ = path;
+  tmp_ = path + ".tmp." + std::to_string(getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd_ >= 0) return true;
+  *error = path + ": cannot write: " + std::strerror(errno);
+  return false;
+}
+
+bool AtomicFileWriter::write(const void* data, size_t n, std::string* error) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t done = ::write(fd_, p, n);
+    if (done < 0) {
+      if (errno == EINTR) continue;
+      *error = path_ + ": write failed: " + std::strerror(errno);
+      discard();
+      return false;
     }
+    p += done;
+    n -= static_cast<size_t>(done);
   }
+  return true;
+}
+
+bool AtomicFileWriter::commit(std::string* error) {
+  const int fd = fd_;
+  fd_ = -1;
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    *error = path + ": flush failed: " + std::strerror(errno);
-    ::unlink(tmp.c_str());
+    *error = path_ + ": flush failed: " + std::strerror(errno);
+    ::unlink(tmp_.c_str());
     return false;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": rename failed: " + std::strerror(errno);
-    ::unlink(tmp.c_str());
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    *error = path_ + ": rename failed: " + std::strerror(errno);
+    ::unlink(tmp_.c_str());
     return false;
   }
   return true;
+}
+
+bool write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces, std::string* error) {
+  AtomicFileWriter file;
+  if (!file.open(path, error)) return false;
+  for (const FilePiece& piece : pieces)
+    if (!file.write(piece.data, piece.size, error)) return false;
+  return file.commit(error);
 }
 
 bool read_file(const std::string& path, std::string* out, std::string* error) {

@@ -13,6 +13,25 @@ struct FilePiece {
   size_t size;
 };
 
+// A file written whole or not at all: open() starts a temp file beside `path`, write()
+// appends, commit() fsyncs it and renames it over `path`; one dropped before commit() is
+// removed. Errors are "<path>: <why>".
+class AtomicFileWriter {
+ public:
+  AtomicFileWriter() = default;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+  bool open(const std::string& path, std::string* error);
+  bool write(const void* data, size_t n, std::string* error);
+  bool commit(std::string* error);
+
+ private:
+  void discard();
+  int fd_ = -1;
+  std::string path_, tmp_;
+};
+
 // Writes the pieces one after another to `path` atomically, so a large file needs no copy
 // assembled in memory. false + "<path>: <why>" on failure.
 bool write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces, std::string* error);
