@@ -1,6 +1,8 @@
 #include "cc/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "cc/ops/arena.h"
 #include "cc/util/bf16.h"
@@ -103,10 +105,31 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
          zero_grads(error) && zero_loss(error);
 }
 
+namespace {
+
+// t[k] = std * draw (first + k) of the normal stream `seed` starts, for k in [0, n): exactly
+// what one Rng drawing them in order gives, split across the machine's threads (GPT-2 124M's
+// 124M draws took 2.5 s on one).
+void fill_normal(float* t, size_t n, float std, uint64_t seed, uint64_t first) {
+  const size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const size_t parts = std::max<size_t>(1, std::min(threads, n >> 16));
+  auto fill = [=](size_t begin, size_t end) {
+    Rng rng(seed);
+    rng.skip(2 * (first + begin));
+    for (size_t k = begin; k < end; ++k) t[k] = std * rng.normal();
+  };
+  std::vector<std::thread> helpers;
+  for (size_t p = 1; p < parts; ++p) helpers.emplace_back(fill, n * p / parts, n * (p + 1) / parts);
+  fill(0, n / parts);
+  for (std::thread& h : helpers) h.join();
+}
+
+}  // namespace
+
 std::vector<float> GPT::random_parameters(const GPTConfig& c, uint64_t seed) {
   auto layout = param_layout(c);
   std::vector<float> w(nfn::num_parameters(c), 0.f);
-  Rng rng(seed);
+  uint64_t drawn = 0;  // normals drawn so far, in tensor order
   const float residual_std = 0.02f / std::sqrt(2.0f * c.num_layers);
   for (int i = 0; i < kNumParamTensors; ++i) {
     float* t = w.data() + layout[i].offset;
@@ -117,7 +140,8 @@ std::vector<float> GPT::random_parameters(const GPTConfig& c, uint64_t seed) {
       float std = (i == ATTPROJW || i == FCPROJW) ? residual_std : (i == WPE ? 0.01f : 0.02f);
       size_t rows_used = n;
       if (i == WTE) rows_used = static_cast<size_t>(c.vocab_size) * c.channels;  // padding rows stay 0
-      for (size_t k = 0; k < rows_used; ++k) t[k] = std * rng.normal();
+      fill_normal(t, rows_used, std, seed, drawn);
+      drawn += rows_used;
     }
   }
   return w;

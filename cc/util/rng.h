@@ -11,7 +11,7 @@ class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : state_(seed) {}
   uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (state_ += kGamma);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -27,8 +27,12 @@ class Rng {
   }
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
+  // As if next_u64 had been called n times (the state after k calls is seed + k * gamma), so
+  // parts of one stream can be drawn in parallel; normal() takes two calls.
+  void skip(uint64_t n) { state_ += n * kGamma; }
 
  private:
+  static constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
   uint64_t state_;
 };
 
