@@ -261,16 +261,32 @@ nfn_status launch_backward(nfn_ctx* ctx, const char* op, int blocks, int warps, 
   return NFN_OK;
 }
 
-// The shared memory a backward block may take: what `per_sm` of them leave each other on an
-// SM (228 KiB on an H200, 100 on an RTX 50xx), at most a block's opt-in limit, at least the
-// default 48 KiB.
-nfn_status shared_budget(nfn_ctx* ctx, const char* op, int per_sm, size_t* out) {
+// An SM's shared memory and a block's opt-in limit (228 and 227 KiB on an H200, 100 and 99
+// on an RTX 50xx).
+struct SharedLimits {
+  size_t per_sm = 0, optin = 0;
+};
+nfn_status shared_limits(nfn_ctx* ctx, const char* op, SharedLimits* out) {
   int optin = 0, sm = 0;
   NFN_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device), op);
   NFN_CUDA_TRY(ctx, cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, ctx->device), op);
-  const size_t fair = static_cast<size_t>(sm) / per_sm;
-  *out = std::max(kDefaultShared, std::min(static_cast<size_t>(optin), fair > kReservedShared ? fair - kReservedShared : 0));
+  *out = SharedLimits{static_cast<size_t>(sm), static_cast<size_t>(optin)};
   return NFN_OK;
+}
+
+// The shared memory a backward block may take: what `per_sm` of them leave each other on an
+// SM, at most a block's opt-in limit, at least the default 48 KiB.
+size_t shared_budget(const SharedLimits& lim, int per_sm) {
+  const size_t fair = lim.per_sm / per_sm;
+  return std::max(kDefaultShared, std::min(lim.optin, fair > kReservedShared ? fair - kReservedShared : 0));
+}
+
+// How many blocks of `shared` bytes an SM holds at once, at most `per_sm` (the registers'
+// limit), at least 1: where the 48 KiB floor is more than the fair share (an RTX 50xx's 100
+// KiB over 4 blocks), fewer than planned, and a grid of sm_count * per_sm would run in waves.
+int resident_blocks(const SharedLimits& lim, int per_sm, size_t shared) {
+  if (shared == 0) return per_sm;
+  return std::clamp(static_cast<int>(lim.per_sm / (shared + kReservedShared)), 1, per_sm);
 }
 
 // dinp (may be NULL) += the input gradient; dweight and dbias (either may be NULL; no dbias
@@ -286,13 +302,14 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   const int per_sm = held > 0 ? kHeldBackwardBlocksPerSm : kBackwardBlocksPerSm;
   // A warp's columns take K * C floats: as many warps (up to kRowsPerBlock) as fit in a
   // block's fair share of an SM's shared memory (one warp at least, opted into).
-  size_t budget = kDefaultShared;
-  if (params) NFN_TRY(shared_budget(ctx, op, per_sm, &budget));
+  SharedLimits lim{};
+  if (params) NFN_TRY(shared_limits(ctx, op, &lim));
   const size_t warp_bytes = params ? sizeof(float) * K * C : 0;
-  const int warps =
-      params ? static_cast<int>(std::clamp<size_t>(budget / warp_bytes, 1, kRowsPerBlock)) : kRowsPerBlock;
+  const int warps = params ? static_cast<int>(std::clamp<size_t>(shared_budget(lim, per_sm) / warp_bytes, 1,
+                                                                 kRowsPerBlock))
+                           : kRowsPerBlock;
   const size_t shared = warp_bytes * warps;
-  const int blocks = std::min((N + warps - 1) / warps, ctx->sm_count * per_sm);
+  const int blocks = std::min((N + warps - 1) / warps, ctx->sm_count * resident_blocks(lim, per_sm, shared));
   float* partials = nullptr;
   if (params) {
     void* buf = nullptr;

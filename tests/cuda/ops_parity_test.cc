@@ -68,6 +68,14 @@ void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B
           dt);
 }
 
+// Under the emulator, its nfn_emu_shared_optin(bytes): emulate a device whose blocks may opt
+// in to that much shared memory (0: back to sm_90's). NULL on a real GPU.
+using SharedOptIn = void (*)(int);
+SharedOptIn emulated_shared_optin(const Backend& gpu) {
+  return gpu.name() == "cuda" ? reinterpret_cast<SharedOptIn>(dlsym(gpu.lib.handle, "nfn_emu_shared_optin"))
+                              : nullptr;
+}
+
 void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, int C) {
   const std::string dims = " " + std::to_string(N) + "x" + std::to_string(C);
   const auto inp = random_floats(N * C, rng), w = random_floats(C, rng), bias = random_floats(C, rng);
@@ -145,6 +153,16 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   for (Shape s : {Shape{150, 200}, Shape{37, 75}, Shape{4200, 24}, Shape{3, 6200}, Shape{33, 392}, Shape{9, 520},
                   Shape{130, 768}, Shape{45, 1024}})
     check_norms(cpu, gpu, dt, s.N, s.C);
+  // Under the emulator, again on a device like sm_120 (100 KiB of shared memory an SM): the
+  // backward's 48 KiB blocks then fit 2 an SM, not the 4 planned, and its grid (and so its
+  // partials) shrinks to one wave of them. N = 40000 fills the grid at 8 rows a block.
+  const auto optin = emulated_shared_optin(gpu);
+  if (optin != nullptr) {
+    optin(99 * 1024);
+    for (Shape s : {Shape{40000, 768}, Shape{3, 6200}})
+      check_norms(cpu, gpu, dt, s.N, s.C);
+    optin(0);
+  }
 }
 
 void check_linear(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
@@ -345,9 +363,7 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_attention_path(cpu, gpu, dt, "flash_mma");
   // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
   // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form.
-  using SharedOptIn = void (*)(int);
-  auto optin = gpu.name() == "cuda" ? reinterpret_cast<SharedOptIn>(dlsym(gpu.lib.handle, "nfn_emu_shared_optin"))
-                                    : nullptr;
+  const auto optin = emulated_shared_optin(gpu);
   if (optin != nullptr && dt == NFN_BF16) {
     optin(99 * 1024);
     for (Shape s : {Shape{1, 200, 256, 2}, Shape{1, 64, 128, 1}, Shape{2, 77, 256, 4}})
