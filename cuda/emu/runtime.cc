@@ -606,6 +606,17 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+// The emulated device stands in for a driver and runtime of CUDA 13.0.
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = 13000;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = 13000;
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (device != 0) return nfn_emu::last_error = cudaErrorInvalidValue;
   switch (attr) {

@@ -61,6 +61,21 @@ nfn_status scratch(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
 namespace {
 // ctx_create cannot report through a context it failed to make; keep its reason here.
 thread_local std::string create_error;
+
+// Why cudaGetDeviceCount found no device, in a user's terms: the runtime says "driver version
+// is insufficient" both where no driver is installed at all and where it is too old.
+std::string no_device_reason(cudaError_t err) {
+  if (err == cudaSuccess) return "device count is 0";
+  int driver = 0, runtime = 0;
+  if (err == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+      cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    if (driver == 0) return "no NVIDIA driver is installed (libcuda.so.1 does not load)";
+    return "the NVIDIA driver supports CUDA " + version(driver) + ", older than this library's runtime (CUDA " +
+           version(runtime) + "): update the driver";
+  }
+  return cudaGetErrorString(err);
+}
 }  // namespace
 
 using nfn::cuda::fail;
@@ -77,8 +92,7 @@ nfn_status nfn_ctx_create(int device, nfn_ctx** out) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    create_error = std::string("no CUDA device: ") +
-                   (err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0");
+    create_error = "no CUDA device: " + no_device_reason(err);
     return NFN_ERR_BACKEND;
   }
   if (device < 0 || device >= count) {

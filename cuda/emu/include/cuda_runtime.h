@@ -56,6 +56,7 @@ typedef enum cudaError {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInsufficientDriver = 35,
   cudaErrorInvalidDevice = 101,
   cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
@@ -243,6 +244,8 @@ inline void __threadfence() {}
 inline void __stcs(uint4* p, uint4 v) { *p = v; }
 
 cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
 // cudaDevAttrMaxSharedMemoryPerBlockOptin: sm_90's 227 KiB, or what nfn_emu_shared_optin set;
 // cudaDevAttrMaxSharedMemoryPerMultiprocessor: 1 KiB more (sm_90's 228, sm_120's 100).
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
