@@ -1,5 +1,6 @@
-"""`nfn train`: resolve the dataset (preparing it only when it is not cached), build the
-native trainer's argv, run it, then decode its sample with the dataset's tokenizer.
+"""`nfn train`: resolve the dataset (preparing it only when it is not cached, after the trainer
+has checked its flags in a dry run), build the native trainer's argv, run it, then decode its
+sample with the dataset's tokenizer.
 
 Standard library only until a dataset must be prepared or a sample decoded, so the dispatch
 path for a cached dataset never imports numpy or the native module.
@@ -185,7 +186,15 @@ def run(args):
     args.tokenizer = tokenizer_of(args, manifest)
     planning = args.print_command or args.dry_run or args.print_plan
     try:
-        info, exists = resolve_dataset(args, prepare=not planning)
+        info, exists = resolve_dataset(args, prepare=False)
+        if not exists and not planning:
+            # The trainer checks its flags (a dry run reads no data) before minutes of download,
+            # tokenizer training or encoding, not after them.
+            checked = subprocess.run(build_argv(args, info) + ["--dry-run"], stdout=subprocess.DEVNULL,
+                                     env=cuda_runtime.child_env())
+            if checked.returncode != 0:
+                return checked.returncode
+            info, exists = resolve_dataset(args, prepare=True)
     except UserError as e:
         if not from_manifest:
             raise

@@ -154,6 +154,20 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(err.strip(), "nfn train: error: --base-model llama: no native trainer for "
                                               "this family yet (gpt, gpt2 and gpt3 are ready)")
 
+    def test_bad_flag_fails_before_any_preparation(self):
+        # An uncached corpus would take a tokenizer's training and an encoding first: the
+        # trainer's own check of its flags must come before them.
+        text = os.path.join(self.tmp, "unprepared.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.write("a corpus that a bad flag must leave unprepared\n")
+        datasets = os.path.join(self.tmp, "datasets_of_bad_flag")
+        code, _, err, _ = run_nfn(["train", "--pretraining-file", text, "--tokenizer", "sp1024",
+                                   "--num-layers", "0"],
+                                  env=dict(self.env, NFN_DATASETS_DIR=datasets), timeout=600)
+        self.assertEqual(code, 2, err)
+        self.assertEqual(err.strip(), "nfn_gpt_native_train: error: --num-layers: 0 is out of range (at least 1)")
+        self.assertFalse(os.path.exists(datasets), "a bad flag must not prepare the dataset")
+
 
 if __name__ == "__main__":
     unittest.main()
