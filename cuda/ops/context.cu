@@ -9,6 +9,7 @@
 #include "cuda/ops/attention_cudnn.h"
 #include "cuda/ops/context.h"
 #include "cuda/ops/cublaslt.h"
+#include "cuda/ops/launch.h"
 #include "cuda/ops/side_stream.h"
 #include "cuda/ops/tuned_picks.h"
 #include "cuda/tk/bridge.h"
@@ -61,6 +62,21 @@ nfn_status scratch(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
 namespace {
 // ctx_create cannot report through a context it failed to make; keep its reason here.
 thread_local std::string create_error;
+
+// The PTX architecture the driver loaded this library's kernels from: 90 or 120 where it took
+// the sm_90a or sm_120 machine code, 80 where it compiled the compute_80 PTX at load (another
+// GPU, or CUDA_FORCE_PTX_JIT=1), 0 where it does not say.
+#ifdef NFN_CUDA_EMULATION
+int loaded_ptx_version() { return 90; }
+#else
+__global__ void ptx_probe_kernel() { nfn::cuda::pdl_begin(); }
+int loaded_ptx_version() {
+  cudaFuncAttributes attr = {};
+  if (cudaFuncGetAttributes(&attr, ptx_probe_kernel) == cudaSuccess) return attr.ptxVersion;
+  (void)cudaGetLastError();
+  return 0;
+}
+#endif
 
 // Why cudaGetDeviceCount found no device, in a user's terms: the runtime says "driver version
 // is insufficient" both where no driver is installed at all and where it is too old.
@@ -179,12 +195,16 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     if (std::strcmp(value, "on") != 0 && std::strcmp(value, "off") != 0)
       return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: %s=%s is not on or off", name, value);
     // The kernels wait for their predecessor (griddepcontrol.wait) only in the sm_90a and
-    // sm_120 code; another GPU runs them from compute_80 PTX, where pdl_begin is empty.
-    if (flag == &ctx->pdl && std::strcmp(value, "on") == 0 && ctx->cc_major != 9 && ctx->cc_major != 12)
-      return fail(ctx, NFN_ERR_UNSUPPORTED,
-                  "configure: pdl=on: %s (compute capability %d) runs this library's kernels from compute_80 PTX, "
-                  "which cannot wait for the kernel before; only the sm_90a and sm_120 builds can",
-                  ctx->device_name.c_str(), ctx->cc_major);
+    // sm_120 code; another GPU, or one made to compile PTX at load, runs them from compute_80
+    // PTX, where pdl_begin is empty.
+    if (flag == &ctx->pdl && std::strcmp(value, "on") == 0) {
+      const int ptx = loaded_ptx_version();
+      if ((ctx->cc_major != 9 && ctx->cc_major != 12) || (ptx > 0 && ptx < 90))
+        return fail(ctx, NFN_ERR_UNSUPPORTED,
+                    "configure: pdl=on: %s (compute capability %d) runs this library's kernels from compute_80 "
+                    "PTX, which cannot wait for the kernel before; only the sm_90a and sm_120 builds can",
+                    ctx->device_name.c_str(), ctx->cc_major);
+    }
     *flag = std::strcmp(value, "on") == 0;
     return NFN_OK;
   }

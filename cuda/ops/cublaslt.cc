@@ -226,10 +226,11 @@ size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // gemm_tune=on: the fastest of the heuristic's `n` picks for `g` (CUDA events around
 // kTuneRuns runs after one untimed), each writing outputs of its own (D, and the GELU
 // input or bias gradient its epilogue writes), so the caller's buffers are only read. Where
-// that memory cannot be had, the heuristic's first pick.
+// that memory cannot be had, or no pick ran, the heuristic's first pick, untimed (*timed false).
 nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* picks,
-                   int n, cublasLtMatmulAlgo_t* best) {
+                   int n, cublasLtMatmulAlgo_t* best, bool* timed) {
   *best = picks[0].algo;
+  *timed = false;
   const size_t size = g.d_dtype == NFN_BF16 ? 2 : 4;
   const bool writes_aux = g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias;
   const bool writes_bias = g.epilogue == GemmEpilogue::dgelu_bgrad;
@@ -264,12 +265,13 @@ nfn_status fastest(nfn_ctx* ctx, const char* op, const GemmArgs& g, const cublas
                        s.d, t.d, s.d, &picks[i].algo, ctx->gemm_workspace, kGemmWorkspaceBytes,
                        ctx->stream) == CUBLAS_STATUS_SUCCESS;
     }
+    if (!ran && status == NFN_OK) (void)cudaGetLastError();  // a failed trial's error is not the next op's
     if (!ran || status != NFN_OK) continue;
     float ms = 0.f;
     status = check(ctx, cudaEventRecord(stop, ctx->stream), op);
     if (status == NFN_OK) status = check(ctx, cudaEventSynchronize(stop), op);
     if (status == NFN_OK) status = check(ctx, cudaEventElapsedTime(&ms, start, stop), op);
-    if (status == NFN_OK && (best_ms == 0.f || ms < best_ms)) best_ms = ms, *best = picks[i].algo;
+    if (status == NFN_OK && (!*timed || ms < best_ms)) best_ms = ms, *best = picks[i].algo, *timed = true;
   }
   if (start != nullptr) cudaEventDestroy(start);
   if (stop != nullptr) cudaEventDestroy(stop);
@@ -331,6 +333,16 @@ void keep_pick(nfn_ctx* ctx, const AlgoKey& key, const cublasLtMatmulAlgo_t& alg
   save_picks(*t, &ignored);
 }
 
+// Drops `key`'s kernel from the context's cache and its picks file (saved), so the next pick
+// asks the heuristic again.
+void forget_pick(nfn_ctx* ctx, const AlgoKey& key) {
+  static_cast<AlgoCache*>(ctx->gemm_algos)->algos.erase(key);
+  auto* t = static_cast<TunedPicks*>(ctx->tuned_picks);
+  if (t == nullptr || t->picks.erase(key) == 0) return;
+  std::string ignored;
+  save_picks(*t, &ignored);
+}
+
 // Whether cuBLASLt's `status` for `g` is a refusal the caller may answer with the unfused
 // form: a fused epilogue's NOT_SUPPORTED or INVALID_VALUE, which cuBLASLt returns before it
 // launches anything.
@@ -342,7 +354,10 @@ bool refusable(const GemmArgs& g, cublasStatus_t status) {
 // The kernel for `g`: cached, else (gemm_tune=on) the one its picks file keeps, else the
 // heuristic's first pick (gemm_tune=on, outside a graph recording: the fastest of its first
 // kTuneCandidates, then kept in the file), then cached (but not an untimed pick of gemm_tune's).
-nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descriptors& s, cublasLtMatmulAlgo_t* algo) {
+// *from_file: the kernel is the picks file's, new to this context.
+nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descriptors& s, cublasLtMatmulAlgo_t* algo,
+                bool* from_file) {
+  *from_file = false;
   if (ctx->gemm_algos == nullptr) ctx->gemm_algos = new AlgoCache();
   auto& algos = static_cast<AlgoCache*>(ctx->gemm_algos)->algos;
   const AlgoKey key = key_of(ctx, g);
@@ -361,6 +376,7 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
     NFN_TRY(kept_pick(ctx, op, key, s, algo, &kept));
     if (kept) {
       algos.emplace(key, *algo);
+      *from_file = true;
       return NFN_OK;
     }
   }
@@ -374,14 +390,20 @@ nfn_status pick(nfn_ctx* ctx, const char* op, const GemmArgs& g, const Descripto
   if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED && !refusable(g, heuristic))
     return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtMatmulAlgoGetHeuristic: %s", op,
                 api.status_string(heuristic));
+  // Only results whose own state is SUCCESS are usable (cublasLt.h).
+  int usable = 0;
+  for (int i = 0; heuristic == CUBLAS_STATUS_SUCCESS && i < found; ++i)
+    if (picks[i].state == CUBLAS_STATUS_SUCCESS) picks[usable++] = picks[i];
+  found = usable;
   if (heuristic != CUBLAS_STATUS_SUCCESS || found == 0) {
     refused.insert(key);
     return no_kernel();
   }
   *algo = picks[0].algo;
   if (found > 1) {
-    NFN_TRY(fastest(ctx, op, g, picks, found, algo));
-    keep_pick(ctx, key, *algo);
+    bool timed = false;
+    NFN_TRY(fastest(ctx, op, g, picks, found, algo, &timed));
+    if (timed) keep_pick(ctx, key, *algo);
   }
   // With gemm_tune, a pick made inside a graph recording was not timed (nothing is, while
   // capturing): not cached, so the shape's next call outside a recording times and keeps it.
@@ -404,22 +426,34 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   NFN_TRY(check_gelu_aux(ctx, op, g));
   NFN_TRY(check_gemm_setup(ctx, op));
   if (ctx->cublaslt == nullptr) {
+    // The workspace first: a context never holds a handle without it.
+    if (ctx->gemm_workspace == nullptr) NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->gemm_workspace, kGemmWorkspaceBytes), op);
     cublasLtHandle_t handle = nullptr;
     cublasStatus_t st = api.create(&handle);
     if (st != CUBLAS_STATUS_SUCCESS)
       return fail(ctx, NFN_ERR_BACKEND, "%s: cublasLtCreate: %s", op, api.status_string(st));
     ctx->cublaslt = handle;
-    NFN_CUDA_TRY(ctx, cudaMalloc(&ctx->gemm_workspace, kGemmWorkspaceBytes), op);
   }
   Descriptors s;
   NFN_TRY(describe(ctx, op, g, &s));
   cublasLtMatmulAlgo_t algo;
-  NFN_TRY(pick(ctx, op, g, s, &algo));
+  bool from_file = false;
+  NFN_TRY(pick(ctx, op, g, s, &algo, &from_file));
   const float alpha = 1.f, beta = g.beta;
   const void* c = g.c != nullptr ? g.c : g.d;
-  const cublasStatus_t st = api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b,
-                                       s.b, &beta, c, s.d, g.d, s.d, &algo, ctx->gemm_workspace,
-                                       kGemmWorkspaceBytes, ctx->stream);
+  auto matmul = [&] {
+    return api.matmul(static_cast<cublasLtHandle_t>(ctx->cublaslt), s.desc, &alpha, g.a, s.a, g.b, s.b, &beta, c, s.d,
+                      g.d, s.d, &algo, ctx->gemm_workspace, kGemmWorkspaceBytes, ctx->stream);
+  };
+  cublasStatus_t st = matmul();
+  if (st != CUBLAS_STATUS_SUCCESS && from_file) {
+    // A kept kernel that cublasLtMatmulAlgoCheck accepted but the matmul refuses (the check
+    // does not promise it runs): dropped from the file, and picked again.
+    (void)cudaGetLastError();
+    forget_pick(ctx, key_of(ctx, g));
+    NFN_TRY(pick(ctx, op, g, s, &algo, &from_file));
+    st = matmul();
+  }
   if (refusable(g, st)) {
     // A fused epilogue the heuristic offered but the kernel refuses: nothing ran, and the
     // caller runs the unfused form (now and for this key from now on).

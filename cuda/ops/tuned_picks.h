@@ -8,7 +8,7 @@
 // one line a pick, the GEMM's key (kGemmKeyFields integers: shape, layouts, epilogue, operand
 // alignments, as cublaslt.cc's key_of builds it) and the algorithm's 8 words in hex:
 //   nfn gemm_tune picks 1 | NVIDIA H200 | cublasLt 130000
-//   1 0 2304 16384 768 768 768 2304 1 1 0 0 256 256 256 256 1 256 1 : 0000000000000012 ...
+//   1 0 2304 16384 768 768 768 2304 1 1 0 0 256 256 256 256 256 256 1 : 0000000000000012 ...
 // It is only ever replaced whole (written beside it, then renamed over it), so a reader never
 // sees half of one.
 #pragma once
