@@ -37,6 +37,15 @@ if [ "${NFN_DISABLE_CUDA:-0}" = 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "nvidia-cublas==13.0.*" >&2
 fi
 
+# cuobjdump and nvdisasm (5.5 MB; the toolkit here has neither) for tests/cuda's check of the
+# library's machine code (pdl_sass_test), only where nvcc exists and CUDA is on.
+if [ "${NFN_DISABLE_CUDA:-0}" = 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   ! "$python" -c "import importlib.util as u, os, sys; s = u.find_spec('nvidia'); sys.exit(not any(all(os.path.exists(os.path.join(p, 'cu13', 'bin', t)) for t in ('cuobjdump', 'nvdisasm')) for p in (s.submodule_search_locations if s else [])))" 2>/dev/null; then
+  echo "bootstrap: installing cuobjdump and nvdisasm 13.2.86" >&2
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    "nvidia-cuda-cuobjdump==13.2.86" "nvidia-cuda-nvdisasm==13.2.86" >&2
+fi
+
 # cuDNN and cudnn-frontend headers for the CUDA op library's attention=cudnn path
 # (tools/cuda_libs.bzl), only where nvcc exists and CUDA is on. Only the headers are kept
 # (4 MB, extracted from the wheels; the library opens the GPU machine's libcudnn.so.9 at run
