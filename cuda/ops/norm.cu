@@ -305,6 +305,11 @@ nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight
   SharedLimits lim{};
   if (params) NFN_TRY(shared_limits(ctx, op, &lim));
   const size_t warp_bytes = params ? sizeof(float) * K * C : 0;
+  if (warp_bytes > lim.optin)
+    return fail(ctx, NFN_ERR_UNSUPPORTED,
+                "%s: C=%d: a warp's %d column sums take %zu bytes of shared memory, more than a block may have on "
+                "this GPU (%zu)",
+                op, C, K, warp_bytes, lim.optin);
   const int warps = params ? static_cast<int>(std::clamp<size_t>(shared_budget(lim, per_sm) / warp_bytes, 1,
                                                                  kRowsPerBlock))
                            : kRowsPerBlock;

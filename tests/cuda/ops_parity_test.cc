@@ -161,6 +161,17 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
     optin(99 * 1024);
     for (Shape s : {Shape{40000, 768}, Shape{3, 6200}})
       check_norms(cpu, gpu, dt, s.N, s.C);
+    // A row whose weight and bias column sums no longer fit a block's 99 KiB (C = 13,000:
+    // 104,000 bytes a warp) is refused with the reason, before anything is read.
+    const std::vector<float> few(16, 1.f);
+    void* any = gpu.upload(few.data(), sizeof(float) * few.size());
+    const nfn_status refused = gpu.ops().layernorm_backward(gpu.ctx, any, any, any, nullptr, any, any, any,
+                                                            static_cast<float*>(any), static_cast<float*>(any), 3,
+                                                            13000, dt);
+    const std::string why = gpu.ops().ctx_last_error(gpu.ctx);
+    expect(refused == NFN_ERR_UNSUPPORTED && why.find("104000 bytes of shared memory") != std::string::npos,
+           "layernorm_backward C=13000 on 99 KiB: status " + std::to_string(refused) + " '" + why + "'");
+    gpu.ok(gpu.ops().free(gpu.ctx, any), "free");
     optin(0);
   }
 }
