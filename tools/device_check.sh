@@ -5,8 +5,9 @@
 #      library can run: thunderkittens where prepare_device.sh built it with a tree)
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
 #      tensor-core attention: flash_mma, cudnn, thunderkittens) against the same run on cpu, and the
-#      flash_mma run again with --graphs on, with --graphs on --overlap on, and with --graphs on
-#      --pdl on: the same losses bit for bit, and the step time against op by op (skipped, and said so, when
+#      flash_mma run again with --graphs on, with --graphs on --overlap on, with --graphs on
+#      --pdl on, and with all three (PDL kernels after a second stream's join, in a graph): the
+#      same losses bit for bit, and the step time against op by op (skipped, and said so, when
 #      .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
@@ -28,7 +29,7 @@
 # finished); steps 4b and 5 run only where they would still end by 590 s, so give the device
 # tool timeout_s 600 (a whole run took 111-139 s on an H200 before steps 4b and 5, which
 # should add about 70 s and 15 s).
-# --quick runs steps 1 and 2 only (260 s at worst): a rerun after a fix, when device time is short.
+# --quick runs steps 1 and 2 only (280 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)
 if [ -n "${1:-}" ] && [ -z "$quick" ]; then echo "usage: device_check.sh [--quick]"; exit 2; fi
@@ -97,7 +98,7 @@ PY
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --matmul f32 --output-dir /tmp/nfn-cpu \
     > "$logs/train_cpu.json" 2> "$logs/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs \
-             bf16:flash_mma:graphs+overlap bf16:flash_mma:graphs+pdl; do
+             bf16:flash_mma:graphs+overlap bf16:flash_mma:graphs+pdl bf16:flash_mma:graphs+overlap+pdl; do
     IFS=: read -r dt attn extras <<< "$run"
     name=${dt}_$attn${extras:+_${extras//+/_}}
     frontend_log "train_$name"
@@ -114,7 +115,7 @@ PY
   # Graphs replay the same kernels on the same buffers, overlap runs them on two streams, and
   # PDL starts each kernel's blocks early (they wait for the writes before theirs): the losses
   # must agree bit for bit.
-  for extras in graphs graphs_overlap graphs_pdl; do
+  for extras in graphs graphs_overlap graphs_pdl graphs_overlap_pdl; do
     summary_row "train ${extras//_/+} vs op by op" \
       same "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json"
   done

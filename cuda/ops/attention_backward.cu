@@ -236,7 +236,15 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_backward: null dqkv, dout, qkv, out or lse");
   if (use_cudnn(ctx, dtype, hd, T, {dqkv, dout, qkv, out, lse})) {
-    const nfn_status s = nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    nfn_status s = nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    if (s == NFN_ERR_BACKEND && !ctx->deterministic) {
+      // deterministic=off asks cuDNN for its atomic-dQ backward; where that graph fails, the
+      // deterministic one (the same results, bit for bit repeatable) for good, said in the report.
+      ctx->deterministic = true;
+      ctx->attention_fallback = "its atomic-dQ backward (deterministic=off) failed, so it runs the deterministic "
+                                "one: " + ctx->last_error;
+      s = nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    }
     // As the forward does: cudnn by default (not configured) whose backward graph fails where
     // the forward's built (another engine: deterministic=off asks for the atomic-dQ one) hands
     // over to flash_mma for good, which reads the same lse and overwrites all of dqkv.

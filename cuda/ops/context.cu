@@ -264,6 +264,8 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
       ctx->attention_report = nfn::cuda::cudnn_path_name();
       if (!nfn::cuda::cudnn_deterministic(ctx))
         ctx->attention_report += "; its backward adds dQ with atomics, so runs do not repeat bit for bit";
+      else if (!ctx->attention_fallback.empty())
+        ctx->attention_report += "; " + ctx->attention_fallback;
       return ctx->attention_report.c_str();
     default: return "flash_simt (nfn's own kernel)";
   }

@@ -48,6 +48,7 @@ nfn_status nfn_graph_end(nfn_ctx* ctx, nfn_graph** out) {
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   if (inst != cudaSuccess) {
     cudaGraphDestroy(graph);
+    cudaGetLastError();  // reported here, not by the next op (a trainer then runs op by op)
     return nfn::cuda::check(ctx, inst, "graph_end: cudaGraphInstantiate");
   }
   *out = new nfn_graph{graph, exec};
@@ -64,6 +65,7 @@ nfn_status nfn_graph_launch(nfn_ctx* ctx, nfn_graph* graph) {
 
 nfn_status nfn_graph_free(nfn_ctx* ctx, nfn_graph* graph) {
   if (graph == nullptr) return NFN_OK;
+  NFN_TRY(nfn::cuda::not_recording(ctx, "graph_free"));
   // A launch still queued reads the graph's nodes and the scratch they point at.
   NFN_CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream), "graph_free");
   cudaGraphExecDestroy(graph->exec);

@@ -281,8 +281,11 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 // CPU ignores it.
 // misaligned: the backward's dout and out start one element past 16-byte alignment (the
 // delta kernel then loads an element at a time, and tensor-core paths fall back to flash_simt).
+// atomic_dq: the backward may add dQ in any order (cuDNN with deterministic=off), so only dK
+// and dV are held to the same bits when it runs again.
 void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
-                           const std::string& path, const std::string& note = "", bool misaligned = false) {
+                           const std::string& path, const std::string& note = "", bool misaligned = false,
+                           bool atomic_dq = false) {
   const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
                            (path == "flash" ? "" : " attention=" + path) + note;
   auto setup = [path](const Backend& b) {
@@ -322,7 +325,10 @@ void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt,
                            return b.ops().attention_backward(b.ctx, P(0), static_cast<char*>(P(1)) + skip, P(2),
                                                              static_cast<char*>(P(3)) + skip, F(4), B, T, C, NH, d);
                          },
-                         setup},
+                         setup,
+                         [=](const std::string& tensor, size_t i) {  // dQ: the first C of each 3C row
+                           return atomic_dq && tensor == "dqkv" && i % (3 * static_cast<size_t>(C)) < size_t(C);
+                         }},
           dt);
 }
 
@@ -352,7 +358,8 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
 }
 
 // attention=cudnn with deterministic=off: cuDNN's backward adding dQ with atomics, within the
-// same bounds, and the runtime report saying so. Where cuDNN does not load, nothing to run.
+// same bounds (dK and dV still the same bits when run again; dQ need not be), and the runtime
+// report saying so. Where cuDNN does not load, nothing to run.
 void check_cudnn_atomic(const Backend& cpu, const Backend& gpu) {
   if (gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") != NFN_OK) return;
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "off"), "configure deterministic=off");
@@ -360,7 +367,8 @@ void check_cudnn_atomic(const Backend& cpu, const Backend& gpu) {
   if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path")))
     expect(std::string(path(gpu.ctx)).find("atomics") != std::string::npos,
            std::string("attention=cudnn deterministic=off is reported as '") + path(gpu.ctx) + "'");
-  for (int T : {200, 1024}) check_attention_shape(cpu, gpu, NFN_BF16, 2, T, 128, 2, "cudnn", " deterministic=off");
+  for (int T : {200, 1024})
+    check_attention_shape(cpu, gpu, NFN_BF16, 2, T, 128, 2, "cudnn", " deterministic=off", false, true);
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "on"), "configure deterministic=on");
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
@@ -638,6 +646,33 @@ void check_ops(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 }
 
 // Bad arguments are refused with a status and a message naming the op.
+// The harness's rerun check on one backend: a value that moves between runs fails it, unless
+// the case marks it order-dependent, and then only that value is let go.
+void check_order_dependent(const Backend& b) {
+  static int calls = 0;
+  Case c{"order-dependent values",
+         {output("out", 4)},
+         [](const Backend& be, const std::vector<void*>& p, nfn_dtype) {
+           const float host[4] = {static_cast<float>(++calls), 1.f, 2.f, 3.f};  // out[0] moves
+           return be.ops().copy(be.ctx, P(0), host, sizeof host, NFN_HOST_TO_DEVICE);
+         }};
+  const auto first = run(b, c, NFN_F32);
+  auto caught = [&] {
+    const int before = failures;
+    quiet = true;
+    expect_rerun_identical(b, c, NFN_F32, first);
+    quiet = false;
+    const bool failed = failures > before;
+    failures = before;
+    return failed;
+  };
+  expect(caught(), "the rerun check catches a value that moved");
+  c.order_dependent = [](const std::string& t, size_t i) { return t == "out" && i == 0; };
+  expect(!caught(), "the rerun check lets go of a value marked order-dependent");
+  c.order_dependent = [](const std::string& t, size_t i) { return t == "out" && i == 1; };
+  expect(caught(), "the rerun check still catches a moved value that is not marked");
+}
+
 void check_errors(const Backend& gpu) {
   const nfn_status s = gpu.ops().attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 30, 4, NFN_F32);
   const std::string msg = gpu.ops().ctx_last_error(gpu.ctx);
@@ -708,6 +743,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   check_memory(cpu, gpu);
+  check_order_dependent(cpu);
   if (!self_check) check_errors(gpu);
   if (!self_check) check_graphs(gpu, rng);
   for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
