@@ -22,6 +22,7 @@
 #include "cc/train/schedule.h"
 #include "cc/train/step_graph.h"
 #include "cc/train/step_readback.h"
+#include "cc/train/train_log.h"
 #include "cc/util/files.h"
 #include "cc/util/rng.h"
 
@@ -320,8 +321,10 @@ int run_training(const TrainConfig& c) {
     return fail(error);
   StepReadback readback(ops, backend.ctx);
   if (!readback.init(&error)) return fail(error);
+  TrainLog log;
+  if (!log.open(c.output_dir, start.step, &error)) return fail(error);
 
-  // Validates, times it, records [step, loss] and prints a line.
+  // Validates, times it, records [step, loss], prints a line and logs it.
   auto run_validation = [&](int step, float* loss) {
     const auto t = Clock::now();
     if (!validate(model, val, c.eval_batches, B, T, loss, &error)) return false;
@@ -330,7 +333,7 @@ int run_training(const TrainConfig& c) {
     r.push(step);
     r.push(static_cast<double>(*loss));
     std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", step, c.max_steps, *loss);
-    return true;
+    return log.validation(step, *loss, &error);
   };
 
   // A step whose ops are issued and whose scalars are not yet read.
@@ -369,9 +372,10 @@ int run_training(const TrainConfig& c) {
     Json& row = train_losses.push(Json::array());
     row.push(done);
     row.push(static_cast<double>(last_loss));
+    const double tokens_per_s = c.train_batch_tokens / dt;
+    if (!log.train(done, last_loss, s.lr, std::sqrt(sumsq), dt, tokens_per_s, &error)) return fail(error);
     if (tty || done == c.max_steps || done % std::max(1, c.max_steps / 10) == 0) {
       char mfu[32] = "";
-      const double tokens_per_s = c.train_batch_tokens / dt;
       if (peak_flops > 0) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * token_flops * tokens_per_s / peak_flops);
       std::fprintf(stderr, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s\n", done,
                    c.max_steps, last_loss, s.lr, std::sqrt(sumsq), 1e3 * dt, tokens_per_s, mfu);

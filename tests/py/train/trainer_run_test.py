@@ -109,6 +109,37 @@ class TrainerRunTest(unittest.TestCase):
         for f in ["model_00000006.bin", "state_00000006_00000.bin"]:
             self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(self.full, f)), f)
 
+    def log_lines(self, out):
+        with open(os.path.join(out, "log.jsonl"), encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def test_log_has_every_step_as_it_goes(self):
+        lines = self.log_lines(self.full)
+        train = [(x["step"], x["train_loss"]) for x in lines if "train_loss" in x]
+        val = [(x["step"], x["val_loss"]) for x in lines if "val_loss" in x]
+        self.assertEqual(train, [tuple(r) for r in self.report["train_losses"]])
+        self.assertEqual(val, [tuple(r) for r in self.report["validation_losses"]])
+        # in order: step 3's validation after its training line, before step 4's
+        self.assertEqual([x["step"] for x in lines], [1, 2, 3, 3, 4, 5, 6, 6])
+        for x in lines:
+            if "train_loss" in x:
+                self.assertGreater(x["grad_norm"], 0)
+                self.assertGreater(x["lr"], 0)
+                self.assertAlmostEqual(x["tokens_per_s"] * x["step_ms"] / 1e3, 128, places=6)
+
+    def test_resumed_log_continues_from_the_checkpoint(self):
+        # The run being resumed got past its step-3 checkpoint (its log says steps 4-6) and was
+        # killed in the middle of a line; resuming from step 3 logs steps 4-6 once, afresh.
+        out = self.interrupted_copy("resumed_log")
+        with open(os.path.join(out, "log.jsonl"), "a", encoding="utf-8") as f:
+            f.write('{"step":7,"train_lo')
+        run(self.common + ["--output-dir", out, "--resume", "auto"])
+
+        def untimed(lines):  # resume is bitwise identical: all but the timings
+            return [{k: v for k, v in x.items() if k not in ("step_ms", "tokens_per_s")} for x in lines]
+        self.assertEqual([x["step"] for x in self.log_lines(out)], [1, 2, 3, 3, 4, 5, 6, 6])
+        self.assertEqual(untimed(self.log_lines(out)), untimed(self.log_lines(self.full)))
+
     def test_checkpoint_without_done_marker_is_ignored(self):
         out = self.interrupted_copy("no_done", keep_done=False)
         # Naming the incomplete checkpoint explicitly is an error, not a silent fresh start.
@@ -120,6 +151,8 @@ class TrainerRunTest(unittest.TestCase):
         report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
         self.assertIsNone(report["resumed_from"])
         self.assertEqual(report["train_losses"], self.report["train_losses"])
+        # a fresh start begins the log anew: the copied lines are gone, not doubled
+        self.assertEqual([x["step"] for x in self.log_lines(out)], [1, 2, 3, 3, 4, 5, 6, 6])
 
     def test_bad_batch_math(self):
         proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "x"), "--train-batch-tokens", "100"],
