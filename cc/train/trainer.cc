@@ -520,6 +520,7 @@ int run_training(const TrainConfig& c) {
   report.set("checkpoint_dir", c.output_dir);
   report.set("model_file", model_path);
   report.set("manifest_file", join_path(c.output_dir, "manifest.json"));
+  report.set("log_file", join_path(c.output_dir, TrainLog::kFileName));
   const std::string report_path = join_path(c.output_dir, "report.json");
   report.set("report_file", report_path);
   Json sample_ids = Json::array();

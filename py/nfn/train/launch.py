@@ -217,7 +217,7 @@ def run(args):
     else:
         print(f"final validation loss: {report['final_validation_loss']}   "
               f"train tokens/s: {report['train_tokens_per_second']:.0f}")
-        print(f"checkpoint: {report['model_file']}\nreport: {report_path}")
+        print(f"checkpoint: {report['model_file']}\nreport: {report_path}\nlog: {report['log_file']}")
         if text is not None:
             print(f"sample ({report['sample_file']}):\n{text}")
     return 0

@@ -114,6 +114,7 @@ class TrainerRunTest(unittest.TestCase):
             return [json.loads(line) for line in f]
 
     def test_log_has_every_step_as_it_goes(self):
+        self.assertEqual(self.report["log_file"], os.path.join(self.full, "log.jsonl"))
         lines = self.log_lines(self.full)
         train = [(x["step"], x["train_loss"]) for x in lines if "train_loss" in x]
         val = [(x["step"], x["val_loss"]) for x in lines if "val_loss" in x]
