@@ -228,6 +228,7 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     }
     ctx->attention = path;
     ctx->attention_configured = true;
+    ctx->attention_fallback.clear();  // a fallback's note was about the path before
     return NFN_OK;
   }
   return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: the CUDA backend has no option %s=%s",
