@@ -176,16 +176,17 @@ bool read_model_file(const std::string& path, GPTConfig* config, std::vector<flo
 }
 
 // State header fields: [0] magic, [1] version, [2] processes, [3] rank, [4] master weights
-// stored (0: the model file holds f32), [10] step, [20..21] RNG, [30..31] data shard,
-// [32..33] data offset, [34..35] data epoch, [40..41] parameter count. Then m and v (f32).
+// stored (0: the model file holds f32; 1: they follow m and v), [10] step, [20..21] RNG,
+// [30..31] data shard, [32..33] data offset, [34..35] data epoch, [40..41] parameter count.
+// Then m and v (f32), then the master weights (f32) where [4] is 1.
 bool write_state_file(const std::string& path, const TrainState& s, const FloatSource& m, const FloatSource& v,
-                      std::string* error) {
+                      std::string* error, const FloatSource* master) {
   int32_t header[256] = {0};
   header[0] = kStateMagic;
   header[1] = kStateVersion;
   header[2] = 1;
   header[3] = 0;
-  header[4] = 0;
+  header[4] = master != nullptr ? 1 : 0;
   header[10] = s.step;
   put_u64(header, 20, s.rng_state);
   put_u64(header, 30, static_cast<uint64_t>(s.data_shard));
@@ -195,7 +196,7 @@ bool write_state_file(const std::string& path, const TrainState& s, const FloatS
   AtomicFileWriter file;
   return file.open(path, error) && file.write(header, sizeof header, error) &&
          stream(&file, m, s.num_parameters, false, error) && stream(&file, v, s.num_parameters, false, error) &&
-         file.commit(error);
+         (master == nullptr || stream(&file, *master, s.num_parameters, false, error)) && file.commit(error);
 }
 
 bool read_state_header(const std::string& path, TrainState* s, std::string* error) {
@@ -210,13 +211,18 @@ bool read_state_header(const std::string& path, TrainState* s, std::string* erro
     *error = path + ": unsupported state version " + std::to_string(header[1]);
     return false;
   }
+  if (header[4] != 0 && header[4] != 1) {
+    *error = path + ": master-weights flag " + std::to_string(header[4]) + " (expected 0 or 1)";
+    return false;
+  }
+  s->has_master = header[4] == 1;
   s->step = header[10];
   s->rng_state = get_u64(header, 20);
   s->data_shard = static_cast<int64_t>(get_u64(header, 30));
   s->data_offset = static_cast<int64_t>(get_u64(header, 32));
   s->data_epoch = static_cast<int64_t>(get_u64(header, 34));
   s->num_parameters = get_u64(header, 40);
-  const size_t want = 1024 + 8 * s->num_parameters;
+  const size_t want = 1024 + (s->has_master ? 12 : 8) * s->num_parameters;
   if (file.size() != want) {
     *error = path + ": size " + std::to_string(file.size()) + " bytes, the header implies " + std::to_string(want);
     return false;
@@ -229,6 +235,15 @@ bool read_state_moments(const std::string& path, const TrainState& s, const Floa
   FileReader file;
   return file.open(path, error) && drain(&file, 1024, s.num_parameters, false, m, error) &&
          drain(&file, 1024 + 4 * s.num_parameters, s.num_parameters, false, v, error);
+}
+
+bool read_state_master(const std::string& path, const TrainState& s, const FloatSink& master, std::string* error) {
+  if (!s.has_master) {
+    *error = path + ": holds no master weights";
+    return false;
+  }
+  FileReader file;
+  return file.open(path, error) && drain(&file, 1024 + 8 * s.num_parameters, s.num_parameters, false, master, error);
 }
 
 bool read_state_file(const std::string& path, TrainState* s, std::string* error) {

@@ -47,17 +47,24 @@ struct TrainState {
   uint64_t rng_state = 0;
   int64_t data_epoch = 0, data_shard = 0, data_offset = 0;  // where the next batch starts
   uint64_t num_parameters = 0;
+  // The f32 master weights follow m and v (llm.c's use_master_weights): where the model file
+  // is bf16, so that a resume starts from the weights the run had, not their rounding.
+  bool has_master = false;
   std::vector<float> m, v;  // read_state_file fills them; write_state_file takes sources
 };
 
+// `master` (may be NULL): the f32 master weights, stored after m and v (has_master).
 bool write_state_file(const std::string& path, const TrainState& state, const FloatSource& m, const FloatSource& v,
-                      std::string* error);
+                      std::string* error, const FloatSource* master = nullptr);
 bool read_state_file(const std::string& path, TrainState* state, std::string* error);
 // The state's fields alone (m and v left empty), checked against the file's size.
 bool read_state_header(const std::string& path, TrainState* state, std::string* error);
 // Its moments streamed into m and v a chunk at a time (state from read_state_header).
 bool read_state_moments(const std::string& path, const TrainState& state, const FloatSink& m, const FloatSink& v,
                         std::string* error);
+// Its master weights (state.has_master), streamed the same way.
+bool read_state_master(const std::string& path, const TrainState& state, const FloatSink& master,
+                       std::string* error);
 
 // Newest step in `dir` whose DONE marker, model file and state file all exist; -1 if none.
 int newest_complete_step(const std::string& dir);

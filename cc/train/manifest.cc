@@ -41,7 +41,12 @@ bool get_int(const Json& obj, const char* key, const std::string& where, int* ou
     *error = where + ": missing number field " + key;
     return false;
   }
-  *out = static_cast<int>(v->as_number());
+  const double x = v->as_number();
+  if (x != static_cast<double>(static_cast<int64_t>(x)) || x < -2147483648.0 || x > 2147483647.0) {
+    *error = where + ": field " + key + " is not a whole number in int range (" + v->dump() + ")";
+    return false;
+  }
+  *out = static_cast<int>(x);
   return true;
 }
 
@@ -86,7 +91,13 @@ bool read_manifest(const std::string& path, TrainConfig* c, std::string* error) 
     return false;
   }
   c->model = g;
-  if (const Json* f = m.find("model_family"); f && f->is_string()) c->model_family = f->as_string();
+  if (const Json* f = m.find("model_family"); f && f->is_string()) {
+    if (f->as_string() != "gpt" && f->as_string() != "gpt2" && f->as_string() != "gpt3") {
+      *error = path + ": model_family " + f->as_string() + " is not one the dense GPT trainer takes (gpt, gpt2, gpt3)";
+      return false;
+    }
+    c->model_family = f->as_string();
+  }
   if (const Json* t = m.find("template"); t && t->is_string()) c->template_name = t->as_string();
   if (const Json* t = m.find("tokenizer"); t && t->is_string() && c->tokenizer.empty()) c->tokenizer = t->as_string();
   if (const Json* e = m.find("eot_token"); e && e->is_number() && c->eot_token < 0)

@@ -106,6 +106,10 @@ bool read_float(const Flags& f, const char* name, double* out, std::string* erro
   if (!f.has(name) && f.get(name).empty()) return true;
   double v;
   if (!f.get_double(name, &v, error)) return false;
+  if (!std::isfinite(v)) {
+    *error = std::string("--") + name + ": " + f.get(name) + " is not a finite number";
+    return false;
+  }
   if (v < 0) {
     *error = std::string("--") + name + ": must not be negative";
     return false;
@@ -132,7 +136,9 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   std::string tmpl = f.has("template-name") ? f.get("template-name") : f.get("preset");
   const bool geometry_flags = f.has("num-layers") || f.has("num-heads") || f.has("model-dim");
   bool recipe = false;  // llm.c's GPT-2 recipe for the schedule
-  c->tokenizer = f.get("tokenizer");
+  // Unset, the tokenizer and end-of-text token are a --graph-file manifest's, else the defaults.
+  c->tokenizer = f.has("tokenizer") ? f.get("tokenizer") : "";
+  c->eot_token = -1;
   c->graph_file = f.get("graph-file");
   if (!c->graph_file.empty()) {
     if (!tmpl.empty() || geometry_flags || f.has("vocab-size")) {
@@ -141,7 +147,9 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     }
     if (!read_manifest(c->graph_file, c, error)) return false;
     recipe = c->template_name.rfind("gpt2-", 0) == 0 || c->template_name.rfind("gpt3-", 0) == 0;
-  } else {
+  }
+  if (c->tokenizer.empty()) c->tokenizer = f.get("tokenizer");
+  if (c->graph_file.empty()) {
     if (!tmpl.empty()) {
       if (!preset_config(tmpl, &c->model)) {
         std::string names;
@@ -229,7 +237,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   long long seed;
   if (!f.get_int("seed", &seed, error)) return false;
   c->seed = static_cast<uint64_t>(seed);
-  c->eot_token = c->model.vocab_size == 50257 ? 50256 : 0;
+  if (c->eot_token < 0) c->eot_token = c->model.vocab_size == 50257 ? 50256 : 0;
   if (!read_int(f, "eot-token", &c->eot_token, 0, error)) return false;
   if (c->eot_token >= c->model.vocab_size) {
     *error = "--eot-token " + std::to_string(c->eot_token) + " is outside the vocabulary of " +
@@ -267,6 +275,10 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   }
   c->checkpoint_version = ck == "f32" ? 3 : 5;
   c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir();
+  if (c->output_dir.empty()) {
+    *error = "--output-dir: empty (name a directory)";
+    return false;
+  }
   c->resume = f.get("resume");
   c->dry_run = f.on("dry-run") || f.on("print-plan");
   c->json = f.on("json");

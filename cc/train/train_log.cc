@@ -38,15 +38,17 @@ bool TrainLog::open(const std::string& dir, int resumed_step, std::string* error
     if (!read_file(path_, &text, error) || !write_file_atomic(path_, kept_lines(text, resumed_step), error))
       return false;
   }
-  file_ = std::fopen(path_.c_str(), resumed_step > 0 ? "a" : "w");
-  if (file_ == nullptr) {
-    *error = path_ + ": " + std::strerror(errno);
-    return false;
-  }
+  append_ = resumed_step > 0;
   return true;
 }
 
 bool TrainLog::write_line(const Json& line, std::string* error) {
+  // Opened at the first line: a fresh run that fails before its first step leaves an
+  // earlier run's log as it was.
+  if (file_ == nullptr && (file_ = std::fopen(path_.c_str(), append_ ? "a" : "w")) == nullptr) {
+    *error = path_ + ": " + std::strerror(errno);
+    return false;
+  }
   const std::string text = line.dump() + "\n";
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
     *error = path_ + ": " + std::strerror(errno);

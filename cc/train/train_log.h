@@ -3,7 +3,7 @@
 // there, as llm.c's main.log does. report.json has the same numbers, but only at the end.
 //   {"step":12,"train_loss":4.3121,"lr":0.0006,"grad_norm":0.823,"step_ms":31.2,"tokens_per_s":524800}
 //   {"step":250,"val_loss":4.0537}
-// A fresh run starts it anew. A resumed one keeps the lines up to the step it resumes from
+// A fresh run starts it anew at its first line. A resumed one keeps the lines up to the step it resumes from
 // (the run it continues may have gone further before it stopped, past its last checkpoint;
 // so may a half-written last line, which is dropped) and appends after them.
 #pragma once
@@ -34,6 +34,7 @@ class TrainLog {
 
   std::FILE* file_ = nullptr;
   std::string path_;
+  bool append_ = false;
 };
 
 }  // namespace nfn

@@ -101,6 +101,11 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
              geometry_json(c.model).dump();
     return false;
   }
+  if (step > c.max_steps) {
+    *error = model_path + ": its step " + std::to_string(step) + " is past --max-steps " +
+             std::to_string(c.max_steps) + " (raise --max-steps to train on from it)";
+    return false;
+  }
   if (!read_state_header(join_path(dir, state_file_name(step)), &s->state, error)) return false;
   if (s->state.num_parameters != num_parameters(g) || s->state.step != step) {
     *error = join_path(dir, state_file_name(step)) + ": does not belong to " + model_path;
@@ -136,12 +141,19 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
   st.data_offset = pos.offset;
   st.num_parameters = model.num_parameters();
   *model_path = join_path(c.output_dir, model_file_name(step));
-  // DONE is written last: a crash before it leaves a checkpoint that resume ignores.
-  return write_model_file(*model_path, model.config(), from_model(model, GPT::Stored::kMaster), c.checkpoint_version,
+  // A bf16 model file rounds the master weights: the state keeps them whole, so a resume is
+  // the run it continues, bit for bit.
+  const bool bf16_file = c.checkpoint_version == 5;
+  const FloatSource master = from_model(model, GPT::Stored::kMaster);
+  // DONE is written last: a crash before it leaves a checkpoint that resume ignores. One
+  // left from an earlier run's checkpoint of this step goes first, or a failure half way
+  // through would leave this run's model beside that run's state, marked complete.
+  return remove_file(join_path(c.output_dir, done_file_name(step)), error) &&
+         write_model_file(*model_path, model.config(), from_model(model, GPT::Stored::kMaster), c.checkpoint_version,
                           error) &&
          write_state_file(join_path(c.output_dir, state_file_name(step)), st,
                           from_model(model, GPT::Stored::kFirstMoment), from_model(model, GPT::Stored::kSecondMoment),
-                          error) &&
+                          error, bf16_file ? &master : nullptr) &&
          write_file_atomic(join_path(c.output_dir, "manifest.json"),
                            manifest_json(c, model_file_name(step), step, model.num_parameters()).dump(2) + "\n",
                            error) &&
@@ -266,6 +278,8 @@ int run_training(const TrainConfig& c) {
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),
                             into_model(model, GPT::Stored::kSecondMoment), &error) ||
+        (start.state.has_master &&
+         !read_state_master(start.state_path, start.state, into_model(model, GPT::Stored::kMaster), &error)) ||
         !train.seek(pos, &error))
       return fail(error);
   } else if (!c.weights.empty()) {
@@ -273,7 +287,8 @@ int run_training(const TrainConfig& c) {
     int version = 0;
     if (!read_model_header(c.weights, &g, &version, &error)) return fail(error);
     if (num_parameters(g) != model.num_parameters() || g.num_layers != c.model.num_layers ||
-        g.channels != c.model.channels || g.vocab_size != c.model.vocab_size)
+        g.num_heads != c.model.num_heads || g.channels != c.model.channels || g.vocab_size != c.model.vocab_size ||
+        g.max_seq_len != c.model.max_seq_len || g.padded_vocab_size != c.model.padded_vocab_size)
       return fail(c.weights + ": weights geometry " + geometry_json(g).dump() + " does not match the model's " +
                   geometry_json(c.model).dump());
     if (!read_model_file(c.weights, &g, into_model(model, GPT::Stored::kMaster), &error)) return fail(error);
@@ -324,8 +339,9 @@ int run_training(const TrainConfig& c) {
   TrainLog log;
   if (!log.open(c.output_dir, start.step, &error)) return fail(error);
 
-  // Validates, times it, records [step, loss], prints a line and logs it.
-  auto run_validation = [&](int step, float* loss) {
+  // Validates, times it, records [step, loss], prints a line and logs it (unless a resumed
+  // run that had nothing left to train already logged it).
+  auto run_validation = [&](int step, float* loss, bool logged = true) {
     const auto t = Clock::now();
     if (!validate(model, val, c.eval_batches, B, T, loss, &error)) return false;
     ph.validation += seconds_since(t);
@@ -333,7 +349,7 @@ int run_training(const TrainConfig& c) {
     r.push(step);
     r.push(static_cast<double>(*loss));
     std::fprintf(stderr, "step %5d/%d | validation loss %.4f\n", step, c.max_steps, *loss);
-    return log.validation(step, *loss, &error);
+    return !logged || log.validation(step, *loss, &error);
   };
 
   // A step whose ops are issued and whose scalars are not yet read.
@@ -454,10 +470,16 @@ int run_training(const TrainConfig& c) {
 
   // The artifact first: a failing validation must not cost the finished training.
   auto t0 = Clock::now();
-  const int final_step = std::max(c.max_steps, start.step);
-  if (!save_checkpoint(c, model, final_step, rng, train, &model_path, &error)) return fail(error);
+  // A resumed run with nothing left to train (its checkpoint is at --max-steps) keeps that
+  // checkpoint and its log as they are.
+  const int final_step = c.max_steps;
+  const bool trained = start.step < final_step;
+  if (!trained)
+    model_path = start.from;
+  else if (!save_checkpoint(c, model, final_step, rng, train, &model_path, &error))
+    return fail(error);
   ph.checkpoint += seconds_since(t0);
-  if (have_val && !run_validation(final_step, &final_val)) return fail(error);
+  if (have_val && !run_validation(final_step, &final_val, trained)) return fail(error);
   std::vector<int> samples;
   if (c.sample_tokens > 0 && !sample(model, c, &ops, backend.ctx, rng, &samples, &error)) return fail(error);
 
@@ -528,7 +550,8 @@ int run_training(const TrainConfig& c) {
   report.set("sample_tokens", sample_ids);
   if (!write_file_atomic(report_path, report.dump(2) + "\n", &error)) return fail(error);
   if (c.json) std::printf("%s\n", report.dump(2).c_str());
-  else std::fprintf(stderr, "nfn: wrote %s and %s\n", model_path.c_str(), report_path.c_str());
+  else if (trained) std::fprintf(stderr, "nfn: wrote %s and %s\n", model_path.c_str(), report_path.c_str());
+  else std::fprintf(stderr, "nfn: %s is at --max-steps already; wrote %s\n", model_path.c_str(), report_path.c_str());
   return 0;
 }
 

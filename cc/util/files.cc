@@ -138,6 +138,12 @@ bool make_dirs(const std::string& path, std::string* error) {
   return true;
 }
 
+bool remove_file(const std::string& path, std::string* error) {
+  if (::unlink(path.c_str()) == 0 || errno == ENOENT) return true;
+  *error = path + ": cannot remove: " + std::strerror(errno);
+  return false;
+}
+
 bool path_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;

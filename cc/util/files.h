@@ -59,6 +59,8 @@ class FileReader {
   std::string path_;
 };
 bool make_dirs(const std::string& path, std::string* error);
+// Removes a file; one that is not there is not an error. false + "<path>: <why>" otherwise.
+bool remove_file(const std::string& path, std::string* error);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::vector<std::string> list_dir(const std::string& dir);  // names, sorted; empty if unreadable

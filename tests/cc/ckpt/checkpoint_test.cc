@@ -3,10 +3,12 @@
 // nearest even (checked against a rounding written here); the state file keeps its fields and
 // both moments; a source that fails part-way leaves no file and no temp file, and the file
 // already at that path untouched.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,32 @@ int main() {
              rs.data_offset == 77 && rs.num_parameters == n,
          "state fields changed");
   EXPECT(rs.m == m && rs.v == v, "moments changed");
+  EXPECT(!rs.has_master, "a state written without master weights says it has them");
+
+  // With the f32 master weights after the moments (a bf16 model file's run): header [4] is 1,
+  // the file 12 bytes a parameter, and the weights come back whole, not rounded.
+  const std::string master_path = join_path(dir, state_file_name(4));
+  const FloatSource master = from_host(params);
+  EXPECT(write_state_file(master_path, st, from_host(m), from_host(v), &error, &master), "write state + master: %s",
+         error.c_str());
+  TrainState ms;
+  std::vector<float> weights(n, 0.f);
+  const FloatSink into_weights = [&weights](size_t offset, size_t count, const float* src, std::string*) {
+    std::copy(src, src + count, weights.begin() + static_cast<std::ptrdiff_t>(offset));
+    return true;
+  };
+  auto file_size = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    return static_cast<size_t>(f.tellg());
+  };
+  EXPECT(read_state_header(master_path, &ms, &error) && ms.has_master, "master weights not flagged: %s",
+         error.c_str());
+  EXPECT(file_size(master_path) == 1024 + 12 * n, "state + master size %zu", file_size(master_path));
+  EXPECT(read_state_master(master_path, ms, into_weights, &error) && weights == params,
+         "master weights changed: %s", error.c_str());
+  EXPECT(!read_state_master(state_path, rs, into_weights, &error) &&
+             error.find("holds no master weights") != std::string::npos,
+         "a state without master weights must say so, got: %s", error.c_str());
 
   // A source failing in its second chunk: false with its reason, the old file intact, no temp.
   Recorded failing{&m};

@@ -155,6 +155,88 @@ class TrainerRunTest(unittest.TestCase):
         # a fresh start begins the log anew: the copied lines are gone, not doubled
         self.assertEqual([x["step"] for x in self.log_lines(out)], [1, 2, 3, 3, 4, 5, 6, 6])
 
+    def test_bf16_checkpoints_resume_bitwise(self):
+        # The bf16 model file rounds the weights; the state keeps the f32 master weights after
+        # the moments (header [4] = 1, as llm.c's use_master_weights), so the resume is exact.
+        full = os.path.join(self.tmp, "bf16_full")
+        args = self.common + ["--checkpoint-dtype", "bf16"]
+        whole = json.loads(run(args + ["--output-dir", full, "--json"]).stdout)
+        out = os.path.join(self.tmp, "bf16_resumed")
+        shutil.copytree(full, out)
+        for f in ["model_00000006.bin", "state_00000006_00000.bin", "DONE_00000006", "report.json"]:
+            os.remove(os.path.join(out, f))
+        state = np.fromfile(os.path.join(out, "state_00000003_00000.bin"), dtype=np.int32, count=256)
+        self.assertEqual(state[4], 1)
+        resumed = json.loads(run(args + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        self.assertEqual(resumed["train_losses"], whole["train_losses"][3:])
+        for f in ["model_00000006.bin", "state_00000006_00000.bin"]:
+            self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(full, f)), f)
+
+    def test_failed_overwrite_of_a_step_unmarks_it(self):
+        # A fresh run into a directory holding a complete step-3 checkpoint fails while it
+        # rewrites that step (its state file cannot replace a directory): the old DONE marker
+        # must be gone, or a resume would take this run's model with that run's state.
+        out = self.interrupted_copy("overwrite")
+        state = os.path.join(out, "state_00000003_00000.bin")
+        os.remove(state)
+        os.makedirs(os.path.join(state, "blocker"))
+        proc = run(self.common + ["--output-dir", out, "--seed", "9"], check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "DONE_00000003")))
+
+    def test_resume_at_or_past_max_steps(self):
+        out = os.path.join(self.tmp, "finished")
+        shutil.copytree(self.full, out)
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--max-steps", "4"], check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: {out}/model_00000006.bin: its step 6 is "
+                                              "past --max-steps 4 (raise --max-steps to train on from it)")
+        # at --max-steps: nothing trained, the checkpoint and the log kept as they were
+        before = self.read(os.path.join(out, "log.jsonl"))
+        report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        self.assertEqual(report["train_losses"], [])
+        self.assertEqual(report["final_validation_loss"], self.report["final_validation_loss"])
+        self.assertEqual(report["model_file"], os.path.join(out, "model_00000006.bin"))
+        self.assertEqual(self.read(os.path.join(out, "log.jsonl")), before)
+
+    def test_float_flags_must_be_finite(self):
+        for flag, value in [("--learning-rate", "nan"), ("--weight-decay", "inf"), ("--max-grad-norm", "1e400")]:
+            proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "x"), flag, value], check=False)
+            self.assertEqual(proc.returncode, 2)
+            self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: {flag}: {value} is not a finite number")
+
+    def test_weights_of_another_head_count_are_refused(self):
+        proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "heads"), "--num-heads", "4",
+                                  "--weights", os.path.join(self.full, "model_00000006.bin")], check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn('weights geometry {"max_seq_len":16,"vocab_size":64,"padded_vocab_size":128,"num_layers":2,'
+                      '"num_heads":2,"channels":32} does not match', proc.stderr)
+
+    def test_graph_file_is_read_strictly_and_whole(self):
+        manifest = json.loads(self.read(os.path.join(self.full, "manifest.json")))
+
+        def graph(name, **changes):
+            m = json.loads(json.dumps(manifest))
+            m["geometry"].update(changes.pop("geometry", {}))
+            m.update(changes)
+            path = os.path.join(self.tmp, name + ".json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(m, f)
+            return run(["--graph-file", path, "--train-data", self.data, "--output-dir",
+                        os.path.join(self.tmp, "graph_" + name), "--max-steps", "1", "--backend", "cpu"], check=False)
+        for name, changes, why in [
+                ("fraction", {"geometry": {"num_layers": 2.7}}, "field num_layers is not a whole number in int range (2.7)"),
+                ("huge", {"geometry": {"channels": 1e12}}, "field channels is not a whole number in int range"),
+                ("family", {"model_family": "llama"}, "model_family llama is not one the dense GPT trainer takes")]:
+            proc = graph(name, **changes)
+            self.assertEqual(proc.returncode, 2, name)
+            self.assertIn(why, proc.stderr)
+        # its tokenizer and end-of-text token, where the flags do not name others
+        proc = graph("tokenizer", tokenizer="sp64", eot_token=5)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        written = json.loads(self.read(os.path.join(self.tmp, "graph_tokenizer", "manifest.json")))
+        self.assertEqual((written["tokenizer"], written["eot_token"]), ("sp64", 5))
+
     def test_bad_batch_math(self):
         proc = run(self.common + ["--output-dir", os.path.join(self.tmp, "x"), "--train-batch-tokens", "100"],
                    check=False)
