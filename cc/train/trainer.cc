@@ -236,6 +236,9 @@ int run_training(const TrainConfig& c) {
 
   Start start;
   if (!resolve_resume(c, &start, &error)) return fail(error);
+  if (int n = remove_orphaned_temp_files(c.output_dir))
+    std::fprintf(stderr, "nfn: removed %d unfinished file%s in %s that a killed run was writing\n", n,
+                 n == 1 ? "" : "s", c.output_dir.c_str());
 
   Backend backend;
   if (!open_backend(c.backend, c.tile_ops_lib, &backend, &error)) return fail(error);

@@ -138,6 +138,26 @@ bool make_dirs(const std::string& path, std::string* error) {
   return true;
 }
 
+int remove_orphaned_temp_files(const std::string& dir) {
+  int removed = 0;
+  for (const std::string& name : list_dir(dir)) {
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 >= name.size()) continue;
+    const std::string pid = name.substr(at + 5);
+    if (pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    // A writer still running (this process, or another run in the same directory) keeps its
+    // own; one killed and not yet reaped (a zombie, state Z) does not.
+    if (std::stol(pid) == static_cast<long>(::getpid())) continue;
+    std::string stat, unreadable;
+    if (read_file("/proc/" + pid + "/stat", &stat, &unreadable)) {
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'Z') continue;
+    }
+    removed += ::unlink(join_path(dir, name).c_str()) == 0;
+  }
+  return removed;
+}
+
 bool remove_file(const std::string& path, std::string* error) {
   if (::unlink(path.c_str()) == 0 || errno == ENOENT) return true;
   *error = path + ": cannot remove: " + std::strerror(errno);

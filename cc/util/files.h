@@ -59,6 +59,10 @@ class FileReader {
   std::string path_;
 };
 bool make_dirs(const std::string& path, std::string* error);
+// Removes what AtomicFileWriter left in `dir` from processes that no longer run (NAME.tmp.PID
+// of a writer killed before its rename: never read, but as large as what it was writing).
+// Returns how many it removed.
+int remove_orphaned_temp_files(const std::string& dir);
 // Removes a file; one that is not there is not an error. false + "<path>: <why>" otherwise.
 bool remove_file(const std::string& path, std::string* error);
 bool path_exists(const std::string& path);

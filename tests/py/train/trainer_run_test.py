@@ -141,6 +141,22 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual([x["step"] for x in self.log_lines(out)], [1, 2, 3, 3, 4, 5, 6, 6])
         self.assertEqual(untimed(self.log_lines(out)), untimed(self.log_lines(self.full)))
 
+    def test_files_a_killed_run_was_writing_are_removed(self):
+        # NAME.tmp.PID of a writer that no longer runs (pid_max + 1 never does) goes; one of a
+        # process that still runs (this test) stays.
+        out = self.interrupted_copy("orphans")
+        with open("/proc/sys/kernel/pid_max") as f:
+            dead = int(f.read()) + 1
+        orphan = os.path.join(out, f"model_00000004.bin.tmp.{dead}")
+        live = os.path.join(out, f"model_00000005.bin.tmp.{os.getpid()}")
+        for path in (orphan, live):
+            with open(path, "wb") as f:
+                f.write(b"half a checkpoint")
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto"])
+        self.assertIn(f"nfn: removed 1 unfinished file in {out} that a killed run was writing", proc.stderr)
+        self.assertFalse(os.path.exists(orphan))
+        self.assertTrue(os.path.exists(live))
+
     def test_checkpoint_without_done_marker_is_ignored(self):
         out = self.interrupted_copy("no_done", keep_done=False)
         # Naming the incomplete checkpoint explicitly is an error, not a silent fresh start.
