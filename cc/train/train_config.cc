@@ -54,7 +54,7 @@ void declare_train_flags(Flags* f) {
   f->value("checkpoint-every", "also write a checkpoint every N steps (0: only at the end)", "0");
   f->value("max-grad-norm", "clip the global gradient norm to this (0: no clipping)", "1.0");
   f->value("seed", "seed of the initialisation, data order and samples", "1337");
-  f->value("sample-tokens", "generate this many tokens after training (reported as ids)", "0");
+  f->value("sample-tokens", "generate this many tokens after training (reported as ids; at most the context less one)", "0");
   f->value("backend", "op library: cpu, cuda or auto", "auto");
   f->value("tile-ops-lib", "path of the op library to load (overrides --backend)");
   f->value("dtype", "storage of parameters and activations: f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
