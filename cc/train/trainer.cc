@@ -33,9 +33,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int fail(const std::string& message) {
+// One line on stderr; the exit code: 1, or 2 for a bad flag.
+int fail(const std::string& message, int code = 1) {
   std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", message.c_str());
-  return 1;
+  return code;
 }
 
 // Whether the CPU has bf16 dot-product units (AVX512-BF16 or AMX-BF16): where it has, bf16
@@ -250,9 +251,10 @@ int run_training(const TrainConfig& c) {
       {"attention", "attention", &c.attention}, {"gemm-tune", "gemm_tune", &c.gemm_tune},
       {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap},
       {"pdl", "pdl", &c.pdl}};
+  // A value the library refuses, or cannot run here, is a bad flag: exit 2, as the others.
   for (const auto& [flag, key, value] : options)
     if (!value->empty() && ops.ctx_configure(backend.ctx, key, value->c_str()) != NFN_OK)
-      return fail(std::string("--") + flag + ": " + ops.ctx_last_error(backend.ctx));
+      return fail(std::string("--") + flag + ": " + ops.ctx_last_error(backend.ctx), 2);
   // --matmul unset on the CPU: bf16 GEMMs (f32 accumulation) where the CPU has bf16 units and
   // the library offers them, else f32. The op library itself stays f32 unless told.
   std::string matmul = c.matmul;

@@ -142,7 +142,7 @@ class TrainCliTest(unittest.TestCase):
                                     "--model-dim", "32", "--train-seq-len", "16", "--batch-size", "2",
                                     "--max-steps", "1", "--backend", "cpu", "--attention", "flash_mma",
                                     "--output-dir", os.path.join(self.tmp, "refused")])
-        self.assertNotEqual(code, 0)
+        self.assertEqual(code, 2)  # a bad flag
         lines = err.strip().splitlines()
         self.assertEqual(len(lines), 1, err)
         self.assertIn("--attention", lines[0])
