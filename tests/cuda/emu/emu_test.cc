@@ -120,6 +120,8 @@ void check_launch_limits() {
   EXPECT(emu_probe::raise_shared_limit((227 << 10) + 1) == kInvalidValue, "a limit past sm_90's 227 KiB");
   EXPECT(emu_probe::launch_other_kernel_after_raising() == kInvalidConfiguration,
          "one kernel's raised limit let another kernel launch");
+  EXPECT(emu_probe::malloc_alignment() >= 32, "cudaMalloc's pointers aligned to %d bytes, not 32",
+         emu_probe::malloc_alignment());
   EXPECT(emu_probe::copy_from_64_bytes(64) == 0, "copying a whole allocation");
   EXPECT(emu_probe::copy_from_64_bytes(65) == kInvalidValue, "copying past an allocation");
   EXPECT(emu_probe::pinned_upload(true) == 0, "rewriting a page-locked upload's source after a synchronize");

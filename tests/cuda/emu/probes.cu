@@ -294,6 +294,19 @@ int copy_from_64_bytes(int bytes) {
   return err;
 }
 
+int malloc_alignment() {
+  uintptr_t bits = 0;
+  std::vector<void*> all;
+  for (int bytes = 1; bytes <= 300; ++bytes) {
+    void* p = nullptr;
+    cudaMalloc(&p, static_cast<size_t>(bytes));
+    bits |= reinterpret_cast<uintptr_t>(p);
+    all.push_back(p);
+  }
+  for (void* p : all) cudaFree(p);
+  return static_cast<int>(bits & (~bits + 1));  // the lowest set bit of any pointer
+}
+
 int pinned_upload(bool rewrite_after_sync) {
   void *host = nullptr, *dev = nullptr;
   cudaMallocHost(&host, 64);

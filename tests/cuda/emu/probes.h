@@ -56,6 +56,9 @@ void pdl_begin_after_barrier();
 
 // cudaMemcpyAsync device-to-host of `bytes` from a 64-byte allocation.
 int copy_from_64_bytes(int bytes);
+// The smallest alignment, in bytes, of cudaMalloc's pointers over allocations of 1 to 300
+// bytes (a GPU gives 256; the emulator must give at least the widest vector access, 32).
+int malloc_alignment();
 
 // An upload from page-locked memory, the source rewritten after a synchronize (allowed:
 // returns the second synchronize's result).
