@@ -66,7 +66,23 @@ def _file_identity(files):
     return [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files]
 
 
+def _recorded_tokenizer(directory):
+    """The tokenizer an nfn cache entry's meta.json says made its shards, or None (llm.c's own
+    shards carry no such file)."""
+    import json
+    try:
+        with open(os.path.join(directory, "meta.json"), encoding="utf-8") as f:
+            name = json.load(f)["tokenizer"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
 def _shard_source(name, tokenizer, train_path_or_dir):
+    # Shards that say which tokenizer made them are that tokenizer's, whichever was asked for,
+    # so a mismatch is caught where the caller compares them.
+    directory = train_path_or_dir if os.path.isdir(train_path_or_dir) else os.path.dirname(train_path_or_dir)
+    tokenizer = _recorded_tokenizer(directory) or tokenizer
     if os.path.isdir(train_path_or_dir):
         train = shard_headers.shards_in(train_path_or_dir, "train")
         if not train:

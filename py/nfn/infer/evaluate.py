@@ -96,7 +96,8 @@ def run(args):
         losses = score(engine, tokens, m.geometry["max_seq_len"])
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e)) from None
-    result = metrics(losses, tokens[1:], tok, m.eot)
+    # End-of-text targets count toward neither sum: the manifest's token, else the tokenizer's.
+    result = metrics(losses, tokens[1:], tok, m.eot if m.eot is not None else tok.eot_id)
     result.update({"checkpoint": m.source, "dataset": name, "split": args.split,
                    "backend": engine.backend, "backend_note": note})
     if args.json:

@@ -124,7 +124,9 @@ def run(args):
         raise UserError(f"prompt: {len(prompt)} tokens is longer than the context of {m.geometry['max_seq_len']}")
     engine, note = model_lib.start_engine(m, args.backend)
     stream = TextStream(tok, sys.stdout) if tok is not None and not args.json else None
-    eot = m.eot if m.eot is not None else -1
+    # The end-of-text token stops generation: the manifest's, else the tokenizer's (an llm.c
+    # file carries no manifest), as the unconditional start above takes it.
+    eot = m.eot if m.eot is not None else (tok.eot_id if tok is not None and tok.eot_id is not None else -1)
     on_token = None
     if stream is not None:
         on_token = lambda t: t == eot or stream.push(t)  # noqa: E731 (the EOT is not printed)

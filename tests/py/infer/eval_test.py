@@ -112,6 +112,31 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(got["tokens"], want["tokens"])
         self.assertAlmostEqual(got["loss"], want["loss"], delta=2e-5 * want["loss"])
 
+    def test_without_a_manifest_the_tokenizers_end_of_text(self):
+        """An llm.c file alone (GPT-2's vocabulary says gpt2): its end-of-text token, the
+        tokenizer's, is still left out of the bytes, so the numbers are the manifest's."""
+        bare = os.path.join(self.tmp, "bare")
+        os.makedirs(bare)
+        for name in ("model_00000010.bin", "DONE_00000010"):
+            shutil.copy(os.path.join(self.ckpt, name), bare)
+        code, out, err, _ = fixtures.run_nfn(["eval", "--checkpoint", bare, "--dataset", self.data, "--json",
+                                              "--backend", "cpu"])
+        self.assertEqual(code, 0, err)
+        got, want = json.loads(out), self.reference()
+        self.assertAlmostEqual(got["bits_per_byte"], want["bits_per_byte"], delta=2e-5 * want["bits_per_byte"])
+
+    def test_shards_another_tokenizer_made(self):
+        """A shard directory whose meta.json names its tokenizer is that tokenizer's: scoring it
+        with a gpt2 checkpoint is refused, even though every id fits the vocabulary."""
+        other = os.path.join(self.tmp, "other_tokenizer")
+        shutil.copytree(self.data, other)
+        with open(os.path.join(other, "meta.json"), "w") as f:
+            json.dump({"tokenizer": {"name": "sp1024"}}, f)
+        code, _, err, _ = fixtures.run_nfn(["eval", "--checkpoint", self.ckpt, "--dataset", other, "--backend", "cpu"])
+        self.assertEqual(code, 1)
+        self.assertEqual(err.strip(), f"nfn eval: error: dataset {other} is tokenized with sp1024 but the "
+                                      "checkpoint uses gpt2")
+
     def test_recorded_data(self):
         from nfn.infer.checkpoint import recorded_data
         text = os.path.join(self.tmp, "plays.txt")
