@@ -75,6 +75,8 @@ def run(args):
         raise UserError(f"--max-tokens must be >= 1 (got {args.max_tokens})")
     from nfn.infer import model as model_lib
     m = model_lib.load(args, need_tokenizer=True)
+    if args.dataset == "":
+        raise UserError("--dataset: empty (name a dataset alias or a shard directory)")
     data = ("dataset", args.dataset) if args.dataset else m.data
     if data is None:
         raise UserError(f"--dataset is required: {m.source} records no training data (name an alias from "

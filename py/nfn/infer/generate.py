@@ -35,12 +35,18 @@ def export(args):
     from nfn.infer import hf, model
     geom, dtype, flat, manifest, source = model.load_stored(args)
     manifest = manifest or {}
-    if args.export_hf:
-        hf.export(flat, geom, dtype, args.export_hf, manifest.get("tokenizer"), manifest.get("eot_token"))
-        print(f"wrote {os.path.join(args.export_hf, 'config.json')} and model.safetensors from {source}")
-    if args.export_llmc:
-        model.write_llmc(args.export_llmc, geom, dtype, flat)
-        print(f"wrote {args.export_llmc} (llm.c version {3 if dtype == 'f32' else 5}) from {source}")
+    target = None
+    try:  # a target that is a file, a directory, or in a folder that is not there: one line
+        if args.export_hf is not None:
+            target = args.export_hf
+            hf.export(flat, geom, dtype, target, manifest.get("tokenizer"), manifest.get("eot_token"))
+            print(f"wrote {os.path.join(target, 'config.json')} and model.safetensors from {source}")
+        if args.export_llmc is not None:
+            target = args.export_llmc
+            model.write_llmc(target, geom, dtype, flat)
+            print(f"wrote {target} (llm.c version {3 if dtype == 'f32' else 5}) from {source}")
+    except OSError as e:
+        raise UserError(f"cannot write {target}: {e.strerror or e}") from None
     return 0
 
 
@@ -59,17 +65,20 @@ def parse_prompt_tokens(text, vocab_size):
     return ids
 
 
+INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # what the native engine takes
+
+
 def check_sampling(args):
-    if args.max_new_tokens < 0:
-        raise UserError(f"--max-new-tokens must be >= 0 (got {args.max_new_tokens})")
+    if not 0 <= args.max_new_tokens <= INT32_MAX:
+        raise UserError(f"--max-new-tokens must be in [0, {INT32_MAX}] (got {args.max_new_tokens})")
     if not args.temperature >= 0:
         raise UserError(f"--temperature must be >= 0 (got {args.temperature})")
-    if args.top_k is not None and args.top_k < 0:
-        raise UserError(f"--top-k must be >= 0 (got {args.top_k})")
+    if args.top_k is not None and not 0 <= args.top_k <= INT32_MAX:
+        raise UserError(f"--top-k must be in [0, {INT32_MAX}] (got {args.top_k})")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
-    if args.seed < 0:
-        raise UserError(f"--seed must be >= 0 (got {args.seed})")
+    if not 0 <= args.seed <= UINT64_MAX:
+        raise UserError(f"--seed must be in [0, 2^64) (got {args.seed})")
 
 
 class TextStream:
@@ -97,7 +106,10 @@ class TextStream:
 def run(args):
     if args.native_info or args.checkpoint_layout:
         return header_only(args)
-    if args.export_hf or args.export_llmc:
+    for flag, value in (("--export-hf", args.export_hf), ("--export-llmc", args.export_llmc)):
+        if value == "":
+            raise UserError(f"{flag}: empty path")
+    if args.export_hf is not None or args.export_llmc is not None:
         return export(args)
     check_sampling(args)
     from nfn.infer import model as model_lib
@@ -107,6 +119,10 @@ def run(args):
         from nfn import tokenizers
         tok = tokenizers.load(m.tokenizer)
     if args.prompt is not None:
+        try:
+            args.prompt.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 on the command line
+            raise UserError("--prompt: not valid UTF-8 text") from None
         prompt = tok.encode(args.prompt)
         if not prompt:
             raise UserError("--prompt: the text encodes to no tokens")

@@ -157,6 +157,7 @@ class EvalTest(unittest.TestCase):
             f.write(struct.pack("<3i", 20240801, 7, 3) + bytes(1012) + np.array([1, 60000, 2], "<u4").tobytes())
         cases = [
             (["--checkpoint", self.ckpt], "--dataset is required: " + self.ckpt),
+            (["--checkpoint", self.ckpt, "--dataset", ""], "--dataset: empty"),
             (["--checkpoint", self.ckpt, "--dataset", wide], "token id 60000 is outside the checkpoint's vocabulary"),
             (["--checkpoint", self.ckpt, "--dataset", self.data, "--tokenizer", "sp1024"], "tokenizer sp1024"),
             (["--checkpoint", os.path.join(self.tmp, "missing"), "--dataset", self.data], "not a file"),

@@ -281,6 +281,15 @@ class InferTest(unittest.TestCase):
             (["--checkpoint", self.v3, "--tokenizer", "sp1024"] + p, "tokenizer sp1024 has 1024 tokens"),
             (["--checkpoint", self.v3, "--top-p", "0"] + p, "--top-p must be in (0, 1]"),
             (["--checkpoint", self.v3, "--temperature", "-1"] + p, "--temperature must be >= 0"),
+            (["--checkpoint", self.v3, "--seed", str(2**64)] + p, "--seed must be in [0, 2^64)"),
+            (["--checkpoint", self.v3, "--max-new-tokens", str(2**31)] + p, "--max-new-tokens must be in [0, 2147483647]"),
+            (["--checkpoint", self.v3, "--top-k", str(2**31)] + p, "--top-k must be in [0, 2147483647]"),
+            (["--checkpoint", self.v3, "--prompt", "ROMEO \udcff"], "--prompt: not valid UTF-8 text"),
+            (["--checkpoint", self.v3, "--export-hf", ""], "--export-hf: empty path"),
+            (["--checkpoint", self.v3, "--export-hf", self.v3], f"cannot write {self.v3}: File exists"),
+            (["--checkpoint", self.v3, "--export-llmc", empty], f"cannot write {empty}: Is a directory"),
+            (["--checkpoint", self.v3, "--export-llmc", os.path.join(empty, "no", "x.bin")],
+             "No such file or directory"),
         ]
         for args, needle in cases:
             with self.subTest(args=args[:4]):
