@@ -163,6 +163,13 @@ def read_manifest(path):
     if not isinstance(m.get("geometry"), dict):
         raise UserError(f"{path}: missing object field geometry")
     validate_geometry(m["geometry"], f"{path}: geometry")
+    eot, tokenizer = m.get("eot_token"), m.get("tokenizer")
+    if eot is not None and (not isinstance(eot, int) or isinstance(eot, bool) or
+                            not 0 <= eot < m["geometry"]["vocab_size"]):
+        raise UserError(f"{path}: eot_token {eot!r} is not a token id of the vocabulary "
+                        f"[0, {m['geometry']['vocab_size']})")
+    if tokenizer is not None and not isinstance(tokenizer, str):
+        raise UserError(f"{path}: tokenizer {tokenizer!r} is not a name")
     return m
 
 

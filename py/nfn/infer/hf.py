@@ -63,6 +63,16 @@ def read_config(directory):
     geom = {"max_seq_len": cfg["n_positions"], "vocab_size": cfg["vocab_size"], "num_layers": cfg["n_layer"],
             "num_heads": cfg["n_head"], "channels": cfg["n_embd"], "padded_vocab_size": pad_vocab(cfg["vocab_size"])}
     checkpoint.validate_geometry(geom, path)
+    # eos_token_id: one id, or (as Hugging Face allows) a list of them, of which the first
+    # stops generation here.
+    eos = cfg.get("eos_token_id")
+    if isinstance(eos, list) and eos:
+        eos = eos[0]
+    if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool) or not 0 <= eos < cfg["vocab_size"]):
+        raise UserError(f"{path}: eos_token_id {cfg.get('eos_token_id')!r} is not a token id of the vocabulary")
+    cfg["eos_token_id"] = eos
+    if cfg.get("nfn_tokenizer") is not None and not isinstance(cfg["nfn_tokenizer"], str):
+        raise UserError(f"{path}: nfn_tokenizer {cfg['nfn_tokenizer']!r} is not a name")
     return cfg, geom
 
 

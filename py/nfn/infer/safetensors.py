@@ -42,7 +42,7 @@ def read_header(path):
     end_max = 0
     for name, entry in header.items():
         where = f"{path}: tensor {name}"
-        if not isinstance(entry, dict) or entry.get("dtype") not in DTYPE_BYTES:
+        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or entry["dtype"] not in DTYPE_BYTES:
             raise UserError(f"{where}: unknown dtype {entry.get('dtype') if isinstance(entry, dict) else entry!r}")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):

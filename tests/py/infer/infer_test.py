@@ -295,6 +295,21 @@ class InferTest(unittest.TestCase):
             with self.subTest(args=args[:4]):
                 self.assert_one_line_error(args, needle)
 
+    def test_manifest_fields_of_the_wrong_type(self):
+        for name, change, needle in [("eot_str", {"eot_token": "1"}, "eot_token '1' is not a token id"),
+                                     ("eot_big", {"eot_token": V}, f"eot_token {V} is not a token id"),
+                                     ("tok_num", {"tokenizer": 123}, "tokenizer 123 is not a name")]:
+            with self.subTest(name=name):
+                run = os.path.join(self.tmp, name)
+                shutil.copytree(self.run_dir, run)
+                path = os.path.join(run, "manifest.json")
+                with open(path) as f:
+                    manifest = json.load(f)
+                manifest.update(change)
+                with open(path, "w") as f:
+                    json.dump(manifest, f)
+                self.assert_one_line_error(["--checkpoint", run, "--prompt-tokens", "1"], f"{path}: {needle}")
+
     def test_manifest_that_does_not_match_the_weights(self):
         other = dict(self.geom, channels=64)
         graph = os.path.join(self.tmp, "other_manifest.json")
