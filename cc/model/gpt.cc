@@ -53,7 +53,9 @@ void GPT::release() {
 
 bool GPT::check(nfn_status s, const char* what, std::string* error) const {
   if (s == NFN_OK) return true;
-  *error = std::string(what) + ": " + ops_->ctx_last_error(ctx_);
+  // The op libraries name the op themselves ("attention_forward: head size ..."): once is enough.
+  const std::string said = ops_->ctx_last_error(ctx_), op = std::string(what) + ": ";
+  *error = said.rfind(op, 0) == 0 ? said : op + said;
   return false;
 }
 

@@ -427,7 +427,9 @@ int run_training(const TrainConfig& c) {
       // one fails, the micro-step is issued op by op, as is the rest of the run.
       bool ok = graphs && step > start.step ? step_graph.run(model.activations_version(), forward_backward, &error)
                                             : forward_backward(&error);
-      if (!ok && graphs && c.graphs == "auto" && step_graph.recordings() == 0) {
+      // Only a failed recording (a later step's) turns graphs off: a failure of the first
+      // step, which runs op by op anyway, is the op's own and ends the run.
+      if (!ok && graphs && step > start.step && c.graphs == "auto" && step_graph.recordings() == 0) {
         graphs = false;
         graphs_note = "graphs off: " + error;
         std::fprintf(stderr, "nfn: %s; going on op by op\n", graphs_note.c_str());
