@@ -150,8 +150,7 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
   // left from an earlier run's checkpoint of this step goes first, or a failure half way
   // through would leave this run's model beside that run's state, marked complete.
   return remove_file(join_path(c.output_dir, done_file_name(step)), error) &&
-         write_model_file(*model_path, model.config(), from_model(model, GPT::Stored::kMaster), c.checkpoint_version,
-                          error) &&
+         write_model_file(*model_path, model.config(), master, c.checkpoint_version, error) &&
          write_state_file(join_path(c.output_dir, state_file_name(step)), st,
                           from_model(model, GPT::Stored::kFirstMoment), from_model(model, GPT::Stored::kSecondMoment),
                           error, bf16_file ? &master : nullptr) &&

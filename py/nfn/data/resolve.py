@@ -69,12 +69,9 @@ def _file_identity(files):
 def _recorded_tokenizer(directory):
     """The tokenizer an nfn cache entry's meta.json says made its shards, or None (llm.c's own
     shards carry no such file)."""
-    import json
-    try:
-        with open(os.path.join(directory, "meta.json"), encoding="utf-8") as f:
-            name = json.load(f)["tokenizer"]["name"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    from nfn.data.cache import read_meta  # cache imports this module
+    tokenizer = (read_meta(directory) or {}).get("tokenizer")
+    name = tokenizer.get("name") if isinstance(tokenizer, dict) else None
     return name if isinstance(name, str) else None
 
 

@@ -131,7 +131,7 @@ class EvalTest(unittest.TestCase):
         other = os.path.join(self.tmp, "other_tokenizer")
         shutil.copytree(self.data, other)
         with open(os.path.join(other, "meta.json"), "w") as f:
-            json.dump({"tokenizer": {"name": "sp1024"}}, f)
+            json.dump({"schema": 1, "tokenizer": {"name": "sp1024"}}, f)  # as a cache entry writes it
         code, _, err, _ = fixtures.run_nfn(["eval", "--checkpoint", self.ckpt, "--dataset", other, "--backend", "cpu"])
         self.assertEqual(code, 1)
         self.assertEqual(err.strip(), f"nfn eval: error: dataset {other} is tokenized with sp1024 but the "
