@@ -25,15 +25,8 @@ def read_source(args):
     from nfn.errors import UserError
 
     if args.pretraining_file:
-        path = args.pretraining_file
-        if os.path.isdir(path):
-            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt"))
-            if not files:
-                raise UserError(f"{path}: directory holds no .txt files")
-        elif os.path.isfile(path):
-            files = [path]
-        else:
-            raise UserError(f"{path}: no such file or directory")
+        from nfn.data.resolve import text_files_of  # as `nfn data prepare` finds them
+        files = text_files_of(args.pretraining_file)
         parts = []
         for f in files:
             try:

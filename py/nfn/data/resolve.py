@@ -55,7 +55,13 @@ def text_files_of(path):
     found = []
     for root, dirs, names in os.walk(path):
         dirs.sort()
-        found += [os.path.join(root, n) for n in sorted(names) if n.endswith(".txt")]
+        for n in sorted(names):
+            if not n.endswith(".txt"):
+                continue
+            f = os.path.join(root, n)
+            if not os.path.isfile(f):  # a dangling link, a pipe or a device: nothing to read (or a hang)
+                raise UserError(f"{f}: not a regular file")
+            found.append(f)
     if not found:
         raise UserError(f"{path}: no .txt files in this directory")
     return found

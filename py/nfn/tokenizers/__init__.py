@@ -25,7 +25,10 @@ def trained_names():
     root = paths.tokenizers_dir()
     if not os.path.isdir(root):
         return []
-    return sorted(n for n in os.listdir(root) if n not in SENTENCEPIECE_SIZES and _trained_manifest(n))
+    # A built-in's name is never a trained one; a dot-name is a folder `tokenizer train` is
+    # still writing (or was killed writing).
+    return sorted(n for n in os.listdir(root)
+                  if n not in BUILTIN and not n.startswith(".") and _trained_manifest(n))
 
 
 def known_names():
@@ -94,9 +97,14 @@ def model_files(name):
         path = os.path.join(paths.tokenizers_dir(), name, f"{name}.model")
         return [path] if os.path.isfile(path) else []
     d = os.path.join(paths.tokenizers_dir(), name)
-    if _trained_manifest(name) is None:
+    manifest = _trained_manifest(name) if name not in BUILTIN and not name.startswith(".") else None
+    if manifest is None:
         raise _unknown(name)
-    return sorted(os.path.join(d, n) for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))
+    # The manifest and the ranks it names, as BPETokenizer.identity hashes them (held-out
+    # text beside them does not define the tokenizer).
+    ranks = (manifest.get("files") or {}).get("ranks") if isinstance(manifest.get("files"), dict) else None
+    files = [TRAINED_MANIFEST] + ([ranks] if isinstance(ranks, str) else [])
+    return sorted(os.path.join(d, n) for n in files if os.path.isfile(os.path.join(d, n)))
 
 
 def fingerprint(name):

@@ -7,7 +7,6 @@ On disk (one directory per name under the tokenizer cache):
   heldout.txt         optional: text kept out of training, for `nfn tokenizer eval`
 """
 import base64
-import hashlib
 import json
 import os
 import shutil
@@ -38,6 +37,9 @@ SPLIT_PATTERN = (
 MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 
 
+MAX_VOCAB = 2**32 - 1
+
+
 def train(texts, vocab_size, name, out_root, heldout=None):
     """Train on an iterable of strings; save atomically to out_root/name; return the directory.
 
@@ -50,6 +52,9 @@ def train(texts, vocab_size, name, out_root, heldout=None):
     if vocab_size < MIN_VOCAB:
         raise UserError(f"--vocab-size must be at least {MIN_VOCAB} (256 bytes + "
                         f"{len(SPECIAL_TOKENS)} special tokens), got {vocab_size}")
+    if vocab_size > MAX_VOCAB:
+        raise UserError(f"--vocab-size must be at most {MAX_VOCAB} (token ids are stored as uint32), "
+                        f"got {vocab_size}")
     trainer = rustbpe.Tokenizer()
     trainer.train_from_iterator(iter(texts), vocab_size - len(SPECIAL_TOKENS), pattern=SPLIT_PATTERN)
     ranks = sorted(((bytes(b), r) for b, r in trainer.get_mergeable_ranks()), key=lambda x: x[1])
@@ -77,6 +82,9 @@ def train(texts, vocab_size, name, out_root, heldout=None):
 def check_name(name):
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
         raise UserError(f"--name must be a plain directory name, got {name!r}")
+    from nfn.tokenizers import BUILTIN
+    if name in BUILTIN:
+        raise UserError(f"--name {name} is a built-in tokenizer's; choose another name")
 
 
 def save_atomically(out_root, name, files):
@@ -272,9 +280,8 @@ class BPETokenizer:
         return token_id in self._special_by_id
 
     def identity(self):
-        """Name, kind, vocabulary size and the sha256 of each model file."""
-        digests = {}
-        for fname, path in sorted(self._files.items()):
-            with open(path, "rb") as f:
-                digests[fname] = hashlib.sha256(f.read()).hexdigest()
-        return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size, "sha256": digests}
+        """Name, kind, vocabulary size and the sha256 of its files: tokenizers.fingerprint's,
+        so a dataset cache entry made with it is found again."""
+        from nfn.tokenizers import sha256_of_files
+        return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size,
+                "sha256": sha256_of_files(sorted(self._files.values()))}

@@ -68,6 +68,11 @@ class TokenizerCliTest(unittest.TestCase):
               "--name", "x"], "no such file or directory"),
             (["--pretraining-file", self.text, "--vocab-size", "100", "--name", "x"], "at least 265"),
             (["--pretraining-file", self.text, "--vocab-size", "300", "--name", "../x"], "--name"),
+            (["--pretraining-file", self.text, "--vocab-size", "300", "--name", "gpt2"],
+             "--name gpt2 is a built-in tokenizer's"),
+            (["--pretraining-file", self.text, "--vocab-size", "300", "--name", "sp1024"],
+             "--name sp1024 is a built-in tokenizer's"),
+            (["--pretraining-file", self.text, "--vocab-size", str(10**10), "--name", "x"], "at most 4294967295"),
         ]
         for args, needle in cases:
             r = nfn_cli(["tokenizer", "train"] + args, self.env)
@@ -78,6 +83,33 @@ class TokenizerCliTest(unittest.TestCase):
         r = nfn_cli(["tokenizer", "eval", "--name", "absent"], self.env)
         self.assertEqual(r.returncode, 1)
         self.assertTrue(r.stderr.startswith("nfn tokenizer: error:"), r.stderr)
+
+    def test_a_folder_of_text_as_data_prepare_reads_it(self):
+        # .txt files only in a subfolder are found (recursively, as `nfn data prepare` finds
+        # them); a dangling link among them is one line naming it.
+        folder = os.path.join(self.tmp, "corpus")
+        os.makedirs(os.path.join(folder, "deeper"))
+        shutil.copy(self.text, os.path.join(folder, "deeper", "a.txt"))
+        r = nfn_cli(["tokenizer", "train", "--pretraining-file", folder, "--vocab-size", "300", "--name", "nested"],
+                    self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        os.symlink(os.path.join(self.tmp, "gone.txt"), os.path.join(folder, "gone.txt"))
+        r = nfn_cli(["tokenizer", "train", "--pretraining-file", folder, "--vocab-size", "300", "--name", "y"],
+                    self.env)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip(), f"nfn tokenizer: error: {folder}/gone.txt: not a regular file")
+
+    def test_a_folder_being_written_is_not_a_tokenizer(self):
+        # What a killed `tokenizer train` leaves (.NAME.tmp-*, manifest included) is not listed.
+        r = nfn_cli(["tokenizer", "train", "--pretraining-file", self.text, "--vocab-size", "300", "--name", "x"],
+                    self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        toks = os.path.join(self.tmp, "toks")
+        shutil.copytree(os.path.join(toks, "x"), os.path.join(toks, ".x.tmp-abc123"))
+        r = nfn_cli(["data", "tokenizers", "--json"], self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn(".x.tmp-abc123", r.stdout)
+        self.assertIn('"x"', r.stdout)
 
 
 if __name__ == "__main__":
