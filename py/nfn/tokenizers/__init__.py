@@ -71,8 +71,8 @@ def vocab_size_of(name):
         return GPT2_VOCAB_SIZE
     if name in SENTENCEPIECE_SIZES:
         return SENTENCEPIECE_SIZES[name]
-    manifest = _trained_manifest(name) if "/" not in name else None
-    if manifest is None:
+    manifest = _trained_manifest(name) if "/" not in name and not name.startswith(".") else None
+    if manifest is None:  # (a dot-name is a folder `tokenizer train` is writing, as load says)
         raise _unknown(name)
     return int(manifest["vocab_size"])
 

@@ -82,7 +82,7 @@ class TokenizerCliTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "toks", "x")))
         r = nfn_cli(["tokenizer", "eval", "--name", "absent"], self.env)
         self.assertEqual(r.returncode, 1)
-        self.assertTrue(r.stderr.startswith("nfn tokenizer: error:"), r.stderr)
+        self.assertTrue(r.stderr.startswith("nfn tokenizer: error: unknown tokenizer 'absent'"), r.stderr)
 
     def test_a_folder_of_text_as_data_prepare_reads_it(self):
         # .txt files only in a subfolder are found (recursively, as `nfn data prepare` finds
