@@ -92,7 +92,7 @@ bool read_manifest(const std::string& path, TrainConfig* c, std::string* error) 
   }
   c->model = g;
   if (const Json* f = m.find("model_family"); f && f->is_string()) {
-    if (f->as_string() != "gpt" && f->as_string() != "gpt2" && f->as_string() != "gpt3") {
+    if (!dense_gpt_family(f->as_string())) {
       *error = path + ": model_family " + f->as_string() + " is not one the dense GPT trainer takes (gpt, gpt2, gpt3)";
       return false;
     }

@@ -127,9 +127,13 @@ std::string default_output_dir() {
 
 }  // namespace
 
+bool dense_gpt_family(const std::string& family) {
+  return family == "gpt" || family == "gpt2" || family == "gpt3";
+}
+
 bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   c->model_family = f.get("model-family");
-  if (c->model_family != "gpt" && c->model_family != "gpt2" && c->model_family != "gpt3") {
+  if (!dense_gpt_family(c->model_family)) {
     *error = "--model-family " + c->model_family + ": the dense GPT trainer takes gpt, gpt2 or gpt3";
     return false;
   }

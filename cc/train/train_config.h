@@ -46,6 +46,8 @@ void declare_train_flags(Flags* flags);
 // Resolves flags into a config: presets, family defaults, the llm.c recipe for GPT-2/3
 // templates, the CPU demo otherwise. false + one line naming the flag on bad input.
 bool resolve_train_config(const Flags& flags, TrainConfig* out, std::string* error);
+// Whether the dense GPT trainer takes this family (gpt, gpt2 or gpt3), from a flag or a manifest.
+bool dense_gpt_family(const std::string& family);
 // The --print-plan / --dry-run object: geometry, parameters, schedule, batch math.
 Json plan_json(const TrainConfig& c);
 Json geometry_json(const GPTConfig& g);

@@ -112,10 +112,10 @@ def load_named(name):
 
 def run_eval(args):
     from nfn import paths
+    from nfn import tokenizers
     from nfn.errors import UserError
     from nfn.tokenizers import bpe
 
-    from nfn import tokenizers
     tokenizers.vocab_size_of(args.name)  # an unknown name fails here, before any text is read
     if args.pretraining_file or args.dataset:
         text, source = read_source(args), args.pretraining_file or args.dataset

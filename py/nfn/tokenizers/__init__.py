@@ -25,10 +25,7 @@ def trained_names():
     root = paths.tokenizers_dir()
     if not os.path.isdir(root):
         return []
-    # A built-in's name is never a trained one; a dot-name is a folder `tokenizer train` is
-    # still writing (or was killed writing).
-    return sorted(n for n in os.listdir(root)
-                  if n not in BUILTIN and not n.startswith(".") and _trained_manifest(n))
+    return sorted(n for n in os.listdir(root) if _trained_manifest(n))
 
 
 def known_names():
@@ -36,7 +33,11 @@ def known_names():
 
 
 def _trained_manifest(name):
-    """The bpe manifest of tokenizers_dir()/name, or None when there is none."""
+    """The bpe manifest of tokenizers_dir()/name, or None when there is none. Never for a
+    built-in's name, a path, or a dot-name (a folder `tokenizer train` is still writing, or
+    was killed writing)."""
+    if not isinstance(name, str) or name in BUILTIN or "/" in name or name.startswith("."):
+        return None
     path = os.path.join(paths.tokenizers_dir(), name, TRAINED_MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
@@ -59,7 +60,7 @@ def load(name):
     if name in SENTENCEPIECE_SIZES:
         from nfn.tokenizers.sentencepiece_bpe import SentencePieceTokenizer
         return SentencePieceTokenizer.materialize(name, SENTENCEPIECE_SIZES[name])
-    if isinstance(name, str) and "/" not in name and not name.startswith(".") and _trained_manifest(name):
+    if _trained_manifest(name):
         from nfn.tokenizers import bpe
         return bpe.load_trained(os.path.join(paths.tokenizers_dir(), name))
     raise _unknown(name)
@@ -71,8 +72,8 @@ def vocab_size_of(name):
         return GPT2_VOCAB_SIZE
     if name in SENTENCEPIECE_SIZES:
         return SENTENCEPIECE_SIZES[name]
-    manifest = _trained_manifest(name) if "/" not in name and not name.startswith(".") else None
-    if manifest is None:  # (a dot-name is a folder `tokenizer train` is writing, as load says)
+    manifest = _trained_manifest(name)
+    if manifest is None:
         raise _unknown(name)
     return int(manifest["vocab_size"])
 
@@ -97,7 +98,7 @@ def model_files(name):
         path = os.path.join(paths.tokenizers_dir(), name, f"{name}.model")
         return [path] if os.path.isfile(path) else []
     d = os.path.join(paths.tokenizers_dir(), name)
-    manifest = _trained_manifest(name) if name not in BUILTIN and not name.startswith(".") else None
+    manifest = _trained_manifest(name)
     if manifest is None:
         raise _unknown(name)
     # The manifest and the ranks it names, as BPETokenizer.identity hashes them (held-out
