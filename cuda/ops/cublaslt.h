@@ -36,6 +36,45 @@ struct GemmArgs {
 
 nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& args);
 
+// The three products of a row-major linear layer y (N,OC) = x (N,IC) @ w (OC,IC)^T, each the
+// column-major GEMM on the same memory (A, B and D in `dtype`; no epilogue). The linear ops
+// and the LM head (x the final norm's output, w the token embedding) both use them.
+// y = x w^T: D (OC,N col-major) = w^T (OC,IC) @ x (IC,N).
+inline GemmArgs linear_output(void* y, const void* x, const void* w, int N, int IC, int OC, nfn_dtype dtype) {
+  GemmArgs g;
+  g.trans_a = true;
+  g.m = OC, g.n = N, g.k = IC;
+  g.a = w, g.lda = IC;
+  g.b = x, g.ldb = IC;
+  g.d = y, g.ldd = OC;
+  g.ab = g.d_dtype = dtype;
+  return g;
+}
+
+// dx = dy w: D (IC,N col-major) = w (IC,OC) @ dy (OC,N); beta 0 (set 1 to accumulate).
+inline GemmArgs linear_input_grad(void* dx, const void* dy, const void* w, int N, int IC, int OC, nfn_dtype dtype) {
+  GemmArgs g;
+  g.m = IC, g.n = N, g.k = OC;
+  g.a = w, g.lda = IC;
+  g.b = dy, g.ldb = OC;
+  g.d = dx, g.ldd = IC;
+  g.ab = g.d_dtype = dtype;
+  return g;
+}
+
+// dw += x^T dy: D (IC,OC col-major) += x (IC,N) @ dy^T (N,OC); beta 1.
+inline GemmArgs linear_weight_grad(void* dw, const void* x, const void* dy, int N, int IC, int OC, nfn_dtype dtype) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = IC, g.n = OC, g.k = N;
+  g.a = x, g.lda = IC;
+  g.b = dy, g.ldb = OC;
+  g.d = dw, g.ldd = IC;
+  g.ab = g.d_dtype = dtype;
+  g.beta = 1.f;
+  return g;
+}
+
 inline bool has_gelu_aux(const GemmArgs& g) {
   return g.epilogue == GemmEpilogue::gelu_aux || g.epilogue == GemmEpilogue::gelu_aux_bias ||
          g.epilogue == GemmEpilogue::dgelu || g.epilogue == GemmEpilogue::dgelu_bgrad;

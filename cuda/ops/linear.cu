@@ -54,13 +54,7 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: aux must be given exactly when the epilogue is GELU", op);
   if (gelu && residual != nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: a residual cannot follow the GELU epilogue", op);
-  GemmArgs g;
-  g.trans_a = true;
-  g.m = OC, g.n = N, g.k = IC;
-  g.a = weight, g.lda = IC;
-  g.b = inp, g.ldb = IC;
-  g.d = out, g.ldd = OC;
-  g.ab = g.d_dtype = dtype;
+  GemmArgs g = nfn::cuda::linear_output(out, inp, weight, N, IC, OC, dtype);
   g.bias = bias;
   if (!gelu) {  // the residual comes in as cuBLASLt's C: out = inp W^T + residual + bias
     g.epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none;
@@ -107,13 +101,8 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   bool forked = false;
   if (dinp != nullptr && (dweight != nullptr || dbias != nullptr)) NFN_TRY(nfn::cuda::side_fork(ctx, op, &forked));
   nfn::cuda::SideSection side(ctx, forked);  // joined on every return from here
-  if (dinp != nullptr) {  // dinp (IC,N col-major) = W (IC,OC) @ dout (OC,N)
-    GemmArgs g;
-    g.m = IC, g.n = N, g.k = OC;
-    g.a = weight, g.lda = IC;
-    g.b = dout, g.ldb = OC;
-    g.d = dinp, g.ldd = IC;
-    g.ab = g.d_dtype = dtype;
+  if (dinp != nullptr) {
+    GemmArgs g = nfn::cuda::linear_input_grad(dinp, dout, weight, N, IC, OC, dtype);
     g.beta = accumulate_dinp ? 1.f : 0.f;
     // bf16 through a GELU: its derivative applied in the GEMM's epilogue (DGELU, the
     // pre-activation read as aux) where cuBLASLt allows it, so the GELU's output gradient is
@@ -152,17 +141,8 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
                                                                 static_cast<const E*>(dinp), N, IC)));
   }
   side.enter();
-  if (dweight != nullptr) {  // dweight (IC,OC col-major) += inp (IC,N) @ dout^T (N,OC)
-    GemmArgs g;
-    g.trans_b = true;
-    g.m = IC, g.n = OC, g.k = N;
-    g.a = inp, g.lda = IC;
-    g.b = dout, g.ldb = OC;
-    g.d = dweight, g.ldd = IC;
-    g.ab = g.d_dtype = dtype;
-    g.beta = 1.f;
-    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
-  }
+  if (dweight != nullptr)
+    NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dweight, inp, dout, N, IC, OC, dtype)));
   // dbias += dout's column sums: our kernel, 16 bytes a load, in every dtype. (cuBLASLt's
   // BGRADB epilogue ran as a kernel of its own, slower than this one: column_reduce.cuh.)
   if (dbias != nullptr)

@@ -274,14 +274,8 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = std::min(rows, N - r0);
     const char* xr = static_cast<const char*>(x) + es * r0 * C;
-    nfn::cuda::GemmArgs g;  // logits (Vp,R col-major) = wte (C,Vp)^T @ x (C,R)
-    g.trans_a = true;
-    g.m = Vp, g.n = R, g.k = C;
-    g.a = wte, g.lda = C;
-    g.b = xr, g.ldb = C;
-    g.d = logits, g.ldd = Vp;
-    g.ab = g.d_dtype = dtype;
-    NFN_TRY(nfn::cuda::gemm(ctx, op, g));
+    // logits (R,Vp) = x wte^T, dx = dlogits wte, dwte += x^T dlogits: a linear layer's products.
+    NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_output(logits, xr, wte, R, C, Vp, dtype)));
     NFN_DISPATCH(dtype, E, {
       auto* l = static_cast<E*>(logits);
       if (staged) {
@@ -301,23 +295,10 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     });
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
     if (!backward) continue;
-    nfn::cuda::GemmArgs gx;  // dx (C,R col-major) = wte (C,Vp) @ dlogits (Vp,R)
-    gx.m = C, gx.n = R, gx.k = Vp;
-    gx.a = wte, gx.lda = C;
-    gx.b = logits, gx.ldb = Vp;
-    gx.d = static_cast<char*>(dx) + es * r0 * C, gx.ldd = C;
-    gx.ab = gx.d_dtype = dtype;
-    NFN_TRY(nfn::cuda::gemm(ctx, op, gx));
-    if (dwte == nullptr) continue;
-    nfn::cuda::GemmArgs gw;  // dwte (C,Vp col-major) += x (C,R) @ dlogits^T (R,Vp)
-    gw.trans_b = true;
-    gw.m = C, gw.n = Vp, gw.k = R;
-    gw.a = xr, gw.lda = C;
-    gw.b = logits, gw.ldb = Vp;
-    gw.d = dwte, gw.ldd = C;
-    gw.ab = gw.d_dtype = dtype;
-    gw.beta = 1.f;
-    NFN_TRY(nfn::cuda::gemm(ctx, op, gw));
+    void* dxr = static_cast<char*>(dx) + es * r0 * C;
+    NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_input_grad(dxr, logits, wte, R, C, Vp, dtype)));
+    if (dwte != nullptr)
+      NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dwte, xr, logits, R, C, Vp, dtype)));
   }
   if (losses != nullptr || loss_sum != nullptr) {
     nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, N);

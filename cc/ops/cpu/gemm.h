@@ -32,6 +32,39 @@ struct Gemm {
 // context asks for it (matmul=bf16); on failure records "<op>: ..." on the context.
 nfn_status gemm(nfn_ctx* ctx, const char* op, const Gemm& g);
 
+// The three products of a linear layer y (N,OC) = x (N,IC) @ w (OC,IC)^T, all row-major: the
+// linear ops and the LM head (x the final norm's output, w the token embedding) use them.
+// y = x w^T (+ y when accumulating).
+inline Gemm linear_output(float* y, const float* x, const float* w, int64_t N, int64_t IC, int64_t OC) {
+  Gemm g;
+  g.M = N, g.N = OC, g.K = IC;
+  g.A = x, g.lda = IC;
+  g.B = w, g.ldb = IC, g.trans_b = true;
+  g.C = y, g.ldc = OC;
+  return g;
+}
+
+// dx = dy w (+ dx when accumulating).
+inline Gemm linear_input_grad(float* dx, const float* dy, const float* w, int64_t N, int64_t IC, int64_t OC) {
+  Gemm g;
+  g.M = N, g.N = IC, g.K = OC;
+  g.A = dy, g.lda = OC;
+  g.B = w, g.ldb = IC;
+  g.C = dx, g.ldc = IC;
+  return g;
+}
+
+// dw += dy^T x.
+inline Gemm linear_weight_grad(float* dw, const float* x, const float* dy, int64_t N, int64_t IC, int64_t OC) {
+  Gemm g;
+  g.M = OC, g.N = IC, g.K = N;
+  g.A = dy, g.lda = OC, g.trans_a = true;
+  g.B = x, g.ldb = IC;
+  g.C = dw, g.ldc = IC;
+  g.accumulate = true;
+  return g;
+}
+
 // An f32 product on the calling thread only, for ops that parallelize over independent
 // blocks themselves (attention in f32 mode). No bias; shapes are the caller's to check.
 void gemm_f32_serial(const Gemm& g);

@@ -26,11 +26,8 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   const size_t n = static_cast<size_t>(N) * OC;
   if (residual != nullptr && residual != out)  // out starts as the residual; the GEMM adds to it
     std::memcpy(out, residual, n * sizeof(float));
-  Gemm g;
-  g.M = N, g.N = OC, g.K = IC;
-  g.A = static_cast<const float*>(inp), g.lda = IC;
-  g.B = static_cast<const float*>(weight), g.ldb = IC, g.trans_b = true;
-  g.C = static_cast<float*>(gelu ? aux : out), g.ldc = OC;
+  Gemm g = nfn::cpu::linear_output(static_cast<float*>(gelu ? aux : out), static_cast<const float*>(inp),
+                                    static_cast<const float*>(weight), N, IC, OC);
   g.bias = static_cast<const float*>(bias);
   g.accumulate = residual != nullptr;
   NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_forward", g));
@@ -57,26 +54,18 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
               "linear_backward: gelu_pre needs dinp and no accumulate_dinp");
   NFN_REQUIRE(dinp_colsum == nullptr || dinp != nullptr, "linear_backward: dinp_colsum needs dinp");
   const float* g_out = static_cast<const float*>(dout);
-  if (dinp != nullptr) {  // dinp (N,IC) = dout (N,OC) @ W (OC,IC)
-    Gemm g;
-    g.M = N, g.N = IC, g.K = OC;
-    g.A = g_out, g.lda = OC;
-    g.B = static_cast<const float*>(weight), g.ldb = IC;
-    g.C = static_cast<float*>(dinp), g.ldc = IC;
+  if (dinp != nullptr) {
+    Gemm g = nfn::cpu::linear_input_grad(static_cast<float*>(dinp), g_out, static_cast<const float*>(weight), N,
+                                         IC, OC);
     g.accumulate = accumulate_dinp != 0;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward", g));
     if (gelu_pre != nullptr)  // through the GELU: exactly what gelu_backward computes
       NFN_RETURN_IF_ERROR(nfn_gelu_backward(ctx, dinp, gelu_pre, dinp, static_cast<size_t>(N) * IC, dtype));
   }
-  if (dweight != nullptr) {  // dW (OC,IC) += dout^T (OC,N) @ inp (N,IC)
-    Gemm g;
-    g.M = OC, g.N = IC, g.K = N;
-    g.A = g_out, g.lda = OC, g.trans_a = true;
-    g.B = static_cast<const float*>(inp), g.ldb = IC;
-    g.C = static_cast<float*>(dweight), g.ldc = IC;
-    g.accumulate = true;
-    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward", g));
-  }
+  if (dweight != nullptr)
+    NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "linear_backward",
+                                       nfn::cpu::linear_weight_grad(static_cast<float*>(dweight),
+                                                                    static_cast<const float*>(inp), g_out, N, IC, OC)));
   if (dbias != nullptr) nfn::cpu::add_column_sums(static_cast<float*>(dbias), g_out, N, OC);
   if (dinp_colsum != nullptr)
     nfn::cpu::add_column_sums(static_cast<float*>(dinp_colsum), static_cast<const float*>(dinp), N, IC);

@@ -49,11 +49,10 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   double total = 0.0;
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
-    Gemm fwd;  // logits (rows,V) = x (rows,C) @ wte^T
-    fwd.M = rows, fwd.N = V, fwd.K = C;
-    fwd.A = xs + static_cast<size_t>(r0) * C, fwd.lda = C;
-    fwd.B = w, fwd.ldb = C, fwd.trans_b = true, fwd.B_bf16 = wte_bf16;
-    fwd.C = logits, fwd.ldc = V;
+    // logits (rows,V) = x wte^T, dx = dlogits wte, dwte += dlogits^T x: a linear layer's products.
+    const float* xr = xs + static_cast<size_t>(r0) * C;
+    Gemm fwd = nfn::cpu::linear_output(logits, xr, w, rows, C, V);
+    fwd.B_bf16 = wte_bf16;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", fwd));
     double chunk_total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : chunk_total)
@@ -75,19 +74,12 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     }
     total += chunk_total;
     if (dx == nullptr) continue;
-    Gemm back_x;  // dx (rows,C) = dlogits (rows,V) @ wte (V,C)
-    back_x.M = rows, back_x.N = C, back_x.K = V;
-    back_x.A = logits, back_x.lda = V;
-    back_x.B = w, back_x.ldb = C, back_x.B_bf16 = wte_bf16;
-    back_x.C = static_cast<float*>(dx) + static_cast<size_t>(r0) * C, back_x.ldc = C;
+    Gemm back_x = nfn::cpu::linear_input_grad(static_cast<float*>(dx) + static_cast<size_t>(r0) * C, logits, w,
+                                              rows, C, V);
+    back_x.B_bf16 = wte_bf16;
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", back_x));
     if (dwte == nullptr) continue;
-    Gemm back_w;  // dwte (V,C) += dlogits^T (V,rows) @ x (rows,C)
-    back_w.M = V, back_w.N = C, back_w.K = rows;
-    back_w.A = logits, back_w.lda = V, back_w.trans_a = true;
-    back_w.B = xs + static_cast<size_t>(r0) * C, back_w.ldb = C;
-    back_w.C = static_cast<float*>(dwte), back_w.ldc = C;
-    back_w.accumulate = true;
+    const Gemm back_w = nfn::cpu::linear_weight_grad(static_cast<float*>(dwte), xr, logits, rows, C, V);
     NFN_RETURN_IF_ERROR(nfn::cpu::gemm(ctx, "lm_head_cross_entropy", back_w));
   }
   if (loss_sum != nullptr) *loss_sum += static_cast<float>(total);
