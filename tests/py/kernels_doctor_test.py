@@ -5,6 +5,7 @@ import stat
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 from nfn import cuda_runtime
 from nfn.cli import kernels
@@ -51,6 +52,15 @@ class DoctorTest(unittest.TestCase):
         self.assertEqual(r["gpu"]["devices"], [])
         self.assertEqual(r["auto_backend"]["would_load"], "cpu")
         self.assertIn("cannot load libnfn-no-such-libcuda.so", r["auto_backend"]["reason"])
+
+    def test_cuda_library_alone_without_a_gpu_loads_nothing(self):
+        open(os.path.join(self.libs, kernels.CUDA_LIB), "w").close()
+        with mock.patch.object(kernels, "library_dirs", lambda env: [self.libs]):  # not the built ones
+            r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.assertEqual(r["op_libraries"], {"cuda": os.path.join(self.libs, kernels.CUDA_LIB), "cpu": None})
+        self.assertIsNone(r["auto_backend"]["would_load"])  # as the trainer's auto fails there
+        self.assertIn("no GPU visible", r["auto_backend"]["reason"])
+        self.assertIn("no CPU op library", r["auto_backend"]["reason"])
 
     def test_failing_nvidia_smi_is_reported_not_raised(self):
         script(os.path.join(self.bin, "nvidia-smi"), "echo 'NVIDIA-SMI has failed' >&2; exit 9\n")

@@ -9,7 +9,7 @@ The mask is 1 exactly on tokens the model must learn to produce: assistant text,
 calls with their delimiters, and <|assistant_end|>. Everything the model is given (user
 turns, <|assistant_start|>, tool output) has mask 0.
 """
-from nfn.chat.conversation import merged_messages, parts
+from nfn.chat.conversation import merged_messages, parts, validate
 from nfn.errors import UserError
 
 
@@ -50,10 +50,10 @@ def render_conversation(tokenizer, conversation, max_tokens=2048):
 def render_for_completion(tokenizer, conversation):
     """Ids of the conversation up to where the assistant speaks next, ending in
     <|assistant_start|>. A trailing assistant turn (the reference answer) is dropped."""
-    messages = conversation["messages"] if isinstance(conversation, dict) else None
-    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+    messages = validate(conversation)
+    if messages[-1]["role"] == "assistant":
         conversation = dict(conversation, messages=messages[:-1])
-    if not conversation.get("messages") or conversation["messages"][-1].get("role") != "user":
+    if conversation["messages"][-1]["role"] != "user":
         raise UserError("conversation: render_for_completion needs a conversation ending in a user turn")
     ids, _ = render_conversation(tokenizer, conversation, max_tokens=1 << 62)
     return ids + [tokenizer.special_id("<|assistant_start|>")]

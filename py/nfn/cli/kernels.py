@@ -185,10 +185,13 @@ def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
     cuda_lib, cpu_lib = find_library(CUDA_LIB, env), find_library(CPU_LIB, env)
     if cuda_lib and gpus["devices"]:
         would, why = "cuda", f"{CUDA_LIB} found and {len(gpus['devices'])} GPU(s) visible"
-    elif cpu_lib or cuda_lib:
+    elif cpu_lib:
         would = "cpu"
         why = ("no CUDA op library built" if not cuda_lib
                else "no GPU visible: " + gpus.get("error", "no devices"))
+    elif cuda_lib:
+        would, why = None, ("no GPU visible (" + gpus.get("error", "no devices") + ") and no CPU op "
+                            "library found (build with bazel, or set NFN_TILE_OPS_DIR)")
     else:
         would, why = None, "no op library found (build with bazel, or set NFN_TILE_OPS_DIR)"
     return {

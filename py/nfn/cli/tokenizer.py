@@ -17,7 +17,7 @@ import time
 from nfn.cli.common import add_command
 
 HELDOUT_FRACTION = 0.05
-HELDOUT_MAX_CHARS = 1_000_000
+HELDOUT_MAX_BYTES = 1_000_000  # of UTF-8
 
 
 def read_source(args):
@@ -44,11 +44,15 @@ def read_source(args):
 
 
 def split_heldout(text):
-    """(train, heldout): the held-out tail starts at a line boundary."""
-    n = min(int(len(text) * HELDOUT_FRACTION), HELDOUT_MAX_CHARS)
-    cut = len(text) - n
-    newline = text.rfind("\n", 0, cut)
-    if newline > len(text) // 2:
+    """(train, heldout): the held-out tail is the text's last 5% of characters, at most 1 MB
+    of UTF-8, starting at the first line boundary in it (mid-line if it holds none)."""
+    # The most characters whose UTF-8 fits the byte limit: a character is 1 to 4 bytes, so
+    # the last HELDOUT_MAX_BYTES characters hold them (a partial first character is dropped).
+    last = text[-HELDOUT_MAX_BYTES:].encode("utf-8")[-HELDOUT_MAX_BYTES:]
+    fits = len(last.decode("utf-8", errors="ignore"))
+    cut = len(text) - min(int(len(text) * HELDOUT_FRACTION), fits)
+    newline = text.find("\n", max(cut - 1, 0))
+    if 0 <= newline < len(text) - 1:
         cut = newline + 1
     return text[:cut], text[cut:]
 

@@ -7,16 +7,21 @@ returns a deep copy, so changing a returned row never changes the task.
 """
 import bisect
 import copy
+import operator
 
 
 class Task:
     eval_type = "generative"  # or "categorical": score by comparing the choices' likelihoods
 
     def __init__(self, start=None, stop=None, step=None):
-        for name, value in (("start", start), ("stop", stop), ("step", step)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        def index(name, value):  # what a slice of a range takes: None or an integer (__index__)
+            try:
+                return None if value is None else operator.index(value)
+            except TypeError:
                 raise TypeError(f"{type(self).__name__}: {name} must be an int or None, "
-                                f"got {value!r}")
+                                f"got {value!r}") from None
+
+        start, stop, step = index("start", start), index("stop", stop), index("step", step)
         if step == 0:
             raise ValueError(f"{type(self).__name__}: step must not be zero")
         self._slice = slice(start, stop, step)

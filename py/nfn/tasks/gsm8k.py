@@ -15,12 +15,16 @@ CALL_RE = re.compile(r"<<([^<>=]*)=([^<>]*)>>")
 
 
 def extract_answer(text):
-    """The number after the last '#### ', commas removed; None if there is none."""
+    """The number after the last '#### ' in one spelling (commas and a decimal part's trailing
+    zeros removed: 1,800.50 -> 1800.5, 18.00 -> 18, .5 -> 0.5, -0 -> 0); None if there is none."""
     found = ANSWER_RE.findall(text or "")
     if not found:
         return None
-    number = found[-1].replace(",", "")
-    return number[:-2] if number.endswith(".0") else number
+    sign, number = ("-", found[-1][1:]) if found[-1].startswith("-") else ("", found[-1])
+    whole, _, fraction = number.replace(",", "").partition(".")
+    whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
+    number = whole + ("." + fraction if fraction else "")
+    return (sign if number != "0" else "") + number
 
 
 def answer_parts(solution):

@@ -135,8 +135,13 @@ def load_trained(directory):
                         f"this nfn reads {FORMAT_VERSION}")
     name, vocab_size, pattern = field("name", str), field("vocab_size", int), field("pattern", str)
     special = field("special_tokens", dict)
+    for token, token_id in special.items():
+        if not isinstance(token_id, int) or isinstance(token_id, bool):
+            raise UserError(f"{manifest_path}: field 'special_tokens': {token!r} has id {token_id!r}, "
+                            f"not an integer")
     ranks_name = field("files", dict).get("ranks")
-    if not isinstance(ranks_name, str) or os.path.basename(ranks_name) != ranks_name:
+    if (not isinstance(ranks_name, str) or os.path.basename(ranks_name) != ranks_name
+            or ranks_name in ("", ".", "..")):
         raise UserError(f"{manifest_path}: field 'files.ranks' must be a file name")
     ranks_path = os.path.join(directory, ranks_name)
     ranks = read_ranks(ranks_path)
@@ -150,7 +155,10 @@ def load_trained(directory):
         raise UserError(f"{manifest_path}: field 'vocab_size' is {vocab_size} but the files "
                         f"hold {len(ranks) + len(special)} tokens")
     files = {MANIFEST: manifest_path, ranks_name: ranks_path}
-    return BPETokenizer(name, pattern, ranks, special, files=files)
+    try:  # tiktoken compiles the pattern here; a bad one is its ValueError
+        return BPETokenizer(name, pattern, ranks, special, files=files)
+    except ValueError as e:
+        raise UserError(f"{manifest_path}: field 'pattern' does not compile ({e})") from None
 
 
 def read_ranks(path):
@@ -262,7 +270,7 @@ class BPETokenizer:
     # -- decoding -----------------------------------------------------------------------
     def token_bytes(self, token_id):
         """The exact bytes of one token (a special token's name, UTF-8 encoded)."""
-        if not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size:
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id!r} out of range [0, {self.vocab_size})")
         return self._enc.decode_single_token_bytes(token_id)
 

@@ -93,6 +93,12 @@ class RenderTest(unittest.TestCase):
         conv["messages"].pop()  # ending on the user turn works too
         self.assertEqual(render_for_completion(self.tok, conv), want)
         self.assertEqual(len(conv["messages"]), 1)  # the caller's conversation is untouched
+        for bad, needle in [({}, "'messages' list"), (None, "'messages' list"),
+                            ({"messages": ["x"]}, "messages[0]: expected an object"),
+                            ({"messages": [{"role": "user", "content": 3}]}, "field 'content'")]:
+            with self.assertRaises(UserError) as ctx:
+                render_for_completion(self.tok, bad)
+            self.assertIn(needle, str(ctx.exception))
 
     def test_bad_conversations_name_the_message(self):
         cases = [

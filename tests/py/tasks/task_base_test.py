@@ -33,11 +33,21 @@ class TaskTest(unittest.TestCase):
     def test_bad_slices_raise(self):
         with self.assertRaises(ValueError):
             Numbers(5, step=0)
-        for bad in ("1", 1.0, True, [1]):
+        for bad in ("1", 1.0, [1]):
             with self.assertRaises(TypeError):
                 Numbers(5, start=bad)
             with self.assertRaises(TypeError):
                 Numbers(5, stop=bad)
+
+    def test_slice_values_are_what_range_takes(self):
+        class Index:  # an integer by __index__, as numpy's integers are
+            def __index__(self):
+                return 2
+
+        reference = range(10)
+        for start in (Index(), True, False):
+            task = Numbers(10, start=start, stop=Index(), step=True)
+            self.assertEqual([row["i"] for row in task], list(reference[start:Index():True]))
 
     def test_indexing(self):
         task = Numbers(10, start=2, step=3)  # rows 2, 5, 8

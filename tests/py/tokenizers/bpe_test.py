@@ -186,6 +186,24 @@ class FilesTest(unittest.TestCase):
         self.edit_manifest(format=1, special_tokens={"<|bos|>": 291})
         self.assert_rejected("'special_tokens'")
 
+    def test_mistyped_fields_are_named_not_raised(self):
+        with open(os.path.join(self.dir, bpe.MANIFEST)) as f:
+            good = json.load(f)
+        special = good["special_tokens"]
+        as_text = dict(special, **{"<|bos|>": str(special["<|bos|>"])})
+        as_float = dict(special, **{"<|bos|>": float(special["<|bos|>"])})
+        for change, needle in [({"special_tokens": as_text}, "'special_tokens': '<|bos|>'"),
+                               ({"special_tokens": as_float}, "'special_tokens': '<|bos|>'"),
+                               ({"files": {"ranks": ""}}, "'files.ranks'"),
+                               ({"files": {"ranks": "."}}, "'files.ranks'"),
+                               ({"files": {"ranks": ".."}}, "'files.ranks'"),
+                               ({"pattern": "("}, "'pattern' does not compile")]:
+            self.edit_manifest(**good)
+            self.edit_manifest(**change)
+            self.assert_rejected(needle)
+        self.edit_manifest(**good)
+        self.assertEqual(bpe.load_trained(self.dir).vocab_size, good["vocab_size"])
+
     def test_bad_ranks_file_names_the_line(self):
         path = os.path.join(self.dir, bpe.RANKS_FILE)
         with open(path) as f:

@@ -19,6 +19,22 @@ def nfn_cli(args, env):
                           env=dict(os.environ, PYTHONPATH=PY_ROOT, **env), timeout=120)
 
 
+class HeldOutSplitTest(unittest.TestCase):
+    def test_tail_is_at_most_a_megabyte_of_utf8_from_a_line_start(self):
+        from nfn.cli.tokenizer import split_heldout
+
+        wide = ("日本語のテキスト" * 10 + "\n") * 260_000  # 3 bytes a character, 62 MB
+        short = "".join(f"line {i}\n" for i in range(1000))
+        for text, most_bytes in [(wide, 1_000_000), (short, len(short) // 20)]:
+            train, heldout = split_heldout(text)
+            self.assertEqual(train + heldout, text)
+            self.assertTrue(train.endswith("\n"))  # the tail starts a line
+            self.assertLessEqual(len(heldout.encode()), most_bytes)
+            self.assertGreater(len(heldout.encode()), most_bytes - 200)  # less at most a line
+        train, heldout = split_heldout("x" * 1000)  # no line break: cut mid-line
+        self.assertEqual((len(train), len(heldout)), (950, 50))
+
+
 class TokenizerCliTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
