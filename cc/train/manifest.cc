@@ -4,7 +4,8 @@
 
 namespace nfn {
 
-Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters) {
+Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters,
+                   const std::string& run_id) {
   Json m = Json::object();
   m.set("format", kManifestFormat);
   m.set("version", kManifestVersion);
@@ -21,6 +22,7 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   m.set("dataset", data);
   m.set("weights", weights_file);
   m.set("step", step);
+  m.set("run_id", run_id);
   Json training = Json::object();
   training.set("train_batch_tokens", static_cast<int64_t>(c.train_batch_tokens));
   training.set("batch_size", c.batch_size);
@@ -51,6 +53,14 @@ bool get_int(const Json& obj, const char* key, const std::string& where, int* ou
 }
 
 }  // namespace
+
+std::string manifest_run_id(const std::string& dir) {
+  std::string text, ignored;
+  Json m;
+  if (!read_file(join_path(dir, "manifest.json"), &text, &ignored) || !Json::parse(text, &m, &ignored)) return "";
+  const Json* id = m.is_object() ? m.find("run_id") : nullptr;
+  return id != nullptr && id->is_string() ? id->as_string() : "";
+}
 
 bool read_manifest(const std::string& path, TrainConfig* c, std::string* error) {
   std::string text;

@@ -57,23 +57,43 @@ struct Phases {
 // Where a run starts: fresh, or the newest complete checkpoint.
 struct Start {
   int step = 0;
+  std::string run_id;  // a fresh run's new id, or the id of the run it resumes
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
 };
 
+// A directory's checkpoint to resume: the newest complete one of the run that last wrote a
+// checkpoint there (its manifest's run_id), so that a run started afresh in a directory that
+// holds an earlier run's later checkpoints is the one continued; -1 if there is none.
+// `others`: the newest complete step of any run, for the message when they differ.
+int newest_of_last_run(const std::string& dir, int* others) {
+  *others = newest_complete_step(dir);
+  return newest_complete_step(dir, manifest_run_id(dir));
+}
+
+std::string other_runs_note(int step) {
+  return "; an earlier run's checkpoint at step " + std::to_string(step) +
+         " is not taken (name its model file to resume it)";
+}
+
 bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
+  s->run_id = new_run_id();
   if (c.resume.empty()) return true;
   std::string dir = c.output_dir, model_path;
-  int step = -1;
+  int step = -1, others = -1;
   if (c.resume == "auto") {
-    step = newest_complete_step(dir);
+    step = newest_of_last_run(dir, &others);
+    if (step < 0 && others >= 0)
+      std::fprintf(stderr, "nfn: --resume auto: the run that last wrote %s left no complete checkpoint: starting "
+                   "fresh%s\n", join_path(dir, "manifest.json").c_str(), other_runs_note(others).c_str());
     if (step < 0) return true;  // nothing to resume: start fresh
   } else if (is_directory(c.resume)) {
     dir = c.resume;
-    step = newest_complete_step(dir);
+    step = newest_of_last_run(dir, &others);
     if (step < 0) {
-      *error = "--resume " + c.resume + ": no complete checkpoint (model, state and DONE marker) in that directory";
+      *error = "--resume " + c.resume + ": no complete checkpoint (model, state and DONE marker) in that directory" +
+               (others >= 0 ? " from the run that last wrote its manifest.json" + other_runs_note(others) : "");
       return false;
     }
   } else {
@@ -113,6 +133,7 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
     return false;
   }
   s->step = step;
+  if (std::string id = done_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
@@ -130,7 +151,7 @@ FloatSink into_model(GPT& model, GPT::Stored which) {
   };
 }
 
-bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
+bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const std::string& run_id, const Rng& rng,
                      const data::TokenBatchSampler& sampler, std::string* model_path, std::string* error) {
   if (!make_dirs(c.output_dir, error)) return false;
   TrainState st;
@@ -155,9 +176,9 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const Rng& rng,
                           from_model(model, GPT::Stored::kFirstMoment), from_model(model, GPT::Stored::kSecondMoment),
                           error, bf16_file ? &master : nullptr) &&
          write_file_atomic(join_path(c.output_dir, "manifest.json"),
-                           manifest_json(c, model_file_name(step), step, model.num_parameters()).dump(2) + "\n",
+                           manifest_json(c, model_file_name(step), step, model.num_parameters(), run_id).dump(2) + "\n",
                            error) &&
-         write_file_atomic(join_path(c.output_dir, done_file_name(step)), std::string(), error);
+         write_file_atomic(join_path(c.output_dir, done_file_name(step)), run_id + "\n", error);
 }
 
 // Mean loss over the first `batches` validation batches (fewer if the split is smaller).
@@ -381,7 +402,7 @@ int run_training(const TrainConfig& c) {
     last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
     const int done = s.step + 1;
     if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
-      int last_good = newest_complete_step(c.output_dir);
+      int last_good = newest_complete_step(c.output_dir, start.run_id);
       return std::fprintf(stderr,
                           "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a "
                           "checkpoint (last good: %s)\n",
@@ -465,7 +486,7 @@ int run_training(const TrainConfig& c) {
     }
     if (checkpoint_now) {
       t0 = Clock::now();
-      if (!save_checkpoint(c, model, done, rng, train, &model_path, &error)) return fail(error);
+      if (!save_checkpoint(c, model, done, start.run_id, rng, train, &model_path, &error)) return fail(error);
       ph.checkpoint += seconds_since(t0);
     }
     if (validate_now) {
@@ -482,7 +503,7 @@ int run_training(const TrainConfig& c) {
   const bool trained = start.step < final_step;
   if (!trained)
     model_path = start.from;
-  else if (!save_checkpoint(c, model, final_step, rng, train, &model_path, &error))
+  else if (!save_checkpoint(c, model, final_step, start.run_id, rng, train, &model_path, &error))
     return fail(error);
   ph.checkpoint += seconds_since(t0);
   if (have_val && !run_validation(final_step, &final_val, trained)) return fail(error);
@@ -497,6 +518,7 @@ int run_training(const TrainConfig& c) {
   report.set("config", plan_json(c));
   report.set("steps", c.max_steps);
   report.set("resumed_from", start.from.empty() ? Json() : Json(start.from));
+  report.set("run_id", start.run_id);
   report.set("tokens_per_step", static_cast<int64_t>(c.train_batch_tokens));
   report.set("train_tokens", trained_tokens);
   report.set("train_tokens_per_second", train_time > 0 ? trained_tokens / train_time : 0.0);

@@ -2,10 +2,11 @@
 only (`nfn infer --native-info` and `--checkpoint-layout` import nothing heavier).
 
 A checkpoint is named by a directory written by `nfn train` (its newest step with a DONE
-marker), a model file (`model_%08d.bin` or any llm.c model file), a Hugging Face GPT-2
+marker, of the run its manifest names), a model file (`model_%08d.bin` or any llm.c model file), a Hugging Face GPT-2
 directory (config.json + model.safetensors), or an artifact name under the artifacts
 directory.
 """
+import json
 import os
 import re
 import struct
@@ -115,6 +116,24 @@ def _manifest_beside(path):
     return candidate if os.path.isfile(candidate) else None
 
 
+def _manifest_run_id(path):
+    """The run_id a trainer's manifest.json names (None: no manifest, or one from before run ids)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            run_id = json.load(f).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def _done_run_id(directory, step):
+    try:
+        with open(os.path.join(directory, DONE_FILE.format(step)), encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _from_directory(directory):
     names = os.listdir(directory)
     if all(f in names for f in HF_FILES):
@@ -123,10 +142,16 @@ def _from_directory(directory):
     if not steps:
         raise UserError(f"{directory}: no checkpoint here (no model_%08d.bin, and not a Hugging Face "
                         f"directory with {' + '.join(HF_FILES)})")
+    # The newest complete step of the run that last wrote the manifest (its run_id is in the
+    # DONE markers), as `--resume auto` takes it; a manifest from before run ids: any run's.
+    run_id = _manifest_run_id(os.path.join(directory, MANIFEST))
     for step in steps:
-        if DONE_FILE.format(step) in names:
+        if DONE_FILE.format(step) in names and (run_id is None or _done_run_id(directory, step) == run_id):
             model = os.path.join(os.path.abspath(directory), f"model_{step:08d}.bin")
             return Checkpoint("llmc", model, step, _manifest_beside(model))
+    if run_id is not None and any(DONE_FILE.format(step) in names for step in steps):
+        raise UserError(f"{directory}: the run that last wrote {MANIFEST} (run_id {run_id}) left no complete "
+                        f"checkpoint; an earlier run's are here: name a model_%08d.bin file")
     raise UserError(f"{directory}: incomplete checkpoint: model_{steps[0]:08d}.bin has no "
                     f"{DONE_FILE.format(steps[0])} marker (the run stopped before it finished writing)")
 

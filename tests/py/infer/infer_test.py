@@ -218,6 +218,30 @@ class InferTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out)["step"], 2)
 
+    def test_a_directory_names_the_newest_checkpoint_of_the_run_that_wrote_its_manifest(self):
+        # Two runs shared the directory: run aaaa's step 2, then run bbbb's step 4 (its DONE
+        # markers hold their ids). The manifest names the run that last wrote a checkpoint.
+        shared = os.path.join(self.tmp, "two_runs")
+        os.makedirs(shared)
+        for step, run_id in ((2, "aaaa"), (4, "bbbb")):
+            shutil.copy(self.v3, os.path.join(shared, f"model_{step:08d}.bin"))
+            with open(os.path.join(shared, f"DONE_{step:08d}"), "w") as f:
+                f.write(run_id + "\n")
+
+        def native_info(run_id):
+            manifest = {"format": "nfn.manifest", "version": 1, "geometry": self.geom}
+            manifest.update({} if run_id is None else {"run_id": run_id})
+            with open(os.path.join(shared, "manifest.json"), "w") as f:
+                json.dump(manifest, f)
+            return infer("--checkpoint", shared, "--native-info")
+
+        for run_id, step in (("aaaa", 2), ("bbbb", 4), (None, 4)):  # None: a manifest from before run ids
+            code, out, err, _ = native_info(run_id)
+            self.assertEqual((code, json.loads(out)["step"]), (0, step), err)
+        code, _, err, _ = native_info("cccc")  # a later run that left no complete checkpoint
+        self.assertEqual(code, 1)
+        self.assertIn("the run that last wrote manifest.json (run_id cccc) left no complete checkpoint", err)
+
     # ---- header-only paths ------------------------------------------------------------
 
     def test_native_info_and_layout_import_nothing_heavy(self):

@@ -200,6 +200,51 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "DONE_00000003")))
 
+    def test_resume_continues_the_run_that_last_wrote_here(self):
+        # A fresh run (seed 9) to step 3 in a directory that holds the seed-5 run's steps 3
+        # and 6, then --resume auto: the seed-9 run goes on from its own step 3, as if it had
+        # never stopped; the seed-5 run's step 6 stays complete, resumable by its file's name.
+        out = os.path.join(self.tmp, "second_run")
+        shutil.copytree(self.full, out)
+        short = json.loads(run(self.common + ["--output-dir", out, "--seed", "9", "--max-steps", "3",
+                                              "--json"]).stdout)
+        first = self.report["run_id"]
+        self.assertRegex(short["run_id"], r"^[0-9a-f]{16}$")
+        self.assertNotEqual(short["run_id"], first)
+        self.assertEqual(self.read(os.path.join(out, "DONE_00000003")).decode(), short["run_id"] + "\n")
+        self.assertEqual(self.read(os.path.join(out, "DONE_00000006")).decode(), first + "\n")
+        self.assertEqual(json.loads(self.read(os.path.join(out, "manifest.json")))["run_id"], short["run_id"])
+        resumed = json.loads(run(self.common + ["--output-dir", out, "--seed", "9", "--resume", "auto",
+                                                "--json"]).stdout)
+        self.assertEqual(resumed["resumed_from"], os.path.join(out, "model_00000003.bin"))
+        self.assertEqual(resumed["run_id"], short["run_id"])
+        whole = json.loads(run(self.common + ["--output-dir", os.path.join(self.tmp, "seed9"), "--seed", "9",
+                                              "--json"]).stdout)
+        self.assertEqual(resumed["train_losses"], whole["train_losses"][3:])
+        # The first run's own checkpoint, named: its id goes on with it.
+        shutil.copytree(self.full, out, dirs_exist_ok=True)
+        named = json.loads(run(self.common + ["--output-dir", out, "--resume", os.path.join(out, "model_00000006.bin"),
+                                              "--json"]).stdout)
+        self.assertEqual((named["train_losses"], named["run_id"]), ([], first))
+
+    def test_resume_auto_starts_fresh_when_the_last_run_left_no_checkpoint(self):
+        out = os.path.join(self.tmp, "last_run_empty")
+        shutil.copytree(self.full, out)
+        manifest = json.loads(self.read(os.path.join(out, "manifest.json")))
+        manifest["run_id"] = "0123456789abcdef"  # a later run wrote this, then died before its DONE marker
+        with open(os.path.join(out, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--json"])
+        self.assertIsNone(json.loads(proc.stdout)["resumed_from"])
+        self.assertIn("left no complete checkpoint: starting fresh; an earlier run's checkpoint at step 6 is not "
+                      "taken (name its model file to resume it)", proc.stderr)
+        with open(os.path.join(out, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        proc = run(self.common + ["--output-dir", out, "--resume", out], check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("no complete checkpoint (model, state and DONE marker) in that directory from the run that "
+                      "last wrote its manifest.json; an earlier run's checkpoint at step 6", proc.stderr)
+
     def test_resume_at_or_past_max_steps(self):
         out = os.path.join(self.tmp, "finished")
         shutil.copytree(self.full, out)
