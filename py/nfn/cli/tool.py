@@ -38,10 +38,13 @@ def run_python(args):
     from nfn.errors import UserError
     from nfn.sandbox.python_exec import run_python as run
 
-    if args.timeout <= 0 or args.timeout > 600:
+    if not 0 < args.timeout <= 600:  # NaN too
         raise UserError(f"--timeout must be in (0, 600] seconds, got {args.timeout}")
     if args.file == "-":
-        code = sys.stdin.read()
+        try:
+            code = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"standard input: not UTF-8 text (byte {e.start})") from None
     else:
         try:
             with open(args.file, encoding="utf-8") as f:
@@ -64,7 +67,8 @@ def register(sub):
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     calc = actions.add_parser("calc", help="evaluate arithmetic and str.count safely")
-    calc.add_argument("expr", help='e.g. "3*(4+5)" or "\'strawberry\'.count(\'r\')"')
+    calc.add_argument("expr", help='e.g. "3*(4+5)" or "\'strawberry\'.count(\'r\')"; one that starts '
+                      'with a minus goes after --: nfn tool calc -- "-7%%3"')
     calc.add_argument("--json", action="store_true", help="print a JSON result")
     calc.set_defaults(run=run_calc)
     py = actions.add_parser("python", help="run Python in a sandbox")

@@ -88,6 +88,11 @@ class _Evaluator:
         value = node.value
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise CalcError(f"not allowed: constant {type(value).__name__}")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate such as '\ud800' is no text
+                raise CalcError("not allowed: a string that is not Unicode text") from None
         return _check(value)
 
     def visit_UnaryOp(self, node):
@@ -128,12 +133,12 @@ def _string_op(op, left, right):
 def _check_cost(op, left, right):
     """Refuse an operation whose result would be too large before computing it."""
     if isinstance(op, ast.Pow) and isinstance(left, int) and isinstance(right, int):
-        if right > 0 and abs(left) > 1 and right * max(left.bit_length(), 1) > MAX_INT_BITS:
+        # |left| >= 2^(bits - 1), so the result has at least (bits - 1) * right + 1 bits; one
+        # that passes this holds at most twice MAX_INT_BITS, cheap to make and then _check it.
+        if right > 0 and abs(left) > 1 and (left.bit_length() - 1) * right + 1 > MAX_INT_BITS:
             raise CalcError("result too large")
         if right < 0 and left == 0:
             raise ZeroDivisionError
-    if isinstance(op, ast.Pow) and isinstance(right, float) and abs(right) > 1e6 and abs(left) > 1:
-        raise CalcError("result too large")
     if isinstance(op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
         if left.bit_length() + right.bit_length() > MAX_INT_BITS + 1:
             raise CalcError("result too large")

@@ -143,7 +143,8 @@ def _command(isolation, host_dir, limits):
     purelib = sysconfig.get_paths()["purelib"]
     if os.path.isdir(purelib) and not purelib.startswith("/usr"):
         argv += ["--tmpfs", purelib]  # third-party packages stay invisible
-    argv += ["--tmpfs", "/tmp", "--size", str(int(limits["workdir_mb"]) << 20), "--tmpfs", "/work"]
+    size = str(int(limits["workdir_mb"]) << 20)  # bwrap's --size is for the next --tmpfs only
+    argv += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/work"]
     if as_root:
         argv += ["--chmod", "1777", "/work", "--chmod", "1777", "/tmp"]
     for name in sorted(os.listdir(host_dir)):
@@ -247,9 +248,11 @@ def _supervise(argv, limits, isolation, cwd):
 
 def _explain(returncode, stderr):
     tail = stderr.strip()[-2000:]
-    if returncode < 0 or returncode > 128:
-        sig = -returncode if returncode < 0 else returncode - 128
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+    # bwrap passes a signal's death on as 128 + its number, which a script's own exit status
+    # may also be: a status above 128 that is no signal's is an exit status.
+    sig = -returncode if returncode < 0 else returncode - 128
+    if sig > 0 and sig in signal.Signals._value2member_map_:
+        name = signal.Signals(sig).name
         reason = {"SIGXCPU": "CPU time limit", "SIGKILL": "killed (CPU or memory limit)"}.get(name, name)
         return f"{reason}" + (f"\n{tail}" if tail else "")
     return tail or f"exited with status {returncode}"

@@ -40,6 +40,26 @@ class CalculatorTest(unittest.TestCase):
                 self.assertTrue(r.error)
                 self.assertLess(time.monotonic() - start, 1.0)
 
+    def test_limits_are_the_results_not_estimates(self):
+        # Results within MAX_INT_BITS (4,096) are answered whatever the operands, and float
+        # powers whatever their exponent; only a result past the limits is refused.
+        for expr, want in [("2**3000", str(2**3000)), ("10**1100", str(10**1100)), ("2**4095", str(2**4095)),
+                           ("(-3)**2583", str((-3)**2583)), ("1.0000001**2e6", repr(1.0000001**2e6)),
+                           ("2**-1e7", "0"), ("0.5**1e9", "0")]:
+            with self.subTest(expr=expr):
+                r = calculate(expr)
+                self.assertTrue(r.ok, r.error)
+                self.assertEqual(r.output, want)
+        for expr in ("2**4096", "3**2585", "10**1e7", "1.5**1e16"):
+            with self.subTest(expr=expr):
+                self.assertEqual(calculate(expr).error, "result too large")
+
+    def test_strings_must_be_text(self):
+        for expr in ("'\\ud800'+'a'", "'x\\ud83d'", "'\\udcff'.count('a')"):
+            with self.subTest(expr=expr):
+                r = calculate(expr)
+                self.assertEqual((r.ok, r.error), (False, "not allowed: a string that is not Unicode text"))
+
     def test_timeout(self):
         r = calculate("1+1", timeout=-1)  # a deadline already past
         self.assertEqual((r.ok, r.timed_out), (False, True))

@@ -55,6 +55,23 @@ class SandboxTest(unittest.TestCase):
         r = run_python("1/0")
         self.assertIn("ZeroDivisionError", r.error)
 
+    def test_exit_status_above_128_that_is_no_signal(self):
+        for code, want in (("raise SystemExit(200)", "exited with status 200"),
+                           ("import os; os._exit(250)", "exited with status 250")):
+            r = run_python(code)
+            self.assertEqual((r.ok, r.error), (False, want))
+
+    def test_tmp_is_as_bounded_as_the_workdir(self):
+        if not self.full:
+            self.skipTest("no bubblewrap: /tmp is the host's")
+        # Files of 3 MB (under the 16 MB a file) until one fails: each tmpfs holds 8 MB.
+        code = ("import sys\nfor d in ('/tmp', '/work'):\n    n = 0\n    try:\n        while n < 64:\n"
+                "            open(f'{d}/f{n}', 'wb').write(b'x' * (3 << 20)); n += 1\n"
+                "    except OSError as e:\n        print(d, n, e.errno)\n")
+        r = run_python(code, workdir_mb=8)
+        self.assertTrue(r.ok, r.error)
+        self.assertEqual(r.output, "/tmp 2 28\n/work 2 28\n")  # the third does not fit: ENOSPC
+
     def test_working_directory_is_fresh_and_writable(self):
         code = ("import os\nprint(sorted(os.listdir('.')))\nopen('out.txt','w').write('x')\n"
                 "print(open('out.txt').read())")

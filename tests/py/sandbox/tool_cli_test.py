@@ -46,9 +46,21 @@ class ToolCliTest(unittest.TestCase):
         r = nfn_cli(["tool", "python", "/nonexistent.py"])
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stderr.strip(), "nfn tool: error: /nonexistent.py: No such file or directory")
-        r = nfn_cli(["tool", "python", "-", "--timeout", "0"], stdin="")
-        self.assertEqual(r.returncode, 1)
-        self.assertIn("--timeout", r.stderr)
+        for timeout in ("0", "nan", "inf", "601"):
+            r = nfn_cli(["tool", "python", "-", "--timeout", timeout], stdin="")
+            self.assertEqual((r.returncode, r.stderr.strip()), (1, "nfn tool: error: --timeout must be in (0, 600] "
+                                                                   f"seconds, got {float(timeout)}"))
+        code = "import sys; from nfn.cli.main import main; sys.exit(main(sys.argv[1:]))"
+        r = subprocess.run([sys.executable, "-c", code, "tool", "python", "-"], input=b'print("caf\xe9")\n',
+                           capture_output=True, env=dict(os.environ, PYTHONPATH=PY_ROOT), timeout=60)
+        self.assertEqual((r.returncode, r.stderr.decode().strip()),
+                         (1, "nfn tool: error: standard input: not UTF-8 text (byte 10)"))
+
+    def test_calc_output_is_text(self):
+        r = nfn_cli(["tool", "calc", "'\\ud800'+'a'"])
+        self.assertEqual((r.returncode, r.stderr), (1, "error: not allowed: a string that is not Unicode text\n"))
+        r = nfn_cli(["tool", "calc", "--", "-7%3"])  # a leading minus after --, as the help says
+        self.assertEqual((r.returncode, r.stdout), (0, "2\n"))
 
 
 if __name__ == "__main__":
