@@ -205,6 +205,20 @@ class InferTest(unittest.TestCase):
                 self.assertEqual(a["generated_tokens"], b["generated_tokens"])
                 self.assertEqual(a["text"], b["text"])
 
+    def test_without_a_manifest_the_tokenizers_end_of_text_stops_generation(self):
+        # A model that always predicts gpt2's end-of-text (50256): the final norm's output is
+        # its bias b whatever the input, and wte's row 50256 is 100 b, so that logit leads by far.
+        params = {k: v.copy() for k, v in self.params.items()}
+        params["lnfw"][:] = 0.0
+        params["wte"][50256] = 100.0 * params["lnfb"]
+        path = os.path.join(self.tmp, "says_eot.bin")  # no manifest beside it: gpt2's rules
+        fixtures.write_llmc_by_hand(path, self.geom, params, version=3)
+        for prompt in (["--prompt", "Once upon a time"], []):
+            with self.subTest(prompt=prompt):
+                out = self.json_run("--checkpoint", path, *prompt, "--max-new-tokens", "8", "--seed", "1")
+                # It stops after the end-of-text token, which is not part of the text.
+                self.assertEqual((out["stop_reason"], out["generated_tokens"], out["text"]), ("stop_token", [50256], ""))
+
     def test_streamed_text_equals_json_text(self):
         args = ["--checkpoint", self.v3, "--prompt", "The", "--max-new-tokens", "10", "--seed", "3",
                 "--backend", "cpu"]
