@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "cc/util/bf16.h"
 #include "cc/util/files.h"
@@ -254,31 +253,22 @@ bool read_state_file(const std::string& path, TrainState* s, std::string* error)
   return read_state_moments(path, *s, into(&s->m), into(&s->v), error);
 }
 
-int newest_complete_step(const std::string& dir, const std::string& run_id) {
-  int best = -1;
+std::vector<int> complete_steps(const std::string& dir) {
+  std::vector<int> steps;
   for (const std::string& name : list_dir(dir)) {
     int step = 0;
     char tail = 0;
     if (name.size() != 13 || std::sscanf(name.c_str(), "DONE_%8d%c", &step, &tail) != 1) continue;
-    if (step > best && path_exists(join_path(dir, model_file_name(step))) &&
-        path_exists(join_path(dir, state_file_name(step))) && (run_id.empty() || done_run_id(dir, step) == run_id))
-      best = step;
+    if (path_exists(join_path(dir, model_file_name(step))) && path_exists(join_path(dir, state_file_name(step))))
+      steps.push_back(step);
   }
-  return best;
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
 }
 
-std::string new_run_id() {
-  std::random_device source;
-  char id[17];
-  std::snprintf(id, sizeof id, "%08x%08x", static_cast<unsigned>(source()), static_cast<unsigned>(source()));
-  return id;
-}
-
-std::string done_run_id(const std::string& dir, int step) {
-  std::string text, ignored;
-  if (!read_file(join_path(dir, done_file_name(step)), &text, &ignored)) return "";
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
-  return text;
+int newest_complete_step(const std::string& dir) {
+  const std::vector<int> steps = complete_steps(dir);
+  return steps.empty() ? -1 : steps.front();
 }
 
 }  // namespace nfn

@@ -1,9 +1,7 @@
 // llm.c-compatible checkpoints: model_%08d.bin (v3 fp32 / v5 bf16 parameters),
 // state_%08d_%05d.bin (AdamW moments, step, data position, RNG) and DONE_%08d, written last,
-// so a checkpoint without its DONE marker is incomplete and never resumed from. The marker
-// holds the id of the run that wrote it (empty in checkpoints from before run ids): a run
-// keeps one id from its fresh start through every resume, so the checkpoints of two runs
-// that shared a directory are told apart.
+// so a checkpoint without its DONE marker is incomplete and never resumed from. What the
+// marker holds is the trainer's (cc/train/manifest.h: the checkpoint's manifest).
 #pragma once
 
 #include <cstdint>
@@ -69,13 +67,9 @@ bool read_state_moments(const std::string& path, const TrainState& state, const 
 bool read_state_master(const std::string& path, const TrainState& state, const FloatSink& master,
                        std::string* error);
 
-// Newest step in `dir` whose DONE marker, model file and state file all exist, of the run
-// `run_id` when it is not empty; -1 if none.
-int newest_complete_step(const std::string& dir, const std::string& run_id = "");
-
-// A fresh run's id: 16 hex digits from the system's random source.
-std::string new_run_id();
-// The run id in DONE_%08d of `step` in `dir` ("" when it holds none or cannot be read).
-std::string done_run_id(const std::string& dir, int step);
+// The steps in `dir` whose DONE marker, model file and state file all exist, newest first.
+std::vector<int> complete_steps(const std::string& dir);
+// The newest of them; -1 if none.
+int newest_complete_step(const std::string& dir);
 
 }  // namespace nfn

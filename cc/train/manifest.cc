@@ -1,5 +1,9 @@
 #include "cc/train/manifest.h"
 
+#include <cstdio>
+#include <random>
+
+#include "cc/ckpt/checkpoint.h"
 #include "cc/util/files.h"
 
 namespace nfn {
@@ -54,12 +58,58 @@ bool get_int(const Json& obj, const char* key, const std::string& where, int* ou
 
 }  // namespace
 
-std::string manifest_run_id(const std::string& dir) {
+namespace {
+
+// The JSON object in `path`, or null when it is absent, empty or not an object.
+Json read_object(const std::string& path) {
   std::string text, ignored;
   Json m;
-  if (!read_file(join_path(dir, "manifest.json"), &text, &ignored) || !Json::parse(text, &m, &ignored)) return "";
-  const Json* id = m.is_object() ? m.find("run_id") : nullptr;
+  if (!read_file(path, &text, &ignored) || !Json::parse(text, &m, &ignored) || !m.is_object()) return Json();
+  return m;
+}
+
+std::string run_id_of(const Json& manifest) {
+  const Json* id = manifest.is_object() ? manifest.find("run_id") : nullptr;
   return id != nullptr && id->is_string() ? id->as_string() : "";
+}
+
+}  // namespace
+
+std::string new_run_id() {
+  std::random_device source;
+  char id[17];
+  std::snprintf(id, sizeof id, "%08x%08x", static_cast<unsigned>(source()), static_cast<unsigned>(source()));
+  return id;
+}
+
+std::string marker_run_id(const std::string& dir, int step) {
+  return run_id_of(read_object(join_path(dir, done_file_name(step))));
+}
+
+int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step) {
+  for (int step : complete_steps(dir)) {
+    if (step > max_step) continue;
+    const std::string id = marker_run_id(dir, step);
+    if (id.empty() || id == run_id) return step;
+  }
+  return -1;
+}
+
+ResumeChoice choose_resume(const std::string& dir) {
+  ResumeChoice r;
+  r.newest_any = newest_complete_step(dir);
+  const Json m = read_object(join_path(dir, "manifest.json"));
+  const Json* step = m.is_object() ? m.find("step") : nullptr;
+  r.run_id = run_id_of(m);
+  if (r.run_id.empty() || step == nullptr || !step->is_number() || !(step->as_number() >= 0) ||
+      step->as_number() > 2147483647.0) {
+    r.run_id.clear();
+    r.step = r.newest_any;  // no manifest, or one from before run ids
+    return r;
+  }
+  r.manifest_step = static_cast<int>(step->as_number());
+  r.step = newest_step_of_run(dir, r.run_id, r.manifest_step);
+  return r;
 }
 
 bool read_manifest(const std::string& path, TrainConfig* c, std::string* error) {

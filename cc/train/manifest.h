@@ -12,12 +12,33 @@ namespace nfn {
 constexpr const char* kManifestFormat = "nfn.manifest";
 constexpr int kManifestVersion = 1;
 
-// run_id: the run that wrote the weights (its checkpoints' DONE markers hold it too).
+// Each checkpoint's DONE marker holds its manifest, and manifest.json is a copy of the newest
+// one's, so a checkpoint carries its own description (data, tokenizer) and its run's id
+// wherever it is named from. Markers from before run ids are empty.
+// run_id: the run that wrote the weights.
 Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters,
                    const std::string& run_id);
-// The run_id of `dir`'s manifest.json: the run that last wrote a checkpoint there, which
-// `--resume auto` continues ("" when there is no manifest, it cannot be read or predates run ids).
-std::string manifest_run_id(const std::string& dir);
+
+// A fresh run's id: 16 hex digits from the system's random source. A resumed run keeps the id
+// of the checkpoint it continues.
+std::string new_run_id();
+// The run_id in `step`'s DONE marker in `dir` ("" for a marker from before run ids, or none).
+std::string marker_run_id(const std::string& dir, int step);
+// The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
+// from before run ids counts for any run); -1 if none.
+int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);
+
+// The checkpoint that `--resume auto` (and `--resume DIR`) continues in `dir`: the step its
+// manifest.json names, the last checkpoint written there, or, where the run that wrote it
+// stopped before that step's marker, that run's newest complete step below it. A manifest
+// from before run ids, or none: the newest complete step of any run.
+struct ResumeChoice {
+  int step = -1;          // -1: none
+  int newest_any = -1;    // the newest complete step of any run (-1: none)
+  std::string run_id;     // the manifest's ("" where it names none)
+  int manifest_step = -1;
+};
+ResumeChoice choose_resume(const std::string& dir);
 // Reads family, template and geometry (and tokenizer/dataset when present) into *c.
 bool read_manifest(const std::string& path, TrainConfig* c, std::string* error);
 

@@ -63,37 +63,25 @@ struct Start {
   TrainState state;  // its fields; the moments stay in the file until the model exists
 };
 
-// A directory's checkpoint to resume: the newest complete one of the run that last wrote a
-// checkpoint there (its manifest's run_id), so that a run started afresh in a directory that
-// holds an earlier run's later checkpoints is the one continued; -1 if there is none.
-// `others`: the newest complete step of any run, for the message when they differ.
-int newest_of_last_run(const std::string& dir, int* others) {
-  *others = newest_complete_step(dir);
-  return newest_complete_step(dir, manifest_run_id(dir));
-}
-
-std::string other_runs_note(int step) {
-  return "; an earlier run's checkpoint at step " + std::to_string(step) +
-         " is not taken (name its model file to resume it)";
-}
-
 bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   s->run_id = new_run_id();
   if (c.resume.empty()) return true;
   std::string dir = c.output_dir, model_path;
-  int step = -1, others = -1;
-  if (c.resume == "auto") {
-    step = newest_of_last_run(dir, &others);
-    if (step < 0 && others >= 0)
-      std::fprintf(stderr, "nfn: --resume auto: the run that last wrote %s left no complete checkpoint: starting "
-                   "fresh%s\n", join_path(dir, "manifest.json").c_str(), other_runs_note(others).c_str());
-    if (step < 0) return true;  // nothing to resume: start fresh
-  } else if (is_directory(c.resume)) {
-    dir = c.resume;
-    step = newest_of_last_run(dir, &others);
+  int step = -1;
+  if (c.resume == "auto" || is_directory(c.resume)) {
+    if (c.resume != "auto") dir = c.resume;
+    const ResumeChoice r = choose_resume(dir);
+    step = r.step;
+    if (step < 0 && r.newest_any >= 0) {  // another run's complete checkpoints only: which to continue is the user's
+      *error = "--resume " + c.resume + ": the run that last wrote " + join_path(dir, "manifest.json") + " (run_id " +
+               r.run_id + ", step " + std::to_string(r.manifest_step) + ") left no complete checkpoint, and " +
+               join_path(dir, model_file_name(r.newest_any)) +
+               " is another run's: name it with --resume to continue that run, or leave --resume out to start afresh";
+      return false;
+    }
+    if (step < 0 && c.resume == "auto") return true;  // nothing to resume: start fresh
     if (step < 0) {
-      *error = "--resume " + c.resume + ": no complete checkpoint (model, state and DONE marker) in that directory" +
-               (others >= 0 ? " from the run that last wrote its manifest.json" + other_runs_note(others) : "");
+      *error = "--resume " + c.resume + ": no complete checkpoint (model, state and DONE marker) in that directory";
       return false;
     }
   } else {
@@ -133,7 +121,7 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
     return false;
   }
   s->step = step;
-  if (std::string id = done_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
+  if (std::string id = marker_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
@@ -167,6 +155,9 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const std::stri
   // the run it continues, bit for bit.
   const bool bf16_file = c.checkpoint_version == 5;
   const FloatSource master = from_model(model, GPT::Stored::kMaster);
+  // The marker is the checkpoint's manifest; manifest.json, the newest checkpoint's copy.
+  const std::string manifest =
+      manifest_json(c, model_file_name(step), step, model.num_parameters(), run_id).dump(2) + "\n";
   // DONE is written last: a crash before it leaves a checkpoint that resume ignores. One
   // left from an earlier run's checkpoint of this step goes first, or a failure half way
   // through would leave this run's model beside that run's state, marked complete.
@@ -175,10 +166,8 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const std::stri
          write_state_file(join_path(c.output_dir, state_file_name(step)), st,
                           from_model(model, GPT::Stored::kFirstMoment), from_model(model, GPT::Stored::kSecondMoment),
                           error, bf16_file ? &master : nullptr) &&
-         write_file_atomic(join_path(c.output_dir, "manifest.json"),
-                           manifest_json(c, model_file_name(step), step, model.num_parameters(), run_id).dump(2) + "\n",
-                           error) &&
-         write_file_atomic(join_path(c.output_dir, done_file_name(step)), run_id + "\n", error);
+         write_file_atomic(join_path(c.output_dir, "manifest.json"), manifest, error) &&
+         write_file_atomic(join_path(c.output_dir, done_file_name(step)), manifest, error);
 }
 
 // Mean loss over the first `batches` validation batches (fewer if the split is smaller).
@@ -402,7 +391,7 @@ int run_training(const TrainConfig& c) {
     last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
     const int done = s.step + 1;
     if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
-      int last_good = newest_complete_step(c.output_dir, start.run_id);
+      int last_good = newest_step_of_run(c.output_dir, start.run_id, done);
       return std::fprintf(stderr,
                           "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a "
                           "checkpoint (last good: %s)\n",

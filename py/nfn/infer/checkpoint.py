@@ -1,8 +1,8 @@
 """Finding a checkpoint and reading its header and tensor layout, with the standard library
 only (`nfn infer --native-info` and `--checkpoint-layout` import nothing heavier).
 
-A checkpoint is named by a directory written by `nfn train` (its newest step with a DONE
-marker, of the run its manifest names), a model file (`model_%08d.bin` or any llm.c model file), a Hugging Face GPT-2
+A checkpoint is named by a directory written by `nfn train` (the checkpoint `nfn train
+--resume auto` would continue), a model file (`model_%08d.bin` or any llm.c model file), a Hugging Face GPT-2
 directory (config.json + model.safetensors), or an artifact name under the artifacts
 directory.
 """
@@ -111,27 +111,33 @@ def layout(header):
     return out
 
 
-def _manifest_beside(path):
-    candidate = os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST)
-    return candidate if os.path.isfile(candidate) else None
-
-
-def _manifest_run_id(path):
-    """The run_id a trainer's manifest.json names (None: no manifest, or one from before run ids)."""
+def _json_object(path):
+    """The JSON object in path; None when it is absent, empty, unreadable or not an object."""
     try:
         with open(path, encoding="utf-8") as f:
-            run_id = json.load(f).get("run_id")
-    except (OSError, ValueError, AttributeError):
+            value = json.load(f)
+    except (OSError, ValueError):
         return None
+    return value if isinstance(value, dict) else None
+
+
+def _run_id(manifest):
+    run_id = (manifest or {}).get("run_id")
     return run_id if isinstance(run_id, str) and run_id else None
 
 
-def _done_run_id(directory, step):
-    try:
-        with open(os.path.join(directory, DONE_FILE.format(step)), encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+def manifest_of(model_path):
+    """The manifest describing a trainer's model_%08d.bin: its DONE marker, where the trainer
+    writes the checkpoint's own manifest, else (a marker from before that: empty) the
+    directory's manifest.json; None if neither exists."""
+    directory = os.path.dirname(os.path.abspath(model_path))
+    m = MODEL_FILE.match(os.path.basename(model_path))
+    if m:
+        marker = os.path.join(directory, DONE_FILE.format(int(m.group(1))))
+        if _json_object(marker) is not None:
+            return marker
+    candidate = os.path.join(directory, MANIFEST)
+    return candidate if os.path.isfile(candidate) else None
 
 
 def _from_directory(directory):
@@ -142,16 +148,24 @@ def _from_directory(directory):
     if not steps:
         raise UserError(f"{directory}: no checkpoint here (no model_%08d.bin, and not a Hugging Face "
                         f"directory with {' + '.join(HF_FILES)})")
-    # The newest complete step of the run that last wrote the manifest (its run_id is in the
-    # DONE markers), as `--resume auto` takes it; a manifest from before run ids: any run's.
-    run_id = _manifest_run_id(os.path.join(directory, MANIFEST))
-    for step in steps:
-        if DONE_FILE.format(step) in names and (run_id is None or _done_run_id(directory, step) == run_id):
-            model = os.path.join(os.path.abspath(directory), f"model_{step:08d}.bin")
-            return Checkpoint("llmc", model, step, _manifest_beside(model))
-    if run_id is not None and any(DONE_FILE.format(step) in names for step in steps):
-        raise UserError(f"{directory}: the run that last wrote {MANIFEST} (run_id {run_id}) left no complete "
-                        f"checkpoint; an earlier run's are here: name a model_%08d.bin file")
+    complete = [step for step in steps if DONE_FILE.format(step) in names]
+    manifest = _json_object(os.path.join(directory, MANIFEST))
+    run_id, last = _run_id(manifest), (manifest or {}).get("step")
+    if run_id is not None and isinstance(last, int) and not isinstance(last, bool) and last >= 0:
+        # As `nfn train --resume auto` takes it: the step the manifest names (the last
+        # checkpoint written here), else (its run stopped before that step's marker) that
+        # run's newest complete step below it. Markers from before run ids count for any run.
+        chosen = next((step for step in complete if step <= last and
+                       _run_id(_json_object(os.path.join(directory, DONE_FILE.format(step)))) in (None, run_id)),
+                      None)
+        if chosen is None and complete:
+            raise UserError(f"{directory}: the run that last wrote {MANIFEST} (run_id {run_id}, step {last}) left "
+                            f"no complete checkpoint, and model_{complete[0]:08d}.bin is another run's: name that file")
+    else:  # no manifest, or one from before run ids: the newest complete step
+        chosen = complete[0] if complete else None
+    if chosen is not None:
+        model = os.path.join(os.path.abspath(directory), f"model_{chosen:08d}.bin")
+        return Checkpoint("llmc", model, chosen, manifest_of(model))
     raise UserError(f"{directory}: incomplete checkpoint: model_{steps[0]:08d}.bin has no "
                     f"{DONE_FILE.format(steps[0])} marker (the run stopped before it finished writing)")
 
@@ -163,7 +177,7 @@ def resolve(spec):
         m = MODEL_FILE.match(os.path.basename(expanded))
         if m:
             done = os.path.join(os.path.dirname(expanded) or ".", DONE_FILE.format(int(m.group(1))))
-            manifest = _manifest_beside(expanded)
+            manifest = manifest_of(expanded)
             # Only a trainer's directory (it has a manifest) promises DONE markers.
             if manifest is not None and not os.path.exists(done):
                 raise UserError(f"{expanded}: incomplete checkpoint: no {os.path.basename(done)} marker beside it")

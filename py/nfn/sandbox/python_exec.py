@@ -251,8 +251,9 @@ def _explain(returncode, stderr):
     # bwrap passes a signal's death on as 128 + its number, which a script's own exit status
     # may also be: a status above 128 that is no signal's is an exit status.
     sig = -returncode if returncode < 0 else returncode - 128
-    if sig > 0 and sig in signal.Signals._value2member_map_:
-        name = signal.Signals(sig).name
+    known = sig in signal.Signals._value2member_map_
+    if returncode < 0 or known:  # a negative status is always a signal's
+        name = signal.Signals(sig).name if known else f"signal {sig}"
         reason = {"SIGXCPU": "CPU time limit", "SIGKILL": "killed (CPU or memory limit)"}.get(name, name)
         return f"{reason}" + (f"\n{tail}" if tail else "")
     return tail or f"exited with status {returncode}"

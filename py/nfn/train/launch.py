@@ -56,15 +56,18 @@ DEMO_TOKENIZER = "sp1024"
 
 
 def resumed_manifest(args):
-    """The manifest of the run that --resume continues, when it has one (else None)."""
+    """The manifest of the checkpoint that --resume continues, when it has one (else None):
+    the one its DONE marker holds, or the directory's manifest.json for older checkpoints."""
     if not args.resume:
         return None
-    from nfn.infer.checkpoint import MANIFEST  # standard library only
+    from nfn.infer import checkpoint  # standard library only
     where = output_dir(args) if args.resume == "auto" else os.path.abspath(args.resume)
-    if not os.path.isdir(where):
-        where = os.path.dirname(where)
     try:
-        manifest = fileio.read_json(os.path.join(where, MANIFEST))
+        path = checkpoint.resolve(where).manifest
+    except UserError:  # no checkpoint there (the trainer says so): the directory's manifest
+        path = os.path.join(where if os.path.isdir(where) else os.path.dirname(where), checkpoint.MANIFEST)
+    try:
+        manifest = fileio.read_json(path) if path else None
     except UserError:
         return None  # the trainer reports a missing or bad checkpoint itself
     return manifest if isinstance(manifest, dict) else None

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cc/ckpt/checkpoint.h"
@@ -155,27 +154,19 @@ int main() {
   EXPECT(!path_exists(join_path(dir, "state_new.bin")), "a failed write left its file");
   EXPECT(no_temp_files(dir), "a failed write left a temp file");
 
-  // Run ids: the newest complete step of one run, or of any; a marker from before run ids is
-  // empty and belongs to no run.
-  const std::string runs = join_path(dir, "runs");
-  EXPECT(make_dirs(runs, &error), "%s", error.c_str());
-  const std::pair<int, std::string> marks[] = {{2, "aaaa\n"}, {4, "bbbb\n"}, {6, ""}, {8, "aaaa\n"}};
-  for (const auto& [step, text] : marks) {
-    const bool complete = step != 8;  // step 8 lacks its state file
-    EXPECT(write_file_atomic(join_path(runs, model_file_name(step)), "m", &error) &&
-               (!complete || write_file_atomic(join_path(runs, state_file_name(step)), "s", &error)) &&
-               write_file_atomic(join_path(runs, done_file_name(step)), text, &error),
+  // Complete steps: DONE marker, model and state file all present, newest first.
+  const std::string steps_dir = join_path(dir, "steps");
+  EXPECT(make_dirs(steps_dir, &error), "%s", error.c_str());
+  for (int step : {2, 4, 6, 10}) {
+    const bool state = step != 6, done = step != 10;
+    EXPECT(write_file_atomic(join_path(steps_dir, model_file_name(step)), "m", &error) &&
+               (!state || write_file_atomic(join_path(steps_dir, state_file_name(step)), "s", &error)) &&
+               (!done || write_file_atomic(join_path(steps_dir, done_file_name(step)), "", &error)),
            "%s", error.c_str());
   }
-  EXPECT(newest_complete_step(runs) == 6, "any run: %d", newest_complete_step(runs));
-  EXPECT(newest_complete_step(runs, "aaaa") == 2, "run aaaa: %d", newest_complete_step(runs, "aaaa"));
-  EXPECT(newest_complete_step(runs, "bbbb") == 4, "run bbbb: %d", newest_complete_step(runs, "bbbb"));
-  EXPECT(newest_complete_step(runs, "cccc") == -1, "run cccc: %d", newest_complete_step(runs, "cccc"));
-  EXPECT(done_run_id(runs, 4) == "bbbb" && done_run_id(runs, 6).empty() && done_run_id(runs, 5).empty(),
-         "done_run_id");
-  const std::string a = new_run_id(), b = new_run_id();
-  EXPECT(a.size() == 16 && a.find_first_not_of("0123456789abcdef") == std::string::npos && a != b,
-         "new_run_id: %s %s", a.c_str(), b.c_str());
+  EXPECT(complete_steps(steps_dir) == std::vector<int>({4, 2}), "complete_steps");
+  EXPECT(newest_complete_step(steps_dir) == 4 && newest_complete_step(join_path(dir, "absent")) == -1,
+         "newest_complete_step");
 
   std::system(("rm -rf " + dir).c_str());
   return nfn_test::finish("checkpoint_test");

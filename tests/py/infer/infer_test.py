@@ -12,6 +12,8 @@ import numpy as np
 
 import fixtures
 from nfn import _native
+from nfn.errors import UserError
+from nfn.infer import checkpoint
 from nfn.infer import model as model_lib
 
 T, V, L, NH, C = 32, 50257, 2, 2, 32
@@ -232,29 +234,42 @@ class InferTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out)["step"], 2)
 
-    def test_a_directory_names_the_newest_checkpoint_of_the_run_that_wrote_its_manifest(self):
-        # Two runs shared the directory: run aaaa's step 2, then run bbbb's step 4 (its DONE
-        # markers hold their ids). The manifest names the run that last wrote a checkpoint.
+    def test_a_directory_names_the_checkpoint_resume_would_continue(self):
+        # Run aaaa wrote steps 2 and 6 (tokenizer gpt2); run bbbb, started afresh in the same
+        # directory, wrote step 4 (tokenizer sp1024). Each DONE marker holds its checkpoint's
+        # manifest; manifest.json names the checkpoint written last.
         shared = os.path.join(self.tmp, "two_runs")
         os.makedirs(shared)
-        for step, run_id in ((2, "aaaa"), (4, "bbbb")):
+
+        def manifest(step, run_id, tokenizer):
+            return {"format": "nfn.manifest", "version": 1, "family": "gpt", "geometry": self.geom,
+                    "tokenizer": tokenizer, "weights": f"model_{step:08d}.bin", "step": step, "run_id": run_id}
+
+        for step, run_id, tokenizer in ((2, "aaaa", "gpt2"), (6, "aaaa", "gpt2"), (4, "bbbb", "sp1024")):
             shutil.copy(self.v3, os.path.join(shared, f"model_{step:08d}.bin"))
             with open(os.path.join(shared, f"DONE_{step:08d}"), "w") as f:
-                f.write(run_id + "\n")
+                json.dump(manifest(step, run_id, tokenizer), f)
 
-        def native_info(run_id):
-            manifest = {"format": "nfn.manifest", "version": 1, "geometry": self.geom}
-            manifest.update({} if run_id is None else {"run_id": run_id})
+        def chosen(last):
             with open(os.path.join(shared, "manifest.json"), "w") as f:
-                json.dump(manifest, f)
-            return infer("--checkpoint", shared, "--native-info")
+                json.dump(last, f)
+            ckpt = checkpoint.resolve(shared)
+            return ckpt.step, os.path.basename(ckpt.manifest)
 
-        for run_id, step in (("aaaa", 2), ("bbbb", 4), (None, 4)):  # None: a manifest from before run ids
-            code, out, err, _ = native_info(run_id)
-            self.assertEqual((code, json.loads(out)["step"]), (0, step), err)
-        code, _, err, _ = native_info("cccc")  # a later run that left no complete checkpoint
-        self.assertEqual(code, 1)
-        self.assertIn("the run that last wrote manifest.json (run_id cccc) left no complete checkpoint", err)
+        self.assertEqual(chosen(manifest(4, "bbbb", "sp1024")), (4, "DONE_00000004"))  # not aaaa's later 6
+        self.assertEqual(chosen(manifest(6, "aaaa", "gpt2")), (6, "DONE_00000006"))
+        self.assertEqual(chosen(manifest(5, "aaaa", "gpt2")), (2, "DONE_00000002"))  # stopped before 5's marker
+        self.assertEqual(chosen({"format": "nfn.manifest", "step": 4}), (6, "DONE_00000006"))  # before run ids
+        with self.assertRaises(UserError) as ctx:
+            chosen(manifest(8, "cccc", "gpt2"))  # stopped before its first marker
+        self.assertIn("the run that last wrote manifest.json (run_id cccc, step 8) left no complete checkpoint, and "
+                      "model_00000006.bin is another run's", str(ctx.exception))
+        # A named model file is described by its own marker, whatever manifest.json says.
+        named = checkpoint.resolve(os.path.join(shared, "model_00000004.bin"))
+        self.assertEqual(checkpoint.read_manifest(named.manifest)["tokenizer"], "sp1024")
+        code, _, err, _ = infer("--checkpoint", os.path.join(shared, "model_00000004.bin"), "--prompt", "hi")
+        self.assertEqual(code, 1)  # sp1024's vocabulary is not this model's 50257
+        self.assertIn("sp1024", err)
 
     # ---- header-only paths ------------------------------------------------------------
 

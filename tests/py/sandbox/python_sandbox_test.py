@@ -60,6 +60,8 @@ class SandboxTest(unittest.TestCase):
                            ("import os; os._exit(250)", "exited with status 250")):
             r = run_python(code)
             self.assertEqual((r.ok, r.error), (False, want))
+        self.assertEqual(python_exec._explain(-40, ""), "signal 40")  # negative: a signal, named or not
+        self.assertEqual(python_exec._explain(128 + 24, ""), "CPU time limit")  # SIGXCPU, as bwrap passes it on
 
     def test_tmp_is_as_bounded_as_the_workdir(self):
         if not self.full:

@@ -101,6 +101,17 @@ class TrainCliTest(unittest.TestCase):
         # Data named on the command line wins; a manifest without a dataset keeps the demo.
         self.assertEqual(resumed({**gpt2, "dataset": {"name": "moby-dick"}}, ["--dataset", self.data])[0], self.data)
         self.assertEqual(resumed({**gpt2, "dataset": {"name": ""}})[0], "shakespeare")
+        # A checkpoint named by its file follows its own marker's manifest, not manifest.json,
+        # which another run sharing the directory may have written since.
+        run = tempfile.mkdtemp(dir=self.tmp)
+        with open(os.path.join(run, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump({**gpt2, "dataset": {"name": "moby-dick"}, "run_id": "bbbb", "step": 3}, f)
+        with open(os.path.join(run, "DONE_00000006"), "w", encoding="utf-8") as f:
+            json.dump({**gpt2, "dataset": {"name": self.data}, "run_id": "aaaa", "step": 6}, f)
+        open(os.path.join(run, "model_00000006.bin"), "wb").close()
+        code, out, err, _ = self.nfn(["train", "--print-command", "--resume", os.path.join(run, "model_00000006.bin")])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out.split()[out.split().index("--dataset-name") + 1], self.data)
         # Data that is gone is one line naming it, not a silent switch to the demo.
         gone = os.path.join(self.tmp, "deleted_shards")
         run = tempfile.mkdtemp(dir=self.tmp)

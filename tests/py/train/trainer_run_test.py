@@ -200,6 +200,10 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "DONE_00000003")))
 
+    def marker(self, out, step):
+        """The manifest a checkpoint's DONE marker holds."""
+        return json.loads(self.read(os.path.join(out, f"DONE_{step:08d}")))
+
     def test_resume_continues_the_run_that_last_wrote_here(self):
         # A fresh run (seed 9) to step 3 in a directory that holds the seed-5 run's steps 3
         # and 6, then --resume auto: the seed-9 run goes on from its own step 3, as if it had
@@ -211,39 +215,79 @@ class TrainerRunTest(unittest.TestCase):
         first = self.report["run_id"]
         self.assertRegex(short["run_id"], r"^[0-9a-f]{16}$")
         self.assertNotEqual(short["run_id"], first)
-        self.assertEqual(self.read(os.path.join(out, "DONE_00000003")).decode(), short["run_id"] + "\n")
-        self.assertEqual(self.read(os.path.join(out, "DONE_00000006")).decode(), first + "\n")
-        self.assertEqual(json.loads(self.read(os.path.join(out, "manifest.json")))["run_id"], short["run_id"])
+        # Each marker is its checkpoint's manifest; manifest.json, the newest checkpoint's copy.
+        self.assertEqual((self.marker(out, 3)["run_id"], self.marker(out, 3)["training"]["seed"]), (short["run_id"], 9))
+        self.assertEqual((self.marker(out, 6)["run_id"], self.marker(out, 6)["step"]), (first, 6))
+        self.assertEqual(self.read(os.path.join(out, "manifest.json")), self.read(os.path.join(out, "DONE_00000003")))
         resumed = json.loads(run(self.common + ["--output-dir", out, "--seed", "9", "--resume", "auto",
-                                                "--json"]).stdout)
+                                                "--max-steps", "5", "--json"]).stdout)
         self.assertEqual(resumed["resumed_from"], os.path.join(out, "model_00000003.bin"))
         self.assertEqual(resumed["run_id"], short["run_id"])
         whole = json.loads(run(self.common + ["--output-dir", os.path.join(self.tmp, "seed9"), "--seed", "9",
-                                              "--json"]).stdout)
+                                              "--max-steps", "5", "--json"]).stdout)
         self.assertEqual(resumed["train_losses"], whole["train_losses"][3:])
-        # The first run's own checkpoint, named: its id goes on with it.
-        shutil.copytree(self.full, out, dirs_exist_ok=True)
+        # The manifest now names the seed-9 run's step 5; the seed-5 run's step 6, named, is
+        # still that run's, and its id goes on with it.
         named = json.loads(run(self.common + ["--output-dir", out, "--resume", os.path.join(out, "model_00000006.bin"),
                                               "--json"]).stdout)
         self.assertEqual((named["train_losses"], named["run_id"]), ([], first))
 
-    def test_resume_auto_starts_fresh_when_the_last_run_left_no_checkpoint(self):
+    def test_resume_continues_a_rewound_run_from_its_last_checkpoint(self):
+        # The run resumed from its own step 3 (say with a lower learning rate) to step 5: its
+        # step 5, not the abandoned step 6 it wrote before, is what --resume auto continues.
+        out = os.path.join(self.tmp, "rewound")
+        shutil.copytree(self.full, out)
+        run(self.common + ["--output-dir", out, "--resume", os.path.join(out, "model_00000003.bin"),
+                           "--learning-rate", "1e-3", "--max-steps", "5"])
+        self.assertEqual(self.marker(out, 5)["run_id"], self.report["run_id"])
+        resumed = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        self.assertEqual(resumed["resumed_from"], os.path.join(out, "model_00000005.bin"))
+        # Stopped between the manifest and step 5's marker: the same run's newest step below.
+        os.remove(os.path.join(out, "DONE_00000005"))
+        with open(os.path.join(out, "manifest.json"), "wb") as f:
+            f.write(self.read(os.path.join(self.full, "manifest.json")).replace(b'"step": 6', b'"step": 5'))
+        resumed = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        self.assertEqual(resumed["resumed_from"], os.path.join(out, "model_00000003.bin"))
+
+    def test_checkpoints_from_before_run_ids_count_for_any_run(self):
+        # Empty markers and a manifest without run_id, as earlier versions wrote them: resumed
+        # as before, and a run resumed from one falls back to it if stopped before its own marker.
+        out = os.path.join(self.tmp, "old_format")
+        shutil.copytree(self.full, out)
+        for step in (3, 6):
+            open(os.path.join(out, f"DONE_{step:08d}"), "w").close()
+        manifest = json.loads(self.read(os.path.join(out, "manifest.json")))
+        del manifest["run_id"]
+        with open(os.path.join(out, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        longer = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--max-steps", "9",
+                                               "--json"]).stdout)
+        self.assertEqual(longer["resumed_from"], os.path.join(out, "model_00000006.bin"))
+        self.assertNotEqual(longer["run_id"], self.report["run_id"])  # a new id: the old markers name none
+        os.remove(os.path.join(out, "DONE_00000009"))
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--max-steps", "9", "--learning-rate",
+                                  "1e6", "--json"], check=False)
+        self.assertIn(f"resuming from {out}/model_00000006.bin", proc.stderr)
+        self.assertIn(f"(last good: {out}/model_00000006.bin)", proc.stderr)  # it diverges at that learning rate
+
+    def test_resume_refuses_when_the_last_run_left_no_checkpoint(self):
+        # A later run wrote the manifest and stopped before its first marker: which run to go on
+        # with is the user's to say, so neither --resume auto nor --resume DIR picks one.
         out = os.path.join(self.tmp, "last_run_empty")
         shutil.copytree(self.full, out)
         manifest = json.loads(self.read(os.path.join(out, "manifest.json")))
-        manifest["run_id"] = "0123456789abcdef"  # a later run wrote this, then died before its DONE marker
+        manifest["run_id"] = "0123456789abcdef"
         with open(os.path.join(out, "manifest.json"), "w") as f:
             json.dump(manifest, f)
-        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--json"])
-        self.assertIsNone(json.loads(proc.stdout)["resumed_from"])
-        self.assertIn("left no complete checkpoint: starting fresh; an earlier run's checkpoint at step 6 is not "
-                      "taken (name its model file to resume it)", proc.stderr)
-        with open(os.path.join(out, "manifest.json"), "w") as f:
-            json.dump(manifest, f)
-        proc = run(self.common + ["--output-dir", out, "--resume", out], check=False)
-        self.assertEqual(proc.returncode, 1)
-        self.assertIn("no complete checkpoint (model, state and DONE marker) in that directory from the run that "
-                      "last wrote its manifest.json; an earlier run's checkpoint at step 6", proc.stderr)
+        before = {name: self.read(os.path.join(out, name)) for name in os.listdir(out)}
+        for resume in ("auto", out):
+            proc = run(self.common + ["--output-dir", out, "--resume", resume], check=False)
+            self.assertEqual(proc.returncode, 1)
+            self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: --resume {resume}: the run that last "
+                             f"wrote {out}/manifest.json (run_id 0123456789abcdef, step 6) left no complete "
+                             f"checkpoint, and {out}/model_00000006.bin is another run's: name it with --resume to "
+                             "continue that run, or leave --resume out to start afresh")
+        self.assertEqual({name: self.read(os.path.join(out, name)) for name in os.listdir(out)}, before)
 
     def test_resume_at_or_past_max_steps(self):
         out = os.path.join(self.tmp, "finished")
