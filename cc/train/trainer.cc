@@ -244,6 +244,9 @@ int run_training(const TrainConfig& c) {
     val.set_vocab_size(c.model.vocab_size);
   }
 
+  // One run writes a directory at a time: two at once left checkpoints marked complete whose
+  // files came from both.
+  if (!lock_directory(c.output_dir, &error)) return fail(error);
   Start start;
   if (!resolve_resume(c, &start, &error)) return fail(error);
   if (int n = remove_orphaned_temp_files(c.output_dir))

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -136,6 +137,35 @@ bool make_dirs(const std::string& path, std::string* error) {
     return false;
   }
   return true;
+}
+
+bool lock_directory(const std::string& dir, std::string* error) {
+  if (!make_dirs(dir, error)) return false;
+  const std::string path = join_path(dir, ".lock");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = path + ": " + std::strerror(errno);
+    return false;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int why = errno;
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    if (why != EWOULDBLOCK) {
+      *error = path + ": cannot lock: " + std::strerror(why);
+      return false;
+    }
+    std::string holder(pid, n > 0 ? static_cast<size_t>(n) : 0);
+    holder.erase(holder.find_last_not_of(" \n") + 1);
+    *error = dir + ": another run" + (holder.empty() ? "" : " (pid " + holder + ")") +
+             " is writing here; wait for it to end or give this one another --output-dir";
+    return false;
+  }
+  // The pid is only for another run's message above; the flock is the lock.
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, me.data(), me.size(), 0);
+  return true;  // fd stays open: the lock lasts as long as the process
 }
 
 int remove_orphaned_temp_files(const std::string& dir) {

@@ -59,6 +59,10 @@ class FileReader {
   std::string path_;
 };
 bool make_dirs(const std::string& path, std::string* error);
+// Makes `dir` and holds an exclusive lock on its `.lock` file (flock) until the process
+// ends, so that two runs never write one directory at once. false + "<dir>: ..." naming the
+// holder's pid when another process has it.
+bool lock_directory(const std::string& dir, std::string* error);
 // Removes what AtomicFileWriter left in `dir` from processes that no longer run (NAME.tmp.PID
 // of a writer killed before its rename: never read, but as large as what it was writing).
 // Returns how many it removed.

@@ -4,6 +4,8 @@ UserError naming it."""
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 
 from nfn.errors import UserError
 
@@ -40,3 +42,53 @@ def read_json(path):
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
     except ValueError as e:
         raise UserError(f"{path}: not valid JSON ({e})") from None
+
+
+def work_dir(parent, kind, name):
+    """A new directory in `parent` for this process's unfinished work: .KIND-PID-NAME-XXXX
+    (KIND tmp: being written; stale: being replaced). Renamed into place or removed when the
+    work ends; one left by a killed process is removed by remove_orphaned_dirs."""
+    return tempfile.mkdtemp(prefix=f".{kind}-{os.getpid()}-{name}-", dir=parent)
+
+
+def _running(pid):
+    """Whether process `pid` runs (a zombie does not: it only waits to be reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_orphaned_dirs(parent, quiet=False):
+    """Remove the work_dir directories in `parent` (and files named as they are) whose process
+    no longer runs (killed while it wrote), saying so unless quiet; the number removed. Their
+    contents were never trusted, only their space held."""
+    removed = 0
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    for name in names:
+        kind, _, rest = name.partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind not in (".tmp", ".stale") or not pid.isdigit() or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        path = os.path.join(parent, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        removed += not os.path.lexists(path)
+    if removed and not quiet:
+        import sys
+        print(f"nfn: removed {removed} unfinished folder{'s' if removed > 1 else ''} in {parent} that a killed run "
+              f"was writing", file=sys.stderr)
+    return removed

@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.request
 
-from nfn import paths
+from nfn import fileio, paths
 from nfn.errors import UserError
 
 TIMEOUT_S = 30
@@ -59,7 +59,8 @@ def fetch_bytes(url, what):
 def download_file(url, dest, what, quiet=False):
     """Stream url to dest; dest appears only when complete."""
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".tmp-download-")
+    fileio.remove_orphaned_dirs(os.path.dirname(dest), quiet)  # a killed download's part
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f".tmp-{os.getpid()}-download-")
     show = not quiet and sys.stderr.isatty()
     start = time.time()
 

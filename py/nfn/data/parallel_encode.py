@@ -6,6 +6,7 @@ rebuilding it; at most 2 pieces per worker are in flight, so any input size stre
 import collections
 import multiprocessing
 import os
+import signal
 
 import numpy as np
 
@@ -31,6 +32,13 @@ def _encode(doc_start, text):
     return arr
 
 
+def _worker_start():
+    # Ctrl-C goes to the whole process group: the parent alone handles it, and ends the pool.
+    # A worker killed by it mid-result left the pool's pipe half-written, and the parent
+    # then hung in terminate() or died in a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def default_workers():
     try:
         return len(os.sched_getaffinity(0))
@@ -48,7 +56,7 @@ def encode_stream(tokenizer, pieces, dtype, workers=None):
             for split, doc_start, text, nbytes in pieces:
                 yield split, doc_start, nbytes, _encode(doc_start, text)
             return
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_start) as pool:
             inflight = collections.deque()
             for split, doc_start, text, nbytes in pieces:
                 inflight.append((split, doc_start, nbytes, pool.apply_async(_encode, (doc_start, text))))

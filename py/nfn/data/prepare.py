@@ -11,11 +11,10 @@ import datetime
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 
-from nfn import paths, tokenizers
+from nfn import fileio, paths, tokenizers
 from nfn.data import cache, shard_headers, sources
 from nfn.data.parallel_encode import encode_stream
 from nfn.data.progress import Progress
@@ -31,7 +30,7 @@ VAL_MAX_BYTES = 50 << 20  # ~12M GPT-2 tokens: plenty for a loss estimate on any
 def _writable_tmp(root, key):
     try:
         os.makedirs(root, exist_ok=True)
-        return tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root)
+        return fileio.work_dir(root, "tmp", key)
     except OSError as e:
         raise UserError(f"{root}: dataset cache is not writable ({e.strerror}); "
                         f"set {paths.DATASETS_ENV} to a writable directory") from None
@@ -45,7 +44,7 @@ def _install(tmp, final):
     except OSError:
         if not os.path.isdir(final):
             raise
-    stale = tempfile.mkdtemp(prefix=".stale-", dir=os.path.dirname(final))
+    stale = fileio.work_dir(os.path.dirname(final), "stale", os.path.basename(final))
     os.rename(final, os.path.join(stale, "old"))
     os.rename(tmp, final)
     shutil.rmtree(stale, ignore_errors=True)
@@ -87,6 +86,7 @@ def _pieces_for(src, quiet):
 def _build(src, tok, quiet, shard_tokens, workers):
     root = paths.datasets_dir()
     final = cache.entry_dir(src.key)
+    fileio.remove_orphaned_dirs(root, quiet)
     tmp = _writable_tmp(root, src.key)
     try:
         pieces, inputs, size = _pieces_for(src, quiet)

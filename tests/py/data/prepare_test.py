@@ -183,6 +183,66 @@ class PrepareTest(unittest.TestCase):
             f.truncate(2000)
         self.assertIsNone(cache.find_cached(pretraining_file=path))
 
+    def test_a_killed_writers_folders_are_removed(self):
+        root = self.env["NFN_DATASETS_DIR"]
+        os.makedirs(root)
+        finished = subprocess.Popen(["true"])
+        finished.wait()  # its pid names a process that no longer runs
+        dead = [os.path.join(root, f".tmp-{finished.pid}-file-abc-x1"), os.path.join(root, f".stale-{finished.pid}-e-x2")]
+        alive = [os.path.join(root, f".tmp-{os.getppid()}-file-abc-x3"), os.path.join(root, ".tmp-file-abc-oldname")]
+        for d in dead + alive:
+            os.makedirs(d)
+            with open(os.path.join(d, "train_000000.bin"), "wb") as f:
+                f.write(b"x" * 1000)
+        r = prepare_dataset(pretraining_file=self.write("corpus.txt", TEXT), quiet=True)
+        self.assertEqual(sorted(os.listdir(root)), sorted([os.path.basename(r["dir"])] +
+                                                          [os.path.basename(d) for d in alive]))
+
+    def test_an_entry_records_the_tokenizer_as_it_was_loaded(self):
+        # The tokenizer is retrained under the same name while a prepare encodes with the copy
+        # it loaded: the entry must not claim the new one's hash, or it would be trusted.
+        from nfn.data import prepare
+        from nfn.data.resolve import resolve
+        from nfn.tokenizers import bpe
+        words = " ".join(f"w{i % 97}x{i % 13}" for i in range(20000)) + "\n"
+        out_root = self.env["NFN_TOKENIZERS_DIR"]
+        bpe.train([words], 300, "mine", out_root, heldout="held out\n")
+        loaded = load("mine")
+        bpe.train([words], 400, "mine", out_root, heldout="held out\n")
+        path = self.write("corpus.txt", TEXT)
+        prepare._build(resolve(pretraining_file=path, tokenizer="mine"), loaded, True, 100_000_000, 1)
+        self.assertIsNone(cache.find_cached(pretraining_file=path, tokenizer="mine"))
+        again = prepare_dataset(pretraining_file=path, tokenizer="mine", quiet=True)  # rebuilt with the new one
+        self.assertFalse(again["cached"])
+        self.assertEqual(again["vocab_size"], load("mine").vocab_size)
+        self.assertTrue(prepare_dataset(pretraining_file=path, tokenizer="mine", quiet=True)["cached"])
+
+    def test_ctrl_c_stops_prepare_and_its_workers_with_one_line(self):
+        import signal
+        import time
+        rng = np.random.default_rng(0)
+        words = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "\n"])
+        path = self.write("big.txt", " ".join(words[rng.integers(0, len(words), size=12_000_000)]))
+        code = "import sys; from nfn.cli.main import main; sys.exit(main(sys.argv[1:]))"
+        proc = subprocess.Popen([sys.executable, "-c", code, "data", "prepare", "--pretraining-file", path,
+                                 "--workers", "2"], env=dict(os.environ, PYTHONPATH=PY_ROOT), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        root = self.env["NFN_DATASETS_DIR"]
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and not (
+                os.path.isdir(root) and any(n.startswith(".tmp-") for n in os.listdir(root))):
+            time.sleep(0.05)
+        time.sleep(1.0)  # the workers are encoding
+        self.assertIsNone(proc.poll(), "the prepare ended before it could be interrupted: give it more text")
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            self.fail("nfn data prepare hung after Ctrl-C")
+        self.assertEqual((proc.returncode, err), (130, "nfn data: interrupted\n"))
+        self.assertEqual([n for n in os.listdir(root) if n.startswith(".")], [])
+
     def assert_user_error(self, pattern, **kwargs):
         with self.assertRaisesRegex(UserError, pattern):
             prepare_dataset(quiet=True, **kwargs)

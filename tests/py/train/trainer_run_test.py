@@ -279,7 +279,9 @@ class TrainerRunTest(unittest.TestCase):
         manifest["run_id"] = "0123456789abcdef"
         with open(os.path.join(out, "manifest.json"), "w") as f:
             json.dump(manifest, f)
-        before = {name: self.read(os.path.join(out, name)) for name in os.listdir(out)}
+        def files():  # all but the lock, which each run takes
+            return {name: self.read(os.path.join(out, name)) for name in os.listdir(out) if name != ".lock"}
+        before = files()
         for resume in ("auto", out):
             proc = run(self.common + ["--output-dir", out, "--resume", resume], check=False)
             self.assertEqual(proc.returncode, 1)
@@ -287,7 +289,25 @@ class TrainerRunTest(unittest.TestCase):
                              f"wrote {out}/manifest.json (run_id 0123456789abcdef, step 6) left no complete "
                              f"checkpoint, and {out}/model_00000006.bin is another run's: name it with --resume to "
                              "continue that run, or leave --resume out to start afresh")
-        self.assertEqual({name: self.read(os.path.join(out, name)) for name in os.listdir(out)}, before)
+        self.assertEqual(files(), before)
+
+    def test_one_run_writes_a_directory_at_a_time(self):
+        # Another process holds the directory's lock, as a running trainer does: this run
+        # refuses with its pid and writes nothing; once it is free, the run goes ahead.
+        import fcntl
+        out = os.path.join(self.tmp, "locked")
+        os.makedirs(out)
+        with open(os.path.join(out, ".lock"), "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.write("4242\n")
+            held.flush()
+            proc = run(self.common + ["--output-dir", out], check=False)
+            self.assertEqual((proc.returncode, proc.stderr.strip()),
+                             (1, f"nfn_gpt_native_train: error: {out}: another run (pid 4242) is writing here; wait "
+                                 "for it to end or give this one another --output-dir"))
+            self.assertEqual(os.listdir(out), [".lock"])
+        report = json.loads(run(self.common + ["--output-dir", out, "--json"]).stdout)
+        self.assertEqual(report["train_losses"], self.report["train_losses"])
 
     def test_resume_at_or_past_max_steps(self):
         out = os.path.join(self.tmp, "finished")
