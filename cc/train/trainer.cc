@@ -394,12 +394,13 @@ int run_training(const TrainConfig& c) {
     last_loss = loss_sum / static_cast<float>(c.train_batch_tokens);
     const int done = s.step + 1;
     if (!std::isfinite(last_loss) || !std::isfinite(sumsq)) {
-      int last_good = newest_step_of_run(c.output_dir, start.run_id, done);
+      // The last checkpoint this run wrote, else the one it resumed from.
+      const std::string& last_good = !model_path.empty() ? model_path : start.from;
       return std::fprintf(stderr,
                           "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a "
                           "checkpoint (last good: %s)\n",
                           done, std::isnan(last_loss) ? "NaN" : "infinite",
-                          last_good < 0 ? "none" : join_path(c.output_dir, model_file_name(last_good)).c_str()),
+                          last_good.empty() ? "none" : last_good.c_str()),
              3;
     }
     Json& row = train_losses.push(Json::array());

@@ -142,9 +142,13 @@ bool make_dirs(const std::string& path, std::string* error) {
 bool lock_directory(const std::string& dir, std::string* error) {
   if (!make_dirs(dir, error)) return false;
   const std::string path = join_path(dir, ".lock");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = path + ": " + std::strerror(errno);
+  // Never through a link: the pid written below would land in whatever it points at.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *error = path + ": " + (fd < 0 && errno == ELOOP ? std::string("a symbolic link, not the run's lock file")
+                                                     : fd < 0 ? std::strerror(errno) : "not a regular file");
+    if (fd >= 0) ::close(fd);
     return false;
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 from nfn.errors import UserError
 
@@ -44,51 +45,81 @@ def read_json(path):
         raise UserError(f"{path}: not valid JSON ({e})") from None
 
 
-def work_dir(parent, kind, name):
-    """A new directory in `parent` for this process's unfinished work: .KIND-PID-NAME-XXXX
-    (KIND tmp: being written; stale: being replaced). Renamed into place or removed when the
-    work ends; one left by a killed process is removed by remove_orphaned_dirs."""
-    return tempfile.mkdtemp(prefix=f".{kind}-{os.getpid()}-{name}-", dir=parent)
+WORK_PREFIX = ".nfn-"  # the names of unfinished work: .nfn-tmp-* (being written), .nfn-stale-*
+GRACE_SECONDS = 60     # younger entries are never taken for a killed writer's
 
 
-def _running(pid):
-    """Whether process `pid` runs (a zombie does not: it only waits to be reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+def lock_work(fd):
+    """Hold `fd`'s file or directory for unfinished work (see WorkDir) until it is closed."""
+    import fcntl
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+class WorkDir:
+    """A new directory in `parent` for unfinished work, .nfn-KIND-NAME-XXXXXXXX (KIND tmp: being
+    written; stale: being replaced), held by a lock (flock) until close(), which removes it
+    unless it was renamed away. The lock ends with its process, however that ends: one left
+    by a killed writer is free to take, and remove_orphaned_dirs removes it (a lock, not a
+    pid, so that a writer in another PID namespace or on another host is never taken for dead)."""
+
+    def __init__(self, parent, kind, name):
+        self.path = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{kind}-{name}-", dir=parent)
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        lock_work(self._fd)
+
+    def close(self):
+        if self._fd is None:
+            return
+        shutil.rmtree(self.path, ignore_errors=True)  # nothing there once it was renamed into place
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def remove_orphaned_dirs(parent, quiet=False):
-    """Remove the work_dir directories in `parent` (and files named as they are) whose process
-    no longer runs (killed while it wrote), saying so unless quiet; the number removed. Their
+    """Remove the unfinished work in `parent` (WorkDir directories, and files named and locked
+    as they are) whose writer is gone, saying so unless quiet; the number removed. Its
     contents were never trusted, only their space held."""
-    removed = 0
+    import fcntl
+
+    def orphaned(fd):  # not just made (its writer may not hold it yet), and no writer holds it
+        try:
+            if time.time() - os.fstat(fd).st_mtime < GRACE_SECONDS:
+                return False
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+
     try:
-        names = os.listdir(parent)
+        names = [n for n in os.listdir(parent) if n.startswith(WORK_PREFIX)]
     except OSError:
         return 0
+    removed = 0
     for name in names:
-        kind, _, rest = name.partition("-")
-        pid = rest.split("-", 1)[0]
-        if kind not in (".tmp", ".stale") or not pid.isdigit() or int(pid) == os.getpid() or _running(int(pid)):
-            continue
         path = os.path.join(parent, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-        removed += not os.path.lexists(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # a link, or gone
+        try:
+            if not orphaned(fd):
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            removed += not os.path.lexists(path)
+        finally:
+            os.close(fd)
     if removed and not quiet:
         import sys
-        print(f"nfn: removed {removed} unfinished folder{'s' if removed > 1 else ''} in {parent} that a killed run "
+        print(f"nfn: removed {removed} unfinished item{'s' if removed > 1 else ''} in {parent} that a killed run "
               f"was writing", file=sys.stderr)
     return removed

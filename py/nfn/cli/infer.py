@@ -2,8 +2,8 @@
 
 The tokenizer and geometry come from the checkpoint's manifest. The prompt is prefilled once,
 then tokens are sampled one at a time through the KV cache; text streams as it is made.
---checkpoint takes a directory written by `nfn train` (its newest step with a DONE marker, of
-the run its manifest names), a model_%08d.bin or other llm.c model file (v3 fp32 / v5 bf16),
+--checkpoint takes a directory written by `nfn train` (the checkpoint `nfn train --resume
+auto` would continue there), a model_%08d.bin or other llm.c model file (v3 fp32 / v5 bf16),
 a Hugging Face GPT-2 directory (config.json + model.safetensors), or an artifact name.
 
 Without --prompt or --prompt-tokens, samples from the end-of-text token alone (unconditional).

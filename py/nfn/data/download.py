@@ -60,7 +60,8 @@ def download_file(url, dest, what, quiet=False):
     """Stream url to dest; dest appears only when complete."""
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     fileio.remove_orphaned_dirs(os.path.dirname(dest), quiet)  # a killed download's part
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f".tmp-{os.getpid()}-download-")
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f"{fileio.WORK_PREFIX}tmp-download-")
+    fileio.lock_work(fd)  # held while the file is open: a killed download's part is free to remove
     show = not quiet and sys.stderr.isatty()
     start = time.time()
 

@@ -10,7 +10,6 @@ is replaced the same way, so readers never see half a dataset.
 import datetime
 import json
 import os
-import shutil
 
 import numpy as np
 
@@ -28,9 +27,10 @@ VAL_MAX_BYTES = 50 << 20  # ~12M GPT-2 tokens: plenty for a loss estimate on any
 
 
 def _writable_tmp(root, key):
+    """The entry's work directory (fileio.WorkDir), once the cache's killed writers' are gone."""
     try:
         os.makedirs(root, exist_ok=True)
-        return fileio.work_dir(root, "tmp", key)
+        return fileio.WorkDir(root, "tmp", key)
     except OSError as e:
         raise UserError(f"{root}: dataset cache is not writable ({e.strerror}); "
                         f"set {paths.DATASETS_ENV} to a writable directory") from None
@@ -44,10 +44,14 @@ def _install(tmp, final):
     except OSError:
         if not os.path.isdir(final):
             raise
-    stale = fileio.work_dir(os.path.dirname(final), "stale", os.path.basename(final))
-    os.rename(final, os.path.join(stale, "old"))
-    os.rename(tmp, final)
-    shutil.rmtree(stale, ignore_errors=True)
+    with fileio.WorkDir(os.path.dirname(final), "stale", os.path.basename(final)) as stale:
+        old = os.path.join(stale.path, "old")
+        os.rename(final, old)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            os.rename(old, final)  # the old entry back where it was
+            raise
 
 
 def _check_token_range(summary):
@@ -87,8 +91,8 @@ def _build(src, tok, quiet, shard_tokens, workers):
     root = paths.datasets_dir()
     final = cache.entry_dir(src.key)
     fileio.remove_orphaned_dirs(root, quiet)
-    tmp = _writable_tmp(root, src.key)
-    try:
+    with _writable_tmp(root, src.key) as work:
+        tmp = work.path
         pieces, inputs, size = _pieces_for(src, quiet)
         vocab = tok.vocab_size
         width = shard_headers.token_bytes_for_vocab(vocab)
@@ -133,9 +137,6 @@ def _build(src, tok, quiet, shard_tokens, workers):
             json.dump(meta, f, indent=1)
             f.write("\n")
         _install(tmp, final)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
     return cache.summary_from_meta(final, meta)
 
 

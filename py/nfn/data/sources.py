@@ -112,11 +112,12 @@ def ensure_fetched(alias, quiet=False):
     try:
         os.makedirs(parent, exist_ok=True)
         fileio.remove_orphaned_dirs(parent, quiet)
-        tmp = fileio.work_dir(parent, "tmp", alias)
+        work = fileio.WorkDir(parent, "tmp", alias)
     except OSError as e:
         raise UserError(f"{parent}: dataset cache is not writable ({e.strerror}); set {paths.DATASETS_ENV} "
                         f"to a writable directory") from None
-    try:
+    with work:
+        tmp = work.path
         if not quiet:  # a one-time notice, kept in logs too
             print(f"nfn: fetching {alias} ({TEXT_ALIASES[alias]}) once", file=sys.stderr)
         out_dir = os.path.join(tmp, "texts")
@@ -128,8 +129,6 @@ def ensure_fetched(alias, quiet=False):
         except OSError:
             if not os.path.isdir(final):  # another process may have won the race; that copy is as good
                 raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

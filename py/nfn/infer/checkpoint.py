@@ -35,7 +35,7 @@ class Checkpoint:
     kind: str                 # "llmc" (a model file) or "hf" (config.json + model.safetensors)
     path: str                 # the model file, or the HF directory
     step: Optional[int]       # from model_%08d.bin, when the name has one
-    manifest: Optional[str]   # manifest.json beside the weights, when there is one
+    manifest: Optional[str]   # the checkpoint's manifest (its DONE marker, or manifest.json beside it)
 
 
 def shapes(g):

@@ -89,6 +89,15 @@ def sha256_of_files(files):
     return h.hexdigest()
 
 
+def sha256_of_contents(items):
+    """sha256_of_files's digest of (path, the bytes read from it) pairs, in their order."""
+    h = hashlib.sha256()
+    for path, data in items:
+        h.update(os.path.basename(path).encode() + b"\0")
+        h.update(data)
+    return h.hexdigest()
+
+
 def model_files(name):
     """The files that define the tokenizer (hashed into its identity); [] if not made yet."""
     if name == "gpt2":

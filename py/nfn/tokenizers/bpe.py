@@ -9,7 +9,6 @@ On disk (one directory per name under the tokenizer cache):
 import base64
 import json
 import os
-import shutil
 
 from nfn import fileio
 from nfn.errors import UserError
@@ -92,21 +91,16 @@ def save_atomically(out_root, name, files):
     os.makedirs(out_root, exist_ok=True)
     final = os.path.join(out_root, name)
     fileio.remove_orphaned_dirs(out_root)
-    tmp = fileio.work_dir(out_root, "tmp", name)
-    try:
+    with fileio.WorkDir(out_root, "tmp", name) as tmp:
         for fname, text in files.items():
-            with open(os.path.join(tmp, fname), "w", encoding="utf-8", newline="") as f:
+            with open(os.path.join(tmp.path, fname), "w", encoding="utf-8", newline="") as f:
                 f.write(text)
         if os.path.exists(final):
-            old = fileio.work_dir(out_root, "stale", name)
-            os.rename(final, os.path.join(old, "t"))
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            with fileio.WorkDir(out_root, "stale", name) as old:
+                os.rename(final, os.path.join(old.path, "t"))
+                os.rename(tmp.path, final)
         else:
-            os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            os.rename(tmp.path, final)
     return final
 
 
@@ -114,8 +108,9 @@ def load_trained(directory):
     """Read and validate a tokenizer directory written by `train`."""
     manifest_path = os.path.join(directory, MANIFEST)
     try:
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
+        with open(manifest_path, "rb") as f:
+            manifest_bytes = f.read()  # parsed and hashed as read: the identity is of what was loaded
+        manifest = json.loads(manifest_bytes.decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"{manifest_path}: not found (train it with `nfn tokenizer train`)") from None
     except (OSError, ValueError) as e:
@@ -145,7 +140,12 @@ def load_trained(directory):
             or ranks_name in ("", ".", "..")):
         raise UserError(f"{manifest_path}: field 'files.ranks' must be a file name")
     ranks_path = os.path.join(directory, ranks_name)
-    ranks = read_ranks(ranks_path)
+    try:
+        with open(ranks_path, "rb") as f:
+            ranks_bytes = f.read()
+    except FileNotFoundError:
+        raise UserError(f"{ranks_path}: not found") from None
+    ranks = read_ranks(ranks_path, ranks_bytes)
     if sorted(special.values()) != list(range(len(ranks), len(ranks) + len(special))):
         raise UserError(f"{manifest_path}: field 'special_tokens' must number the ids "
                         f"{len(ranks)}..{len(ranks) + len(special) - 1}")
@@ -156,29 +156,28 @@ def load_trained(directory):
         raise UserError(f"{manifest_path}: field 'vocab_size' is {vocab_size} but the files "
                         f"hold {len(ranks) + len(special)} tokens")
     files = {MANIFEST: manifest_path, ranks_name: ranks_path}
+    from nfn.tokenizers import sha256_of_contents
+    sha256 = sha256_of_contents(sorted([(manifest_path, manifest_bytes), (ranks_path, ranks_bytes)]))
     try:  # tiktoken compiles the pattern here; a bad one is its ValueError
-        return BPETokenizer(name, pattern, ranks, special, files=files)
+        return BPETokenizer(name, pattern, ranks, special, files=files, sha256=sha256)
     except ValueError as e:
         raise UserError(f"{manifest_path}: field 'pattern' does not compile ({e})") from None
 
 
-def read_ranks(path):
+def read_ranks(path, data):
+    """The ranks in `data`, the bytes of the ranks file at `path` (named in errors)."""
     ranks = {}
-    try:
-        with open(path, "rb") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = line.split()
-                try:
-                    token, rank = base64.b64decode(parts[0], validate=True), int(parts[1])
-                    if len(parts) != 2:
-                        raise ValueError
-                except (ValueError, IndexError):
-                    raise UserError(f"{path}: line {lineno}: expected 'BASE64 RANK'") from None
-                if rank != len(ranks) or token in ranks:
-                    raise UserError(f"{path}: line {lineno}: rank {rank} out of order or duplicated")
-                ranks[token] = rank
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found") from None
+    for lineno, line in enumerate(data.splitlines(), 1):
+        parts = line.split()
+        try:
+            token, rank = base64.b64decode(parts[0], validate=True), int(parts[1])
+            if len(parts) != 2:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise UserError(f"{path}: line {lineno}: expected 'BASE64 RANK'") from None
+        if rank != len(ranks) or token in ranks:
+            raise UserError(f"{path}: line {lineno}: rank {rank} out of order or duplicated")
+        ranks[token] = rank
     if any(bytes([b]) not in ranks for b in range(256)):
         raise UserError(f"{path}: lacks some of the 256 single-byte tokens")
     return ranks
@@ -189,7 +188,7 @@ class BPETokenizer:
 
     kind = "bpe"
 
-    def __init__(self, name, pattern, mergeable_ranks, special_tokens, files=None):
+    def __init__(self, name, pattern, mergeable_ranks, special_tokens, files=None, sha256=None):
         import tiktoken
 
         self.name = name
@@ -199,10 +198,11 @@ class BPETokenizer:
         self._special_by_id = {i: t for t, i in special_tokens.items()}
         self._byte_ids = [mergeable_ranks[bytes([b])] for b in range(256)]
         self._files = dict(files or {})
-        # Hashed now, as loaded: a retrain of the same name while this one encodes must not
-        # lend its hash to what this one made (a dataset cache entry would trust it).
+        # sha256: of the files' bytes as they were read (load_trained), so that a retrain of the
+        # same name while this one encodes never lends its hash to what this one made (a dataset
+        # cache entry would trust it); else of the files now.
         from nfn.tokenizers import sha256_of_files
-        self._sha256 = sha256_of_files(sorted(self._files.values()))
+        self._sha256 = sha256 or sha256_of_files(sorted(self._files.values()))
         self.vocab_size = self._enc.n_vocab
         self.bos_id = self._special["<|bos|>"]
         self.eot_id = self.bos_id  # documents are separated by BOS, so BOS is also the end marker

@@ -13,7 +13,7 @@ import sentencepiece as spm
 
 from nfn import paths
 from nfn.errors import UserError
-from nfn.tokenizers import sha256_of_files
+from nfn.tokenizers import sha256_of_contents
 
 SOURCE_URL_ENV = "NFN_SP_TOKENIZER_URL"
 BOS_ID = 1  # <s>: prepended to every document in shards (the eot/BOS separator)
@@ -65,12 +65,14 @@ class SentencePieceTokenizer:
         self.path = path
         self._sp = spm.SentencePieceProcessor()
         try:
-            self._sp.Load(path)
+            with open(path, "rb") as f:
+                model = f.read()  # loaded and hashed from one read (BPETokenizer's reason)
+            self._sp.LoadFromSerializedProto(model)
         except (OSError, RuntimeError) as e:
             raise UserError(f"{path}: not a readable SentencePiece model ({e})") from None
         self.vocab_size = self._sp.GetPieceSize()
         self.eot_id = self._sp.bos_id()
-        self._sha256 = sha256_of_files([path])  # as loaded (BPETokenizer's reason)
+        self._sha256 = sha256_of_contents([(path, model)])
 
     @classmethod
     def materialize(cls, name, vocab_size, quiet=False):

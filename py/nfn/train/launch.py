@@ -64,8 +64,13 @@ def resumed_manifest(args):
     where = output_dir(args) if args.resume == "auto" else os.path.abspath(args.resume)
     try:
         path = checkpoint.resolve(where).manifest
-    except UserError:  # no checkpoint there (the trainer says so): the directory's manifest
-        path = os.path.join(where if os.path.isdir(where) else os.path.dirname(where), checkpoint.MANIFEST)
+    except UserError:  # no checkpoint there (the trainer says so): the manifest of that directory
+        if os.path.isdir(where):
+            path = os.path.join(where, checkpoint.MANIFEST)
+        elif checkpoint.MODEL_FILE.match(os.path.basename(where)):
+            path = os.path.join(os.path.dirname(where), checkpoint.MANIFEST)
+        else:  # a directory not made yet (a fresh --resume auto) is no other directory's run
+            return None
     try:
         manifest = fileio.read_json(path) if path else None
     except UserError:

@@ -184,19 +184,35 @@ class PrepareTest(unittest.TestCase):
         self.assertIsNone(cache.find_cached(pretraining_file=path))
 
     def test_a_killed_writers_folders_are_removed(self):
+        import fcntl
+        import time
         root = self.env["NFN_DATASETS_DIR"]
         os.makedirs(root)
-        finished = subprocess.Popen(["true"])
-        finished.wait()  # its pid names a process that no longer runs
-        dead = [os.path.join(root, f".tmp-{finished.pid}-file-abc-x1"), os.path.join(root, f".stale-{finished.pid}-e-x2")]
-        alive = [os.path.join(root, f".tmp-{os.getppid()}-file-abc-x3"), os.path.join(root, ".tmp-file-abc-oldname")]
-        for d in dead + alive:
-            os.makedirs(d)
-            with open(os.path.join(d, "train_000000.bin"), "wb") as f:
+        old = time.time() - 3600
+
+        def work(name):
+            path = os.path.join(root, name)
+            os.makedirs(path)
+            with open(os.path.join(path, "train_000000.bin"), "wb") as f:
                 f.write(b"x" * 1000)
-        r = prepare_dataset(pretraining_file=self.write("corpus.txt", TEXT), quiet=True)
-        self.assertEqual(sorted(os.listdir(root)), sorted([os.path.basename(r["dir"])] +
-                                                          [os.path.basename(d) for d in alive]))
+            os.utime(path, (old, old))
+            return path
+
+        orphan = work(".nfn-tmp-file-abc-x1")  # no writer holds it: killed
+        held = work(".nfn-tmp-file-abc-x2")  # a writer (here, this test) holds its lock
+        holder = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        young = work(".nfn-stale-e-x3")
+        os.utime(young)  # just made: its writer may not hold it yet
+        other = work(".tmp-file-abc-notours")  # not named as nfn's work: never touched
+        os.symlink(other, os.path.join(root, ".nfn-tmp-link"))
+        try:
+            r = prepare_dataset(pretraining_file=self.write("corpus.txt", TEXT), quiet=True)
+        finally:
+            os.close(holder)
+        self.assertEqual(sorted(os.listdir(root)), sorted([os.path.basename(r["dir"]), ".nfn-tmp-link"] +
+                                                          [os.path.basename(d) for d in (held, young, other)]))
+        self.assertFalse(os.path.exists(orphan))
 
     def test_an_entry_records_the_tokenizer_as_it_was_loaded(self):
         # The tokenizer is retrained under the same name while a prepare encodes with the copy
@@ -222,7 +238,8 @@ class PrepareTest(unittest.TestCase):
         import time
         rng = np.random.default_rng(0)
         words = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "\n"])
-        path = self.write("big.txt", " ".join(words[rng.integers(0, len(words), size=12_000_000)]))
+        text = " ".join(words[rng.integers(0, len(words), size=12_000_000)]).replace(" \n ", "\n")
+        path = self.write("big.txt", text)  # lines, so that it is cut into pieces for the workers
         code = "import sys; from nfn.cli.main import main; sys.exit(main(sys.argv[1:]))"
         proc = subprocess.Popen([sys.executable, "-c", code, "data", "prepare", "--pretraining-file", path,
                                  "--workers", "2"], env=dict(os.environ, PYTHONPATH=PY_ROOT), stdout=subprocess.PIPE,
@@ -230,7 +247,7 @@ class PrepareTest(unittest.TestCase):
         root = self.env["NFN_DATASETS_DIR"]
         deadline = time.monotonic() + 60
         while proc.poll() is None and time.monotonic() < deadline and not (
-                os.path.isdir(root) and any(n.startswith(".tmp-") for n in os.listdir(root))):
+                os.path.isdir(root) and any(n.startswith(".nfn-tmp-") for n in os.listdir(root))):
             time.sleep(0.05)
         time.sleep(1.0)  # the workers are encoding
         self.assertIsNone(proc.poll(), "the prepare ended before it could be interrupted: give it more text")

@@ -77,6 +77,9 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(tokenizer(["--resume", "auto", "--output-dir", run]), ("gpt2", "50257"))
         self.assertEqual(tokenizer(["--resume", "auto", "--output-dir", os.path.join(self.tmp, "fresh")]),
                          ("sp1024", "1024"))
+        # a new folder inside a run's is no resume of that run
+        self.assertEqual(tokenizer(["--resume", "auto", "--output-dir", os.path.join(run, "newrun")]),
+                         ("sp1024", "1024"))
         self.assertEqual(tokenizer(["--resume", run, "--tokenizer", "sp2048"]), ("sp2048", "2048"))
 
     def test_resume_follows_the_runs_data(self):

@@ -242,6 +242,15 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(self.marker(out, 5)["run_id"], self.report["run_id"])
         resumed = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
         self.assertEqual(resumed["resumed_from"], os.path.join(out, "model_00000005.bin"))
+        # Diverging from there before any checkpoint: the last good one is what it resumed from,
+        # not the abandoned step 6.
+        shutil.copy(os.path.join(self.full, "model_00000006.bin"), os.path.join(out, "model_00000006.bin"))
+        with open(os.path.join(out, "manifest.json"), "wb") as f:
+            f.write(self.read(os.path.join(out, "DONE_00000005")))
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--learning-rate", "1e30",
+                                  "--checkpoint-every", "0", "--max-steps", "9"], check=False)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn(f"(last good: {out}/model_00000005.bin)", proc.stderr)
         # Stopped between the manifest and step 5's marker: the same run's newest step below.
         os.remove(os.path.join(out, "DONE_00000005"))
         with open(os.path.join(out, "manifest.json"), "wb") as f:
@@ -308,6 +317,17 @@ class TrainerRunTest(unittest.TestCase):
             self.assertEqual(os.listdir(out), [".lock"])
         report = json.loads(run(self.common + ["--output-dir", out, "--json"]).stdout)
         self.assertEqual(report["train_losses"], self.report["train_losses"])
+        # A lock file that is a link is refused, and what it points at is left as it was.
+        linked = os.path.join(self.tmp, "linked_lock")
+        os.makedirs(linked)
+        victim = os.path.join(self.tmp, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        os.symlink(victim, os.path.join(linked, ".lock"))
+        proc = run(self.common + ["--output-dir", linked], check=False)
+        self.assertEqual((proc.returncode, proc.stderr.strip()), (1, f"nfn_gpt_native_train: error: {linked}/.lock: a "
+                                                                     "symbolic link, not the run's lock file"))
+        self.assertEqual(self.read(victim), b"precious\n")
 
     def test_resume_at_or_past_max_steps(self):
         out = os.path.join(self.tmp, "finished")
