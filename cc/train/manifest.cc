@@ -56,10 +56,6 @@ bool get_int(const Json& obj, const char* key, const std::string& where, int* ou
   return true;
 }
 
-}  // namespace
-
-namespace {
-
 // The JSON object in `path`, or null when it is absent, empty or not an object.
 Json read_object(const std::string& path) {
   std::string text, ignored;

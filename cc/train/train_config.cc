@@ -69,7 +69,7 @@ void declare_train_flags(Flags* f) {
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the first recording fails", "auto");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
-  f->value("resume", "auto (the newest complete checkpoint in --output-dir of the run that last wrote one there, else start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
+  f->value("resume", "auto (the last checkpoint written in --output-dir, the one its manifest.json names; none: start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
   f->toggle("dry-run", "print the plan as JSON and exit without reading data");
   f->toggle("print-plan", "same as --dry-run");
   f->toggle("json", "print the final report as JSON on stdout");

@@ -2,9 +2,9 @@
 only (`nfn infer --native-info` and `--checkpoint-layout` import nothing heavier).
 
 A checkpoint is named by a directory written by `nfn train` (the checkpoint `nfn train
---resume auto` would continue), a model file (`model_%08d.bin` or any llm.c model file), a Hugging Face GPT-2
-directory (config.json + model.safetensors), or an artifact name under the artifacts
-directory.
+--resume auto` would continue), a model file (`model_%08d.bin` or any llm.c model file), a
+Hugging Face GPT-2 directory (config.json + model.safetensors), or an artifact name under
+the artifacts directory.
 """
 import json
 import os
