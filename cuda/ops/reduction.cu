@@ -91,6 +91,8 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
   BufList list{};
   size_t total = 0;
   for (int b = 0; b < nbufs; ++b) {
+    if (host_bufs[b] == nullptr && host_counts[b] > 0)
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "sum_squares_many: buffer %d is null (count %zu)", b, host_counts[b]);
     list.ptr[b] = host_bufs[b];
     total += host_counts[b];
     list.end[b] = total;

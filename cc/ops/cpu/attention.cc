@@ -61,13 +61,13 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
     float* S = thread_scratch(ctx, tile, 0, thread).f32;
     const float *q = blk.q(x), *k = blk.k(x), *v = blk.v(x);
     float* o = blk.rows(y);
-    float* row_lse = lse + (blk.b * NH + blk.h) * T;
+    float* row_lse = lse + static_cast<long>(blk.b * NH + blk.h) * T;
     for (int r0 = 0; r0 < T; r0 += kQueryTile) {
       const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
       product(rows, r1, hs, q + r0 * ld, ld, false, k, ld, true, S, r1, scale, false);  // S = Q K^T
       for (int i = 0; i < rows; ++i)
         row_lse[r0 + i] = nfn::cpu::attention::softmax_row(S + static_cast<long>(i) * r1, r0 + i + 1, r1);
-      product(rows, hs, r1, S, r1, false, v, ld, false, o + r0 * C, C, 1.f, false);  // O = P V
+      product(rows, hs, r1, S, r1, false, v, ld, false, o + static_cast<long>(r0) * C, C, 1.f, false);  // O = P V
     }
   });
   return NFN_OK;
@@ -94,7 +94,7 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
     const float *q = blk.q(x), *k = blk.k(x), *v = blk.v(x);
     const float *o = blk.rows(y), *dO = blk.rows(go);
     float *dq = blk.q(dx), *dk = blk.k(dx), *dv = blk.v(dx);
-    const float* row_lse = lse + (blk.b * NH + blk.h) * T;
+    const float* row_lse = lse + static_cast<long>(blk.b * NH + blk.h) * T;
     // The last tile sees every key, so going backwards its dK and dV products overwrite and
     // the earlier tiles' accumulate.
     const int last = (T - 1) / kQueryTile * kQueryTile;
@@ -102,7 +102,7 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
       const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
       const bool first = r0 == last;
       product(rows, r1, hs, q + r0 * ld, ld, false, k, ld, true, P, r1, scale, false);  // S
-      product(rows, r1, hs, dO + r0 * C, C, false, v, ld, true, dS, r1, 1.f, false);  // dP = dO V^T
+      product(rows, r1, hs, dO + static_cast<long>(r0) * C, C, false, v, ld, true, dS, r1, 1.f, false);  // dP = dO V^T
       for (int i = 0; i < rows; ++i) {
         const long at = static_cast<long>(r0 + i) * C;
         nfn::cpu::attention::gradient_row(P + static_cast<long>(i) * r1, dS + static_cast<long>(i) * r1,
@@ -111,7 +111,7 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
       }
       product(rows, hs, r1, dS, r1, false, k, ld, false, dq + r0 * ld, ld, 1.f, false);  // dQ = dS K
       product(r1, hs, rows, dS, r1, true, q + r0 * ld, ld, false, dk, ld, 1.f, !first);  // dK += dS^T Q
-      product(r1, hs, rows, P, r1, true, dO + r0 * C, C, false, dv, ld, 1.f, !first);  // dV += P^T dO
+      product(r1, hs, rows, P, r1, true, dO + static_cast<long>(r0) * C, C, false, dv, ld, 1.f, !first);  // dV += P^T dO
     }
   });
   return NFN_OK;

@@ -89,14 +89,14 @@ nfn_status forward_bf16(nfn_ctx* ctx, float* y, float* lse, const float* x, int 
     round_block(blk.k(x), T, hs, ld, k);
     round_block(blk.v(x), T, hs, ld, v);
     float* o = blk.rows(y);
-    float* row_lse = lse + (blk.b * NH + blk.h) * T;
+    float* row_lse = lse + static_cast<long>(blk.b * NH + blk.h) * T;
     for (int r0 = 0; r0 < T && !failed; r0 += kQueryTile) {
       const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
       if (!run(ctx, scores(rows, r1, hs, scale), q + r0 * hs, k, S, thread)) failed = true;  // S = Q K^T
       for (int i = 0; i < rows; ++i) row_lse[r0 + i] = softmax_row(S + static_cast<long>(i) * r1, r0 + i + 1, r1);
       round_bf16_serial(S, rows, r1, r1, false, P, r1);
       if (!run(ctx, times_keys(rows, r1, hs), P, v, O, thread)) failed = true;  // O = P V
-      copy_rows(O, rows, hs, o + r0 * C, C);
+      copy_rows(O, rows, hs, o + static_cast<long>(r0) * C, C);
     }
   });
   return failed ? oneDNN_failed(ctx, op) : NFN_OK;
@@ -126,7 +126,7 @@ nfn_status backward_bf16(nfn_ctx* ctx, float* dx, const float* go, const float* 
     round_block(blk.rows(go), T, hs, C, dO);
     const float *o = blk.rows(y), *dO32 = blk.rows(go);
     float *dq = blk.q(dx), *dk = blk.k(dx), *dv = blk.v(dx);
-    const float* row_lse = lse + (blk.b * NH + blk.h) * T;
+    const float* row_lse = lse + static_cast<long>(blk.b * NH + blk.h) * T;
     // As in the f32 path: the last tile sees every key, so its dK and dV products overwrite.
     const int last = (T - 1) / kQueryTile * kQueryTile;
     for (int r0 = last; r0 >= 0 && !failed; r0 -= kQueryTile) {

@@ -45,6 +45,7 @@ const char* nfn_ctx_last_error(const nfn_ctx* ctx) {
 }
 
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
+  if (ctx == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   const std::string k = key ? key : "", v = value ? value : "";
   if (k == "threads") {
     char* end = nullptr;

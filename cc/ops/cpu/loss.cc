@@ -59,18 +59,23 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     for (int i = 0; i < rows; ++i) {
       float* l = logits + static_cast<size_t>(i) * V;
       const int target = targets[r0 + i];
+      if (target < 0) {  // masked: loss 0 and a gradient of exact zeros, whatever its logits
+        if (losses != nullptr) losses[r0 + i] = 0.f;
+        if (dx != nullptr) std::fill(l, l + V, 0.f);
+        continue;
+      }
       const float m = nfn::cpu::row_max(l, V);
-      const float target_logit = target >= 0 ? l[target] : 0.f;
+      const float target_logit = l[target];
       for (int j = 0; j < V; ++j) l[j] = nfn::cpu::fast_exp(l[j] - m);  // l now holds e^(logit-m)
       const float sum = nfn::cpu::row_sum(l, V);
-      const float loss = target >= 0 ? m + std::log(sum) - target_logit : 0.f;
+      const float loss = m + std::log(sum) - target_logit;
       if (losses != nullptr) losses[r0 + i] = loss;
       chunk_total += loss;
       if (dx == nullptr) continue;
-      // dlogits = (softmax - onehot) * grad_scale; masked rows give nothing
-      const float k = target >= 0 ? grad_scale / sum : 0.f;
+      // dlogits = (softmax - onehot) * grad_scale
+      const float k = grad_scale / sum;
       for (int j = 0; j < V; ++j) l[j] *= k;
-      if (target >= 0) l[target] -= grad_scale;
+      l[target] -= grad_scale;
     }
     total += chunk_total;
     if (dx == nullptr) continue;

@@ -1,4 +1,5 @@
 // Memory ops on the CPU: host memory, 64-byte aligned for vector loads.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,6 +14,9 @@ namespace {
 
 nfn_status aligned(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null output pointer", op);
+  *out = nullptr;
+  if (bytes > SIZE_MAX - 63)  // rounding up would wrap to a tiny block
+    return fail(ctx, NFN_ERR_OUT_OF_MEMORY, "%s: %zu bytes failed", op, bytes);
   size_t rounded = (bytes + 63) / 64 * 64;
   *out = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (*out == nullptr) return fail(ctx, NFN_ERR_OUT_OF_MEMORY, "%s: %zu bytes failed", op, bytes);

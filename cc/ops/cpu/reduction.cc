@@ -56,6 +56,9 @@ nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
   if (dtype != NFN_F32 && dtype != NFN_BF16)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "sum_squares_many: unknown dtype %d",
                 static_cast<int>(dtype));
+  for (int b = 0; b < nbufs; ++b)
+    if (host_bufs[b] == nullptr && host_counts[b] > 0)
+      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "sum_squares_many: buffer %d is null (count %zu)", b, host_counts[b]);
   double total = 0.0;
   for (int b = 0; b < nbufs; ++b) {
     if (dtype == NFN_F32)

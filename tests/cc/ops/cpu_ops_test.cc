@@ -77,6 +77,14 @@ static void test_sum_squares(nfn_ctx* ctx) {
   size_t c1[1] = {hb.size()};
   EXPECT(nfn_sum_squares_many(ctx, p1, c1, 1, NFN_BF16, &out) == NFN_OK, "sumsq bf16");
   EXPECT(std::fabs(out - expect_bf) <= 1e-6 * expect_bf, "sumsq bf16 %g vs %g", out, expect_bf);
+  {  // a null buffer is refused where it has elements, and ignored where it has none
+    const void* with_null[2] = {ptrs[0], nullptr};
+    const size_t null_counts[2] = {counts[0], 5}, empty_counts[2] = {counts[0], 0};
+    EXPECT(nfn_sum_squares_many(ctx, with_null, null_counts, 2, NFN_F32, &out) == NFN_ERR_INVALID_ARGUMENT,
+           "sumsq: a null buffer with elements");
+    EXPECT(nfn_sum_squares_many(ctx, with_null, empty_counts, 2, NFN_F32, &out) == NFN_OK, "sumsq: an empty null");
+    EXPECT(nfn_ctx_configure(nullptr, "matmul", "f32") == NFN_ERR_INVALID_ARGUMENT, "configure without a context");
+  }
   EXPECT(nfn_sum_squares_many(ctx, ptrs, counts, 0, NFN_F32, &out) == NFN_OK && out == 0.f,
          "no buffers sum to zero");
 }

@@ -154,6 +154,18 @@ int main() {
   test_padded_vocab(ctx);
   test_softmax(ctx);
   test_bf16_mode(ctx);
+  {  // A masked row gets exact zeros whatever its logits: here they overflow to inf.
+    const int N = 2, C = 3, V = 4;
+    std::vector<float> x = {3e38f, 3e38f, 3e38f, 0.1f, 0.2f, 0.3f}, wte = random_vec(V * C, 7, 1.f);
+    for (float& w : wte) w = std::fabs(w) + 1.f;
+    std::vector<int32_t> tgt = {-1, 2};
+    std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.f);
+    EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
+                                     tgt.data(), N, C, V, V, 1.f, NFN_F32) == NFN_OK, "masked non-finite row");
+    EXPECT(losses[0] == 0.f && std::isfinite(losses[1]), "losses %g %g", losses[0], losses[1]);
+    for (int c = 0; c < C; ++c) EXPECT(dx[c] == 0.f && std::isfinite(dx[C + c]), "dx[%d] %g %g", c, dx[c], dx[C + c]);
+    for (float d : dwte) EXPECT(std::isfinite(d), "dwte holds %g", d);
+  }
   std::vector<float> buf(64);
   std::vector<int32_t> tgt = {0, 3, 9};
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),

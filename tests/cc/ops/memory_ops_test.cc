@@ -61,6 +61,12 @@ static void test_alloc_host(nfn_ctx* ctx) {
          "a copy from alloc_host memory");
   EXPECT(nfn_free(ctx, dev) == NFN_OK && nfn_free_host(ctx, p) == NFN_OK, "free_host");
   expect_invalid(ctx, nfn_alloc_host(ctx, 8, nullptr), "alloc_host", "null output pointer");
+  // Sizes whose rounding up to 64 bytes would wrap to a tiny block are refused, not granted.
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - 62, SIZE_MAX / 2 + 2}) {
+    void* q = &p;
+    EXPECT(nfn_alloc(ctx, bytes, &q) == NFN_ERR_OUT_OF_MEMORY && q == nullptr, "alloc(%zu) must fail", bytes);
+    EXPECT(nfn_alloc_host(ctx, bytes, &q) == NFN_ERR_OUT_OF_MEMORY, "alloc_host(%zu) must fail", bytes);
+  }
 }
 
 int main() {
