@@ -115,10 +115,10 @@ def _build(src, tok, quiet, shard_tokens, workers):
             raise UserError(f"{where}: empty text, nothing to tokenize")
         for split in ("train", "val"):
             if splits[split]["tokens"] == 0:
-                # Validation takes the text's start up to a line break past its share; without
-                # one there it takes everything.
+                # Validation takes the text's start up to a line end past its share (on one line,
+                # a word's end); without one there it takes everything.
                 raise UserError(f"{where}: text too short to split into train and validation ({size} bytes), "
-                                "or with no line break after its first part to cut at")
+                                "or with no line or word end after its first part to cut at")
         meta = {
             "schema": cache.META_SCHEMA,
             "dataset": src.dataset,

@@ -16,6 +16,7 @@ ENDOFTEXT = "<|endoftext|>"
 PIECE_CHARS = 1 << 18   # ~256 KB: enough pieces to keep every core busy, small enough to stream
 READ_BYTES = 1 << 20
 _SAFE_CUT = re.compile(r"(?<=\S)\n")
+_WORD_CUT = re.compile(r"(?<=\S)\s")  # a word's end: where validation ends when no line end is left
 
 
 def safe_cut(text, start):
@@ -60,24 +61,31 @@ def document_pieces(path, piece_chars=None):
 
 
 def split_pieces(files, val_bytes, piece_chars=None):
-    """Yield (split, doc_start, text, nbytes): the first val_bytes of text go to "val", the rest to "train"."""
+    """Yield (split, doc_start, text, nbytes): the first val_bytes of text go to "val", the rest
+    to "train", cut at the first line end (or piece or document end) after that; where the
+    text's last piece has none left, at the first word's end after it."""
     val_left = val_bytes
-    for path in files:
-        for doc_start, text in document_pieces(path, piece_chars):
-            nbytes = len(text.encode("utf-8"))
-            if val_left <= 0:
-                yield "train", doc_start, text, nbytes
-                continue
-            cut = safe_cut(text, val_left) if nbytes > val_left else -1
-            if cut < 0:
-                val_left -= nbytes
-                yield "val", doc_start, text, nbytes
-                continue
-            head, tail = text[:cut], text[cut:]
-            head_bytes = len(head.encode("utf-8"))
-            val_left = 0
-            yield "val", doc_start, head, head_bytes
-            yield "train", False, tail, nbytes - head_bytes
+    pieces = ((doc_start, text) for path in files for doc_start, text in document_pieces(path, piece_chars))
+    ahead = next(pieces, None)
+    while ahead is not None:
+        (doc_start, text), ahead = ahead, next(pieces, None)
+        nbytes = len(text.encode("utf-8"))
+        if val_left <= 0:
+            yield "train", doc_start, text, nbytes
+            continue
+        cut = safe_cut(text, val_left) if nbytes > val_left else -1
+        if cut < 0 and ahead is None and nbytes > val_left:  # otherwise the next piece starts a line
+            m = _WORD_CUT.search(text, max(val_left, 1))
+            cut = m.start() if m else -1
+        if cut < 0:
+            val_left -= nbytes
+            yield "val", doc_start, text, nbytes
+            continue
+        head, tail = text[:cut], text[cut:]
+        head_bytes = len(head.encode("utf-8"))
+        val_left = 0
+        yield "val", doc_start, head, head_bytes
+        yield "train", False, tail, nbytes - head_bytes
 
 
 def explicit_pieces(train_files, val_files, piece_chars=None):

@@ -260,6 +260,17 @@ class PrepareTest(unittest.TestCase):
         self.assertEqual((proc.returncode, err), (130, "nfn data: interrupted\n"))
         self.assertEqual([n for n in os.listdir(root) if n.startswith(".")], [])
 
+    def test_a_text_on_one_line_is_split_at_a_word(self):
+        text = " ".join(f"word{i}" for i in range(3000))  # no line break anywhere
+        r = prepare_dataset(pretraining_file=self.write("one_line.txt", text), quiet=True)
+        val, train = (np.concatenate([read_shard(p) for p in r[k]]) for k in ("val_shards", "train_shards"))
+        tok = load("gpt2")
+        self.assertEqual(val[0], EOT)  # the document starts in validation; training goes on from its cut
+        head, tail = tok.decode(val[1:].tolist()), tok.decode(train.tolist())
+        self.assertEqual(head + tail, text)
+        self.assertTrue(head.endswith(f"word{len(head.split()) - 1}") and tail.startswith(" word"))
+        self.assertLessEqual(abs(len(head.encode()) - len(text) // 10), 12)  # 10%, to the word's end
+
     def assert_user_error(self, pattern, **kwargs):
         with self.assertRaisesRegex(UserError, pattern):
             prepare_dataset(quiet=True, **kwargs)
@@ -273,9 +284,9 @@ class PrepareTest(unittest.TestCase):
                                pretraining_file=os.path.join(self.tmp, "nowhere.txt"))
         os.makedirs(os.path.join(self.tmp, "nodocs"))
         self.assert_user_error(r"nodocs: no \.txt files", pretraining_file=os.path.join(self.tmp, "nodocs"))
-        one_line = self.write("one_line.txt", "no newline to cut at")
-        self.assert_user_error(r"one_line\.txt: text too short to split into train and validation",
-                               pretraining_file=one_line)
+        one_word = self.write("one_word.txt", "nothing_to_cut_at_" * 3)
+        self.assert_user_error(r"one_word\.txt: text too short to split into train and validation",
+                               pretraining_file=one_word)
         self.assert_user_error(r"unknown dataset 'nope': known aliases are shakespeare, moby-dick, tinystories",
                                dataset="nope")
         self.assert_user_error(r"unknown tokenizer 'nope': known tokenizers are gpt2, sp1024, sp2048, sp4096, sp8192",
