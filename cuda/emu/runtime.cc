@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -683,6 +684,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   // 256; the widest access of ours is 32 bytes (Pack<float, 8>), so an offset misaligned for
   // it is misaligned here as it would be on a GPU, and a 16-byte alignment would fault on
   // one that a GPU runs (scratch carved at 256-byte offsets).
+  if (bytes > SIZE_MAX / 2) return nfn_emu::last_error = cudaErrorMemoryAllocation;  // rounding would wrap
   const size_t data = (std::max<size_t>(bytes, 1) + 31) / 32 * 32;
   const size_t map_bytes = (data + page - 1) / page * page + page;
   void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -766,6 +768,7 @@ void complete_pending_copies(const char* at, uint64_t upto = UINT64_MAX) {
 
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   if (refused_in_capture("cudaMallocHost")) return cudaErrorStreamCaptureUnsupported;
+  if (bytes > SIZE_MAX / 2) return nfn_emu::last_error = cudaErrorMemoryAllocation;  // rounding would wrap
   *ptr = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
   if (*ptr == nullptr) return nfn_emu::last_error = cudaErrorMemoryAllocation;
   pinned[reinterpret_cast<uintptr_t>(*ptr)] = bytes;

@@ -64,6 +64,7 @@ nfn_status launch_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t 
 extern "C" {
 
 nfn_status nfn_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t n, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_CHECK_DTYPE(ctx, dtype, "gelu_forward");
   if (n == 0) return NFN_OK;
   if (out == nullptr || inp == nullptr)
@@ -73,6 +74,7 @@ nfn_status nfn_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t n, 
 
 nfn_status nfn_gelu_backward(nfn_ctx* ctx, void* dinp, const void* pre, const void* dout, size_t n,
                              nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_CHECK_DTYPE(ctx, dtype, "gelu_backward");
   if (n == 0) return NFN_OK;
   if (dinp == nullptr || pre == nullptr || dout == nullptr)
@@ -87,6 +89,7 @@ nfn_status nfn_gelu_backward(nfn_ctx* ctx, void* dinp, const void* pre, const vo
 
 nfn_status nfn_residual_forward(nfn_ctx* ctx, void* out, const void* residual, const void* inp,
                                 const void* bias, int N, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_CHECK_DTYPE(ctx, dtype, "residual_forward");
   if (N <= 0 || C <= 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "residual_forward: N=%d C=%d must be positive", N, C);

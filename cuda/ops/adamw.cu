@@ -85,12 +85,17 @@ extern "C" {
 nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups, int ngroups,
                                int step, float lr, float beta1, float beta2, float eps,
                                const float* grad_sumsq, float max_grad_norm, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "adamw_step_many";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   if (ngroups < 0 || (ngroups > 0 && host_groups == nullptr))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: %d groups at %p", op, ngroups,
                 static_cast<const void*>(host_groups));
   if (step < 1) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: step %d must be >= 1", op, step);
+  if (!(beta1 >= 0.f && beta1 < 1.f && beta2 >= 0.f && beta2 < 1.f))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: betas (%g, %g) must lie in [0, 1)", op, beta1, beta2);
+  if (!std::isfinite(lr) || !(eps >= 0.f))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: lr=%g eps=%g are invalid", op, lr, eps);
   if (max_grad_norm > 0.f && grad_sumsq == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: max_grad_norm > 0 needs grad_sumsq", op);
   for (int i = 0; i < ngroups; ++i) {

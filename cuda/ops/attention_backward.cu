@@ -231,6 +231,7 @@ extern "C" {
 nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
                                   const void* out, const float* lse, int B, int T, int C, int NH,
                                   nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   int hd = 0;
   NFN_TRY(check_args(ctx, "attention_backward", B, T, C, NH, dtype, &hd));
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr)

@@ -35,8 +35,9 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
                            op, B, T, C, NH);
   if (C % NH != 0)
     return nfn::cuda::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: C=%d is not a multiple of NH=%d", op, C, NH);
-  if (B * NH > 65535)
-    return nfn::cuda::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: B*NH=%d exceeds 65535", op, B * NH);
+  if (static_cast<long>(B) * NH > 65535)
+    return nfn::cuda::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: B*NH=%ld exceeds 65535", op,
+                           static_cast<long>(B) * NH);
   *head_dim = C / NH;
   if (*head_dim != 16 && *head_dim != 32 && *head_dim != 64 && *head_dim != 128)
     return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED,

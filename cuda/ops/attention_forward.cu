@@ -86,6 +86,7 @@ extern "C" {
 
 nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T,
                                  int C, int NH, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   int hd = 0;
   NFN_TRY(check_args(ctx, "attention_forward", B, T, C, NH, dtype, &hd));
   if (out == nullptr || lse == nullptr || qkv == nullptr)

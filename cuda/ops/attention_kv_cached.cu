@@ -78,21 +78,22 @@ extern "C" {
 nfn_status nfn_attention_kv_cached(nfn_ctx* ctx, void* out, void* k_cache, void* v_cache,
                                    const void* qkv, int B, int Tq, int pos, int maxT, int C, int NH,
                                    nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "attention_kv_cached";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || C % NH != 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: B=%d Tq=%d C=%d NH=%d (positive, C a multiple of NH)",
                 op, B, Tq, C, NH);
-  if (pos < 0 || pos + Tq > maxT)
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: positions [%d, %d) do not fit the cache of %d", op,
-                pos, pos + Tq, maxT);
+  if (pos < 0 || static_cast<long>(pos) + Tq > maxT)  // in long: pos + Tq may pass INT_MAX
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: positions [%d, %ld) do not fit the cache of %d", op,
+                pos, static_cast<long>(pos) + Tq, maxT);
   if (pos + Tq + C / NH > kMaxPositions)
     return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %d cached positions, at most %d on CUDA", op, pos + Tq,
                 kMaxPositions - C / NH);
   if (out == nullptr || k_cache == nullptr || v_cache == nullptr || qkv == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null out, k_cache, v_cache or qkv", op);
-  if (B * NH > 65535)
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: B*NH=%d exceeds 65535", op, B * NH);
+  if (static_cast<long>(B) * NH > 65535)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: B*NH=%ld exceeds 65535", op, static_cast<long>(B) * NH);
   const size_t total = static_cast<size_t>(B) * Tq * C;
   const size_t smem = sizeof(float) * (C / NH + pos + Tq);
   const float scale = 1.f / sqrtf(static_cast<float>(C / NH));

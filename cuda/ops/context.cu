@@ -28,6 +28,9 @@ nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...) {
 
 nfn_status check(nfn_ctx* ctx, cudaError_t err, const char* op) {
   if (err == cudaSuccess) return NFN_OK;
+  // The runtime keeps a failed call's error for the next cudaGetLastError: clear it, or the
+  // next op's launch check would report it as its own.
+  (void)cudaGetLastError();
   nfn_status status = err == cudaErrorMemoryAllocation ? NFN_ERR_OUT_OF_MEMORY : NFN_ERR_BACKEND;
   return fail(ctx, status, "%s: %s", op, cudaGetErrorString(err));
 }
@@ -273,6 +276,7 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
 }
 
 nfn_status nfn_synchronize(nfn_ctx* ctx) {
+  NFN_CHECK_CTX(ctx);
   NFN_TRY(nfn::cuda::not_recording(ctx, "synchronize"));
   NFN_CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream), "synchronize");
   return NFN_OK;

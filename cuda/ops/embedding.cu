@@ -30,9 +30,17 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   nfn::cuda::pdl_begin();
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;
+  T* y = out + static_cast<size_t>(row) * C;
+  if (tokens[row] < 0) {  // no row of wte: NaN, so that the loss shows it (the ids are not read on the host)
+    for (int i = threadIdx.x; i < C / V; i += 32) {
+      float a[V];
+      for (int j = 0; j < V; ++j) a[j] = NAN;
+      store_pack(y, i, a);
+    }
+    return;
+  }
   const T* w = wte + static_cast<size_t>(tokens[row]) * C;
   const T* p = wpe != nullptr ? wpe + static_cast<size_t>(row % T_) * C : nullptr;
-  T* y = out + static_cast<size_t>(row) * C;
   for (int i = threadIdx.x; i < C / V; i += 32) {
     float a[V], b[V];
     load_pack(w, i, a);
@@ -67,6 +75,7 @@ __global__ void embedding_dwte_kernel(T* dwte, float* partials, const T* dout, c
   const int p = blockIdx.x * kDwteWarps + threadIdx.y, lane = threadIdx.x;
   if (p >= N) return;
   const int32_t token = sorted_tokens[p];
+  if (token < 0) return;  // no row of dwte to add to (the forward gave that position NaN)
   const bool run_start = p == 0 || sorted_tokens[p - 1] != token;
   if (!run_start && p % kSegmentRows != 0) return;
   const int end = min(N, (p / kSegmentRows + 1) * kSegmentRows);  // the aligned block's
@@ -114,7 +123,7 @@ __global__ void embedding_dwte_runs_kernel(T* dwte, const float* partials, const
   const int first = b * kSegmentRows, end = first + kSegmentRows;
   if (end >= N) return;
   const int32_t token = sorted_tokens[end - 1];
-  if (sorted_tokens[end] != token) return;  // no run crosses the block's end
+  if (token < 0 || sorted_tokens[end] != token) return;  // no dwte row, or no run crosses the block's end
   if (sorted_tokens[first] == token && first > 0 && sorted_tokens[first - 1] == token) return;  // began before b
   const int pack = blockIdx.y * 32 + lane;
   if (pack * V >= C) return;
@@ -166,6 +175,7 @@ extern "C" {
 
 nfn_status nfn_embedding_forward(nfn_ctx* ctx, void* out, const int32_t* tokens, const void* wte,
                                  const void* wpe, int B, int T, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_CHECK_DTYPE(ctx, dtype, "embedding_forward");
   if (B <= 0 || T <= 0 || C <= 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "embedding_forward: B=%d T=%d C=%d must be positive", B, T, C);
@@ -188,6 +198,7 @@ nfn_status nfn_embedding_forward(nfn_ctx* ctx, void* out, const int32_t* tokens,
 
 nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const void* dout,
                                   const int32_t* tokens, int B, int T, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "embedding_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   if (B <= 0 || T <= 0 || C <= 0)

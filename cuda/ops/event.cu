@@ -12,6 +12,7 @@ struct nfn_event {
 extern "C" {
 
 nfn_status nfn_event_create(nfn_ctx* ctx, nfn_event** out) {
+  NFN_CHECK_CTX(ctx);
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "event_create: null output pointer");
   *out = nullptr;
   NFN_TRY(nfn::cuda::not_recording(ctx, "event_create"));
@@ -23,6 +24,7 @@ nfn_status nfn_event_create(nfn_ctx* ctx, nfn_event** out) {
 }
 
 nfn_status nfn_event_record(nfn_ctx* ctx, nfn_event* event) {
+  NFN_CHECK_CTX(ctx);
   if (event == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "event_record: null event");
   NFN_TRY(nfn::cuda::not_recording(ctx, "event_record"));
   NFN_CUDA_TRY(ctx, cudaEventRecord(event->event, ctx->stream), "event_record");
@@ -30,6 +32,7 @@ nfn_status nfn_event_record(nfn_ctx* ctx, nfn_event* event) {
 }
 
 nfn_status nfn_event_query(nfn_ctx* ctx, nfn_event* event, int* done) {
+  NFN_CHECK_CTX(ctx);
   if (event == nullptr || done == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "event_query: null %s", event == nullptr ? "event" : "output pointer");
   NFN_TRY(nfn::cuda::not_recording(ctx, "event_query"));
@@ -45,6 +48,7 @@ nfn_status nfn_event_query(nfn_ctx* ctx, nfn_event* event, int* done) {
 }
 
 nfn_status nfn_event_wait(nfn_ctx* ctx, nfn_event* event) {
+  NFN_CHECK_CTX(ctx);
   if (event == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "event_wait: null event");
   NFN_TRY(nfn::cuda::not_recording(ctx, "event_wait"));
   NFN_CUDA_TRY(ctx, cudaEventSynchronize(event->event), "event_wait");
@@ -52,6 +56,7 @@ nfn_status nfn_event_wait(nfn_ctx* ctx, nfn_event* event) {
 }
 
 nfn_status nfn_event_free(nfn_ctx* ctx, nfn_event* event) {
+  NFN_CHECK_CTX(ctx);
   if (event == nullptr) return NFN_OK;
   // A recorded event still pending is released by CUDA once it completes.
   const cudaError_t err = cudaEventDestroy(event->event);

@@ -22,6 +22,7 @@ void release_retired_scratch(nfn_ctx* ctx) {
 extern "C" {
 
 nfn_status nfn_graph_begin(nfn_ctx* ctx) {
+  NFN_CHECK_CTX(ctx);
   if (ctx->recording) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "graph_begin: already recording");
   // Global mode, as PyTorch's graphs use: a call anywhere in the process that could not be
   // captured (an allocation, a synchronization) fails instead of silently escaping the graph.
@@ -31,6 +32,7 @@ nfn_status nfn_graph_begin(nfn_ctx* ctx) {
 }
 
 nfn_status nfn_graph_end(nfn_ctx* ctx, nfn_graph** out) {
+  NFN_CHECK_CTX(ctx);
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "graph_end: null output pointer");
   *out = nullptr;
   if (!ctx->recording) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "graph_end: not recording");
@@ -57,6 +59,7 @@ nfn_status nfn_graph_end(nfn_ctx* ctx, nfn_graph** out) {
 }
 
 nfn_status nfn_graph_launch(nfn_ctx* ctx, nfn_graph* graph) {
+  NFN_CHECK_CTX(ctx);
   if (graph == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "graph_launch: null graph");
   if (ctx->recording) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "graph_launch: inside a recording");
   NFN_CUDA_TRY(ctx, cudaGraphLaunch(graph->exec, ctx->stream), "graph_launch");
@@ -64,6 +67,7 @@ nfn_status nfn_graph_launch(nfn_ctx* ctx, nfn_graph* graph) {
 }
 
 nfn_status nfn_graph_free(nfn_ctx* ctx, nfn_graph* graph) {
+  NFN_CHECK_CTX(ctx);
   if (graph == nullptr) return NFN_OK;
   NFN_TRY(nfn::cuda::not_recording(ctx, "graph_free"));
   // A launch still queued reads the graph's nodes and the scratch they point at.

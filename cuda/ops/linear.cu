@@ -42,6 +42,7 @@ extern "C" {
 nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* inp, const void* weight,
                               const void* bias, const void* residual, int N, int IC, int OC,
                               nfn_epilogue epilogue, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "linear_forward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, IC, OC));
@@ -52,6 +53,7 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
   const bool gelu = epilogue == NFN_EPILOGUE_GELU;
   if (gelu != (aux != nullptr))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: aux must be given exactly when the epilogue is GELU", op);
+  if (aux != nullptr && aux == out) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: aux must not alias out", op);
   if (gelu && residual != nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: a residual cannot follow the GELU epilogue", op);
   GemmArgs g = nfn::cuda::linear_output(out, inp, weight, N, IC, OC, dtype);
@@ -85,6 +87,7 @@ nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* in
 nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* dbias, void* dinp_colsum,
                                const void* dout, const void* inp, const void* weight, const void* gelu_pre, int N,
                                int IC, int OC, int accumulate_dinp, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "linear_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, IC, OC));

@@ -48,6 +48,7 @@ cudaMemcpyKind to_cuda(nfn_copy_kind kind) {
 extern "C" {
 
 nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) {
+  NFN_CHECK_CTX(ctx);
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc: null output pointer");
   NFN_TRY(nfn::cuda::not_recording(ctx, "alloc"));
   NFN_CUDA_TRY(ctx, cudaMallocAsync(out, bytes == 0 ? 1 : bytes, ctx->stream), "alloc");
@@ -55,6 +56,7 @@ nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) {
 }
 
 nfn_status nfn_free(nfn_ctx* ctx, void* ptr) {
+  NFN_CHECK_CTX(ctx);
   if (ptr == nullptr) return NFN_OK;
   NFN_TRY(nfn::cuda::not_recording(ctx, "free"));
   NFN_CUDA_TRY(ctx, cudaFreeAsync(ptr, ctx->stream), "free");
@@ -62,6 +64,7 @@ nfn_status nfn_free(nfn_ctx* ctx, void* ptr) {
 }
 
 nfn_status nfn_alloc_host(nfn_ctx* ctx, size_t bytes, void** out) {
+  NFN_CHECK_CTX(ctx);
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "alloc_host: null output pointer");
   NFN_TRY(nfn::cuda::not_recording(ctx, "alloc_host"));
   NFN_CUDA_TRY(ctx, cudaMallocHost(out, bytes == 0 ? 1 : bytes), "alloc_host");
@@ -69,6 +72,7 @@ nfn_status nfn_alloc_host(nfn_ctx* ctx, size_t bytes, void** out) {
 }
 
 nfn_status nfn_free_host(nfn_ctx* ctx, void* ptr) {
+  NFN_CHECK_CTX(ctx);
   if (ptr == nullptr) return NFN_OK;
   NFN_TRY(nfn::cuda::not_recording(ctx, "free_host"));
   NFN_CUDA_TRY(ctx, cudaFreeHost(ptr), "free_host");  // waits for the device, as a host free must
@@ -76,6 +80,7 @@ nfn_status nfn_free_host(nfn_ctx* ctx, void* ptr) {
 }
 
 nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_t n) {
+  NFN_CHECK_CTX(ctx);
   if (n == 0) return NFN_OK;
   if (dst == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: null dst");
   // +0 is all zero bits in f32 and bf16: the driver's memset writes it at full bandwidth (the
@@ -99,6 +104,7 @@ nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_
 }
 
 nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes, nfn_copy_kind kind) {
+  NFN_CHECK_CTX(ctx);
   if (bytes == 0) return NFN_OK;
   if (dst == nullptr || src == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
   if (kind != NFN_DEVICE_TO_DEVICE) NFN_TRY(nfn::cuda::not_recording(ctx, "copy to or from host memory"));
@@ -108,6 +114,7 @@ nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes, nfn_
 
 nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void* src,
                        nfn_dtype src_dtype, size_t n) {
+  NFN_CHECK_CTX(ctx);
   NFN_CHECK_DTYPE(ctx, dst_dtype, "convert");
   NFN_CHECK_DTYPE(ctx, src_dtype, "convert");
   if (n == 0) return NFN_OK;
@@ -121,6 +128,7 @@ nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void*
 }
 
 nfn_status nfn_widen_tokens(nfn_ctx* ctx, int32_t* dst, const uint16_t* src, size_t n) {
+  NFN_CHECK_CTX(ctx);
   if (n == 0) return NFN_OK;
   if (dst == nullptr || src == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "widen_tokens: null pointer");

@@ -348,6 +348,7 @@ extern "C" {
 nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int N, int C,
                                  nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "layernorm_forward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
@@ -362,6 +363,7 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
                                   void* dinp_colsum, const void* dout, const void* inp,
                                   const void* weight, const float* mean, const float* rstd, int N,
                                   int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "layernorm_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
@@ -383,6 +385,7 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
 
 nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void* inp,
                                const void* weight, int N, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "rmsnorm_forward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
@@ -396,6 +399,7 @@ nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void*
 nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const void* dout,
                                 const void* inp, const void* weight, const float* rstd, int N,
                                 int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "rmsnorm_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));

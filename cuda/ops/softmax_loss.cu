@@ -143,11 +143,13 @@ __device__ __forceinline__ void row_loss_and_gradient(float* shared, float* loss
   });
 }
 
-// A masked row (target < 0): loss 0 and, when `backward`, gradient 0; true if it was one.
+// A masked row (target < 0): loss 0 and, when `backward`, gradient 0; true if it was one. A
+// target past the vocabulary (the CPU library refuses it; here the targets are not read on
+// the host) is no row to score either: its loss is NaN, so that it shows, its gradient 0.
 template <int N, typename T>
-__device__ __forceinline__ bool masked_row(float* loss, T* x, int target, int Vp, bool backward) {
-  if (target >= 0) return false;
-  if (threadIdx.x == 0) *loss = 0.f;
+__device__ __forceinline__ bool masked_row(float* loss, T* x, int target, int V, int Vp, bool backward) {
+  if (target >= 0 && target < V) return false;
+  if (threadIdx.x == 0) *loss = target < 0 ? 0.f : NAN;
   if (backward) rewrite_row<N>(x, x, Vp, [](float, int) { return 0.f; });
   return true;
 }
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
-  if (masked_row<N>(row_loss + r, x, target, Vp, backward)) return;
+  if (masked_row<N>(row_loss + r, x, target, V, Vp, backward)) return;
   row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward);
 }
 
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kStagedBlock, 2)
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
-  if (masked_row<N>(row_loss + r, x, target, Vp, backward)) return;
+  if (masked_row<N>(row_loss + r, x, target, V, Vp, backward)) return;
   for (int i = threadIdx.x; i < Vp / N; i += blockDim.x) nfn::cuda::cp_async_16(row + i * N, x + i * N, true);
   nfn::cuda::cp_async_commit();
   nfn::cuda::cp_async_wait<0>();
@@ -231,6 +233,7 @@ extern "C" {
 
 nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N, int V, int stride,
                                nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_CHECK_DTYPE(ctx, dtype, "softmax_forward");
   if (N <= 0 || V <= 0 || stride < V)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT,
@@ -247,6 +250,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
                                      void* dwte, const void* x, const void* wte,
                                      const int32_t* targets, int N, int C, int V, int Vp,
                                      float grad_scale, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "lm_head_cross_entropy";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   if (N <= 0 || C <= 0 || V <= 0)

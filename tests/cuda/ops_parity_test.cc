@@ -673,7 +673,79 @@ void check_order_dependent(const Backend& b) {
   expect(caught(), "the rerun check still catches a moved value that is not marked");
 }
 
+// Arguments the CPU library refuses on the host, which the CUDA one must refuse too, or, where
+// only the device sees them (ids, targets), must not read or write outside its buffers for.
+void check_contract(const Backend& gpu) {
+  const nfn_op_table& o = gpu.ops();
+  auto refused = [&](nfn_status s, nfn_status want, const std::string& what, const std::string& says) {
+    const std::string msg = o.ctx_last_error(gpu.ctx);
+    expect(s == want && msg.find(says) != std::string::npos,
+           what + ": status " + std::to_string(s) + " '" + msg + "', expected '" + says + "'");
+  };
+  // A failed call's error is its own: the next op does not report it.
+  void* huge = nullptr;
+  expect(o.alloc(gpu.ctx, SIZE_MAX, &huge) != NFN_OK, "alloc(SIZE_MAX) is refused");
+  std::vector<float> host(64, 1.f);
+  void* dev = gpu.upload(host.data(), host.size() * sizeof(float));
+  expect(o.fill(gpu.ctx, dev, NFN_F32, 2.f, 64) == NFN_OK, std::string("fill after a failed alloc: ") +
+                                                                o.ctx_last_error(gpu.ctx));
+  // No context: refused, never read.
+  void* p = nullptr;
+  nfn_event* e = nullptr;
+  expect(o.alloc(nullptr, 8, &p) == NFN_ERR_INVALID_ARGUMENT && o.synchronize(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
+             o.graph_begin(nullptr) == NFN_ERR_INVALID_ARGUMENT && o.event_create(nullptr, &e) == NFN_ERR_INVALID_ARGUMENT,
+         "ops without a context are refused");
+  refused(o.attention_kv_cached(gpu.ctx, dev, dev, dev, dev, 1, 1, INT32_MAX, 16, 64, 1, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "kv_cached at pos INT_MAX", "do not fit the cache");
+  refused(o.attention_forward(gpu.ctx, dev, nullptr, dev, 65536, 8, 65536, 65536, NFN_F32), NFN_ERR_INVALID_ARGUMENT,
+          "attention_forward with B*NH = 2^32", "B*NH=4294967296 exceeds 65535");
+  refused(o.linear_forward(gpu.ctx, dev, dev, dev, dev, nullptr, nullptr, 2, 4, 8, NFN_EPILOGUE_GELU, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "linear_forward with aux == out", "aux must not alias out");
+  refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, 1e-3f, 1.f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "adamw beta1 = 1", "betas");
+  refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, NAN, 0.9f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "adamw lr = NaN", "lr=nan");
+  // Ids only the device reads: a negative token embeds as NaN and adds to no dwte row; a
+  // target past the vocabulary scores NaN with a zero gradient. Nothing outside is touched.
+  const int C = 8, V = 10, Vp = 16, N = 2;
+  std::vector<int32_t> tokens = {-1, 2};
+  std::vector<float> wte_host(Vp * C, 0.5f), out_host(N * C), dwte_host(Vp * C);
+  void* tok = gpu.upload(tokens.data(), tokens.size() * 4);
+  void* wte = gpu.upload(wte_host.data(), wte_host.size() * 4);
+  void* out = gpu.upload(out_host.data(), out_host.size() * 4);
+  void* dwte = gpu.upload(std::vector<float>(Vp * C, 0.f).data(), Vp * C * 4);
+  void* dout = gpu.upload(std::vector<float>(N * C, 1.f).data(), N * C * 4);
+  if (gpu.ok(o.embedding_forward(gpu.ctx, out, static_cast<const int32_t*>(tok), wte, nullptr, 1, N, C, NFN_F32),
+             "embedding_forward with a negative token") &&
+      gpu.ok(o.embedding_backward(gpu.ctx, dwte, nullptr, dout, static_cast<const int32_t*>(tok), 1, N, C, NFN_F32),
+             "embedding_backward with a negative token")) {
+    gpu.download(out_host.data(), out, out_host.size() * 4);
+    gpu.download(dwte_host.data(), dwte, dwte_host.size() * 4);
+    bool ok = true;
+    for (int c = 0; c < C; ++c) ok = ok && std::isnan(out_host[c]) && out_host[C + c] == 0.5f;
+    for (int v = 0; v < Vp; ++v)
+      for (int c = 0; c < C; ++c) ok = ok && dwte_host[v * C + c] == (v == 2 ? 1.f : 0.f);
+    expect(ok, "a negative token: a NaN row forward, no dwte row backward");
+  }
+  std::vector<int32_t> targets = {3, V + 2};
+  std::vector<float> losses(N, -1.f), dx(N * C);
+  void* tgt = gpu.upload(targets.data(), targets.size() * 4);
+  void* loss_dev = gpu.upload(losses.data(), losses.size() * 4);
+  void* dx_dev = gpu.upload(dx.data(), dx.size() * 4);
+  if (gpu.ok(o.lm_head_cross_entropy(gpu.ctx, static_cast<float*>(loss_dev), nullptr, dx_dev, nullptr, dev, wte,
+                                     static_cast<const int32_t*>(tgt), N, C, V, Vp, 1.f, NFN_F32),
+             "lm_head_cross_entropy with a target past V")) {
+    gpu.download(losses.data(), loss_dev, losses.size() * 4);
+    gpu.download(dx.data(), dx_dev, dx.size() * 4);
+    bool ok = std::isfinite(losses[0]) && std::isnan(losses[1]);
+    for (int c = 0; c < C; ++c) ok = ok && std::isfinite(dx[c]) && dx[C + c] == 0.f;
+    expect(ok, "a target past V: loss NaN, gradient 0, the other row scored");
+  }
+  for (void* d : {dev, tok, wte, out, dwte, dout, tgt, loss_dev, dx_dev}) gpu.ok(o.free(gpu.ctx, d), "free");
+}
+
 void check_errors(const Backend& gpu) {
+  check_contract(gpu);
   const nfn_status s = gpu.ops().attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 30, 4, NFN_F32);
   const std::string msg = gpu.ops().ctx_last_error(gpu.ctx);
   expect(s == NFN_ERR_INVALID_ARGUMENT && msg.find("attention_forward") != std::string::npos,
