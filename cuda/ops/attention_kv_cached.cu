@@ -87,7 +87,7 @@ nfn_status nfn_attention_kv_cached(nfn_ctx* ctx, void* out, void* k_cache, void*
   if (pos < 0 || static_cast<long>(pos) + Tq > maxT)  // in long: pos + Tq may pass INT_MAX
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: positions [%d, %ld) do not fit the cache of %d", op,
                 pos, static_cast<long>(pos) + Tq, maxT);
-  if (pos + Tq + C / NH > kMaxPositions)
+  if (static_cast<long>(pos) + Tq + C / NH > kMaxPositions)  // then the sums below fit an int
     return fail(ctx, NFN_ERR_UNSUPPORTED, "%s: %d cached positions, at most %d on CUDA", op, pos + Tq,
                 kMaxPositions - C / NH);
   if (out == nullptr || k_cache == nullptr || v_cache == nullptr || qkv == nullptr)

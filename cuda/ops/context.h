@@ -113,13 +113,13 @@ inline size_t dtype_size(nfn_dtype dtype) { return dtype == NFN_BF16 ? 2 : 4; }
     if (nfn_status_ != NFN_OK) return nfn_status_; \
   } while (0)
 
-// Rejects a dtype other than f32/bf16 with "<op>: unknown dtype N".
 // A null context is refused before anything reads it (there is nowhere to put a message).
-#define NFN_CHECK_CTX(ctx)                           \
-  do {                                               \
+#define NFN_CHECK_CTX(ctx)                                 \
+  do {                                                     \
     if ((ctx) == nullptr) return NFN_ERR_INVALID_ARGUMENT; \
   } while (0)
 
+// Rejects a dtype other than f32/bf16 with "<op>: unknown dtype N".
 #define NFN_CHECK_DTYPE(ctx, dtype, op)                                                   \
   do {                                                                                    \
     if ((dtype) != NFN_F32 && (dtype) != NFN_BF16)                                        \

@@ -5,6 +5,7 @@
 extern "C" {
 
 nfn_status nfn_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t n, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "gelu_forward", dtype));
   NFN_REQUIRE((out && inp) || n == 0, "gelu_forward: null pointer");
   float* y = static_cast<float*>(out);
@@ -16,6 +17,7 @@ nfn_status nfn_gelu_forward(nfn_ctx* ctx, void* out, const void* inp, size_t n, 
 
 nfn_status nfn_gelu_backward(nfn_ctx* ctx, void* dinp, const void* pre, const void* dout, size_t n,
                              nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "gelu_backward", dtype));
   NFN_REQUIRE((dinp && pre && dout) || n == 0, "gelu_backward: null pointer");
   float* dx = static_cast<float*>(dinp);
@@ -28,6 +30,7 @@ nfn_status nfn_gelu_backward(nfn_ctx* ctx, void* dinp, const void* pre, const vo
 
 nfn_status nfn_residual_forward(nfn_ctx* ctx, void* out, const void* residual, const void* inp,
                                 const void* bias, int N, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "residual_forward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "residual_forward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(out && residual && inp, "residual_forward: null pointer");

@@ -47,6 +47,7 @@ extern "C" {
 
 nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B,
                                  int T, int C, int NH, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "attention_forward";
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_RETURN_IF_ERROR(check_geometry(ctx, op, B, T, C, NH));
@@ -76,6 +77,7 @@ nfn_status nfn_attention_forward(nfn_ctx* ctx, void* out, float* lse, const void
 nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
                                   const void* out, const float* lse, int B, int T, int C, int NH,
                                   nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "attention_backward";
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_RETURN_IF_ERROR(check_geometry(ctx, op, B, T, C, NH));

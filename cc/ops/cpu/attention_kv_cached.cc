@@ -13,6 +13,7 @@ extern "C" {
 
 nfn_status nfn_attention_kv_cached(nfn_ctx* ctx, void* out, void* k_cache, void* v_cache, const void* qkv,
                                    int B, int Tq, int pos, int maxT, int C, int NH, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   const char* op = "attention_kv_cached";
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, op, dtype));
   NFN_REQUIRE(B > 0 && Tq > 0 && maxT > 0 && C > 0 && NH > 0,

@@ -10,6 +10,13 @@
     if (!(cond)) return ::nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, __VA_ARGS__); \
   } while (0)
 
+// At the start of every op: a null context is refused before anything reads it (there is
+// nowhere to put a message), as the CUDA library does.
+#define NFN_CHECK_CTX(ctx)                                 \
+  do {                                                     \
+    if ((ctx) == nullptr) return NFN_ERR_INVALID_ARGUMENT; \
+  } while (0)
+
 // Propagates a non-OK status.
 #define NFN_RETURN_IF_ERROR(expr)           \
   do {                                      \

@@ -72,6 +72,8 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
 }
 
 // CPU ops complete before they return.
-nfn_status nfn_synchronize(nfn_ctx* /*ctx*/) { return NFN_OK; }
+nfn_status nfn_synchronize(nfn_ctx* ctx) {
+  return ctx != nullptr ? NFN_OK : NFN_ERR_INVALID_ARGUMENT;
+}
 
 }  // extern "C"

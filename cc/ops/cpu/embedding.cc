@@ -21,6 +21,7 @@ extern "C" {
 
 nfn_status nfn_embedding_forward(nfn_ctx* ctx, void* out, const int32_t* tokens, const void* wte,
                                  const void* wpe, int B, int T, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "embedding_forward", dtype));
   NFN_REQUIRE(out != nullptr && wte != nullptr, "embedding_forward: null out or wte");
   NFN_RETURN_IF_ERROR(check_geometry(ctx, "embedding_forward", tokens, B, T, C));
@@ -43,6 +44,7 @@ nfn_status nfn_embedding_forward(nfn_ctx* ctx, void* out, const int32_t* tokens,
 
 nfn_status nfn_embedding_backward(nfn_ctx* ctx, void* dwte, void* dwpe, const void* dout,
                                   const int32_t* tokens, int B, int T, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "embedding_backward", dtype));
   NFN_REQUIRE(dwte != nullptr && dout != nullptr, "embedding_backward: null dwte or dout");
   NFN_RETURN_IF_ERROR(check_geometry(ctx, "embedding_backward", tokens, B, T, C));

@@ -32,6 +32,7 @@ extern "C" {
 nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rstd,
                                  const void* inp, const void* weight, const void* bias, int N,
                                  int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "layernorm_forward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "layernorm_forward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(out && mean && rstd && inp && weight, "layernorm_forward: null pointer");
@@ -56,6 +57,7 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
                                   void* dinp_colsum, const void* dout, const void* inp,
                                   const void* weight, const float* mean, const float* rstd, int N,
                                   int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "layernorm_backward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "layernorm_backward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(dinp && dweight && dout && inp && weight && mean && rstd,

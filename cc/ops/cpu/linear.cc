@@ -13,6 +13,7 @@ extern "C" {
 nfn_status nfn_linear_forward(nfn_ctx* ctx, void* out, void* aux, const void* inp,
                               const void* weight, const void* bias, const void* residual, int N,
                               int IC, int OC, nfn_epilogue epilogue, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_forward", dtype));
   NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_forward: N=%d IC=%d OC=%d must be positive", N,
               IC, OC);
@@ -44,6 +45,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
                                void* dinp_colsum, const void* dout, const void* inp,
                                const void* weight, const void* gelu_pre, int N, int IC, int OC,
                                int accumulate_dinp, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "linear_backward", dtype));
   NFN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_backward: N=%d IC=%d OC=%d must be positive", N,
               IC, OC);

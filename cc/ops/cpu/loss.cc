@@ -25,6 +25,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
                                      void* dwte, const void* x, const void* wte,
                                      const int32_t* targets, int N, int C, int V, int Vp,
                                      float grad_scale, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "lm_head_cross_entropy", dtype));
   NFN_REQUIRE(N > 0 && C > 0 && V > 0, "lm_head_cross_entropy: N=%d C=%d V=%d must be positive",
               N, C, V);

@@ -13,6 +13,7 @@ extern "C" {
 namespace {
 
 nfn_status aligned(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
+  NFN_CHECK_CTX(ctx);
   if (out == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null output pointer", op);
   *out = nullptr;
   if (bytes > SIZE_MAX - 63)  // rounding up would wrap to a tiny block
@@ -27,7 +28,8 @@ nfn_status aligned(nfn_ctx* ctx, size_t bytes, void** out, const char* op) {
 
 nfn_status nfn_alloc(nfn_ctx* ctx, size_t bytes, void** out) { return aligned(ctx, bytes, out, "alloc"); }
 
-nfn_status nfn_free(nfn_ctx* /*ctx*/, void* ptr) {
+nfn_status nfn_free(nfn_ctx* ctx, void* ptr) {
+  NFN_CHECK_CTX(ctx);
   std::free(ptr);
   return NFN_OK;
 }
@@ -35,12 +37,14 @@ nfn_status nfn_free(nfn_ctx* /*ctx*/, void* ptr) {
 // The CPU's ops finish before they return, so any host memory will do.
 nfn_status nfn_alloc_host(nfn_ctx* ctx, size_t bytes, void** out) { return aligned(ctx, bytes, out, "alloc_host"); }
 
-nfn_status nfn_free_host(nfn_ctx* /*ctx*/, void* ptr) {
+nfn_status nfn_free_host(nfn_ctx* ctx, void* ptr) {
+  NFN_CHECK_CTX(ctx);
   std::free(ptr);
   return NFN_OK;
 }
 
 nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_t n) {
+  NFN_CHECK_CTX(ctx);
   if (dst == nullptr && n > 0) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: null dst");
   if (dtype == NFN_F32) {
     float* d = static_cast<float*>(dst);
@@ -60,6 +64,7 @@ nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_
 
 nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes,
                     nfn_copy_kind /*kind: host and device memory are one on the CPU*/) {
+  NFN_CHECK_CTX(ctx);
   if ((dst == nullptr || src == nullptr) && bytes > 0)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "copy: null pointer");
   if (bytes > 0) std::memmove(dst, src, bytes);
@@ -68,6 +73,7 @@ nfn_status nfn_copy(nfn_ctx* ctx, void* dst, const void* src, size_t bytes,
 
 nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void* src,
                        nfn_dtype src_dtype, size_t n) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_storage_dtype(ctx, "convert", dst_dtype));
   NFN_RETURN_IF_ERROR(nfn::cpu::check_storage_dtype(ctx, "convert", src_dtype));
   NFN_REQUIRE((dst != nullptr && src != nullptr) || n == 0, "convert: null pointer");
@@ -89,6 +95,7 @@ nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void*
 }
 
 nfn_status nfn_widen_tokens(nfn_ctx* ctx, int32_t* dst, const uint16_t* src, size_t n) {
+  NFN_CHECK_CTX(ctx);
   NFN_REQUIRE((dst != nullptr && src != nullptr) || n == 0, "widen_tokens: null pointer");
   for (size_t i = 0; i < n; ++i) dst[i] = src[i];
   return NFN_OK;

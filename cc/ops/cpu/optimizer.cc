@@ -38,6 +38,7 @@ extern "C" {
 nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups, int ngroups,
                                int step, float lr, float beta1, float beta2, float eps,
                                const float* grad_sumsq, float max_grad_norm, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_storage_dtype(ctx, "adamw_step_many", dtype));
   NFN_REQUIRE(ngroups >= 0 && (ngroups == 0 || host_groups != nullptr),
               "adamw_step_many: ngroups=%d with null groups", ngroups);

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "cc/ops/cpu/check.h"
 #include "cc/ops/cpu/context.h"
 
 using nfn::cpu::fail;
@@ -51,6 +52,7 @@ extern "C" {
 nfn_status nfn_sum_squares_many(nfn_ctx* ctx, const void* const* host_bufs,
                                 const size_t* host_counts, int nbufs, nfn_dtype dtype,
                                 float* out) {
+  NFN_CHECK_CTX(ctx);
   if (out == nullptr || (nbufs > 0 && (host_bufs == nullptr || host_counts == nullptr)))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "sum_squares_many: null pointer");
   if (dtype != NFN_F32 && dtype != NFN_BF16)

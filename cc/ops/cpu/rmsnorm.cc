@@ -13,6 +13,7 @@ extern "C" {
 
 nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void* inp,
                                const void* weight, int N, int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "rmsnorm_forward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "rmsnorm_forward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(out && rstd && inp, "rmsnorm_forward: null pointer");
@@ -34,6 +35,7 @@ nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void*
 nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const void* dout,
                                 const void* inp, const void* weight, const float* rstd, int N,
                                 int C, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "rmsnorm_backward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "rmsnorm_backward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(dinp && dout && inp && rstd, "rmsnorm_backward: null pointer");

@@ -9,6 +9,7 @@ extern "C" {
 
 nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N, int V, int stride,
                                nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "softmax_forward", dtype));
   NFN_REQUIRE(N > 0 && V > 0, "softmax_forward: N=%d V=%d must be positive", N, V);
   NFN_REQUIRE(stride >= V, "softmax_forward: stride=%d is smaller than V=%d", stride, V);

@@ -63,20 +63,24 @@ def document_pieces(path, piece_chars=None):
 def split_pieces(files, val_bytes, piece_chars=None):
     """Yield (split, doc_start, text, nbytes): the first val_bytes of text go to "val", the rest
     to "train", cut at the first line end (or piece or document end) after that; where the
-    text's last piece has none left, at the first word's end after it."""
+    text's last piece has none left but its final line break, at the first word's end after it."""
     val_left = val_bytes
     pieces = ((doc_start, text) for path in files for doc_start, text in document_pieces(path, piece_chars))
     ahead = next(pieces, None)
     while ahead is not None:
         (doc_start, text), ahead = ahead, next(pieces, None)
+        while ahead is not None and not ahead[0] and not ahead[1].strip():
+            text, ahead = text + ahead[1], next(pieces, None)  # a line's break, cut off by size: one piece
         nbytes = len(text.encode("utf-8"))
         if val_left <= 0:
             yield "train", doc_start, text, nbytes
             continue
         cut = safe_cut(text, val_left) if nbytes > val_left else -1
-        if cut < 0 and ahead is None and nbytes > val_left:  # otherwise the next piece starts a line
+        if (cut < 0 or not text[cut:].strip()) and ahead is None and nbytes > val_left:
+            # No line end before the text's own last one (one long line): a word's end. Not where
+            # a next piece follows: it starts a line.
             m = _WORD_CUT.search(text, max(val_left, 1))
-            cut = m.start() if m else -1
+            cut = m.start() if m and text[m.start():].strip() else -1
         if cut < 0:
             val_left -= nbytes
             yield "val", doc_start, text, nbytes

@@ -84,6 +84,18 @@ static void test_sum_squares(nfn_ctx* ctx) {
            "sumsq: a null buffer with elements");
     EXPECT(nfn_sum_squares_many(ctx, with_null, empty_counts, 2, NFN_F32, &out) == NFN_OK, "sumsq: an empty null");
     EXPECT(nfn_ctx_configure(nullptr, "matmul", "f32") == NFN_ERR_INVALID_ARGUMENT, "configure without a context");
+    // Every op refuses a null context, as the CUDA library does (tests/cuda check_contract).
+    void* q = nullptr;
+    nfn_event* e = nullptr;
+    float f[8] = {};
+    EXPECT(nfn_alloc(nullptr, 8, &q) == NFN_ERR_INVALID_ARGUMENT && nfn_synchronize(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
+               nfn_event_create(nullptr, &e) == NFN_ERR_INVALID_ARGUMENT &&
+               nfn_graph_begin(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
+               nfn_gelu_forward(nullptr, f, f, 8, NFN_F32) == NFN_ERR_INVALID_ARGUMENT &&
+               nfn_linear_forward(nullptr, f, nullptr, f, f, nullptr, nullptr, 2, 2, 2, NFN_EPILOGUE_NONE, NFN_F32) ==
+                   NFN_ERR_INVALID_ARGUMENT &&
+               nfn_sum_squares_many(nullptr, ptrs, counts, 1, NFN_F32, &out) == NFN_ERR_INVALID_ARGUMENT,
+           "ops without a context are refused");
   }
   EXPECT(nfn_sum_squares_many(ctx, ptrs, counts, 0, NFN_F32, &out) == NFN_OK && out == 0.f,
          "no buffers sum to zero");

@@ -261,15 +261,17 @@ class PrepareTest(unittest.TestCase):
         self.assertEqual([n for n in os.listdir(root) if n.startswith(".")], [])
 
     def test_a_text_on_one_line_is_split_at_a_word(self):
-        text = " ".join(f"word{i}" for i in range(3000))  # no line break anywhere
-        r = prepare_dataset(pretraining_file=self.write("one_line.txt", text), quiet=True)
-        val, train = (np.concatenate([read_shard(p) for p in r[k]]) for k in ("val_shards", "train_shards"))
         tok = load("gpt2")
-        self.assertEqual(val[0], EOT)  # the document starts in validation; training goes on from its cut
-        head, tail = tok.decode(val[1:].tolist()), tok.decode(train.tolist())
-        self.assertEqual(head + tail, text)
-        self.assertTrue(head.endswith(f"word{len(head.split()) - 1}") and tail.startswith(" word"))
-        self.assertLessEqual(abs(len(head.encode()) - len(text) // 10), 12)  # 10%, to the word's end
+        for end in ("", "\n", "\r\n"):  # no line break, or only the line's own
+            with self.subTest(end=repr(end)):
+                text = " ".join(f"word{i}" for i in range(3000)) + end
+                r = prepare_dataset(pretraining_file=self.write(f"one_line{len(end)}.txt", text), quiet=True)
+                val, train = (np.concatenate([read_shard(p) for p in r[k]]) for k in ("val_shards", "train_shards"))
+                self.assertEqual(val[0], EOT)  # the document starts in validation; training goes on from its cut
+                head, tail = tok.decode(val[1:].tolist()), tok.decode(train.tolist())
+                self.assertEqual(head + tail, text)
+                self.assertTrue(head.endswith(f"word{len(head.split()) - 1}") and tail.startswith(" word"))
+                self.assertLessEqual(abs(len(head.encode()) - len(text) // 10), 12)  # 10%, to the word's end
 
     def assert_user_error(self, pattern, **kwargs):
         with self.assertRaisesRegex(UserError, pattern):
