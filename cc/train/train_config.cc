@@ -70,7 +70,7 @@ void declare_train_flags(Flags* f) {
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
   f->value("resume", "auto (the last checkpoint written in --output-dir, the one its manifest.json names; none: start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
-  f->toggle("dry-run", "print the plan as JSON and exit without reading data");
+  f->toggle("dry-run", "check the flags (the op library and its options, the checkpoint to resume, the output directory), print the plan as JSON and exit without reading data");
   f->toggle("print-plan", "same as --dry-run");
   f->toggle("json", "print the final report as JSON on stdout");
   f->toggle("help", "show this help");

@@ -204,11 +204,89 @@ bool sample(GPT& model, const TrainConfig& c, const nfn_op_table* ops, nfn_ctx* 
   return true;
 }
 
+// The op library the run uses, configured by its flags: the backend options, the CPU's GEMM
+// mode, the storage dtype, and whether the step records graphs. Also what the dry run checks,
+// so that `nfn train` learns of a bad flag before it prepares any data. false with the
+// message and the exit code: 2 for a flag the library refuses, 1 where it cannot load.
+struct RunSetup {
+  std::string matmul;  // the CPU's GEMM mode ("" on CUDA)
+  std::string dtype_name;
+  nfn_dtype dtype = NFN_F32;
+  bool graphs = false;
+};
+
+// Backend options (flag, the library's key, the value given), each passed to the op library
+// as is: it refuses what it does not have.
+std::vector<std::tuple<const char*, const char*, const std::string*>> backend_options(const TrainConfig& c) {
+  return {{"threads", "threads", &c.threads},          {"matmul", "matmul", &c.matmul},
+          {"attention", "attention", &c.attention},    {"gemm-tune", "gemm_tune", &c.gemm_tune},
+          {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap},
+          {"pdl", "pdl", &c.pdl}};
+}
+
+bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int* code, std::string* error) {
+  *code = 1;
+  if (!open_backend(c.backend, c.tile_ops_lib, backend, error)) return false;
+  const nfn_op_table& ops = backend->lib.ops;
+  *code = 2;
+  // A value the library refuses, or cannot run here, is a bad flag: exit 2, as the others.
+  for (const auto& [flag, key, value] : backend_options(c))
+    if (!value->empty() && ops.ctx_configure(backend->ctx, key, value->c_str()) != NFN_OK) {
+      *error = std::string("--") + flag + ": " + ops.ctx_last_error(backend->ctx);
+      return false;
+    }
+  // --matmul unset on the CPU: bf16 GEMMs (f32 accumulation) where the CPU has bf16 units and
+  // the library offers them, else f32. The op library itself stays f32 unless told.
+  setup->matmul = c.matmul;
+  if (backend->name == "cpu" && setup->matmul.empty())
+    setup->matmul =
+        cpu_has_bf16_units() && ops.ctx_configure(backend->ctx, "matmul", "bf16") == NFN_OK ? "bf16" : "f32";
+  setup->dtype_name = !c.dtype.empty() ? c.dtype : (backend->name == "cuda" ? "bf16" : "f32");
+  setup->dtype = setup->dtype_name == "bf16" ? NFN_BF16 : NFN_F32;
+  if (backend->name == "cpu" && setup->dtype == NFN_BF16) {  // its ops compute and store f32 (support.def)
+    *error = "--dtype bf16: the CPU op library stores f32 only (bf16 storage needs --backend cuda; --matmul bf16 "
+             "gives the CPU's GEMMs bf16 inputs)";
+    return false;
+  }
+  // Graphs: on needs the library's; auto takes them where it has them (CUDA), and gives them
+  // up if the first recording fails.
+  if (c.graphs != "off") {
+    setup->graphs = StepGraph::supported(ops, backend->ctx, error);
+    if (!setup->graphs && c.graphs == "on") {
+      *error = "--graphs on: " + *error;
+      return false;
+    }
+    error->clear();
+  }
+  return true;
+}
+
+// Whether `dir` can be made and written (its nearest existing ancestor is a writable
+// directory), without making it.
+bool output_dir_writable(const std::string& dir, std::string* error) {
+  std::string at = dir;
+  while (!at.empty() && !path_exists(at)) at = dir_name(at) == at ? "" : dir_name(at);
+  if (at.empty()) at = ".";
+  if (!is_directory(at) || ::access(at.c_str(), W_OK | X_OK) != 0) {
+    *error = "--output-dir " + dir + ": " + at + (is_directory(at) ? " is not writable" : " is not a directory");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& c) {
   std::string error;
   if (c.dry_run) {
+    // Everything a run checks before it reads data: the checkpoint to resume, the output
+    // directory, and the op library with the flags given to it.
+    Start start;
+    Backend backend;
+    RunSetup setup;
+    int code = 1;
+    if (!resolve_resume(c, &start, &error) || !output_dir_writable(c.output_dir, &error)) return fail(error);
+    if (!setup_backend(c, &backend, &setup, &code, &error)) return fail(error, code);
     Json plan = plan_json(c);
     Json lib = Json::object();
     lib.set("backend", c.backend);
@@ -254,36 +332,14 @@ int run_training(const TrainConfig& c) {
                  n == 1 ? "" : "s", c.output_dir.c_str());
 
   Backend backend;
-  if (!open_backend(c.backend, c.tile_ops_lib, &backend, &error)) return fail(error);
+  RunSetup setup;
+  if (int code = 1; !setup_backend(c, &backend, &setup, &code, &error)) return fail(error, code);
   const nfn_op_table& ops = backend.lib.ops;
-  // Backend options (flag, the library's key), each passed to the op library as is: it
-  // refuses what it does not have.
-  const std::tuple<const char*, const char*, const std::string*> options[] = {
-      {"threads", "threads", &c.threads}, {"matmul", "matmul", &c.matmul},
-      {"attention", "attention", &c.attention}, {"gemm-tune", "gemm_tune", &c.gemm_tune},
-      {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap},
-      {"pdl", "pdl", &c.pdl}};
-  // A value the library refuses, or cannot run here, is a bad flag: exit 2, as the others.
-  for (const auto& [flag, key, value] : options)
-    if (!value->empty() && ops.ctx_configure(backend.ctx, key, value->c_str()) != NFN_OK)
-      return fail(std::string("--") + flag + ": " + ops.ctx_last_error(backend.ctx), 2);
-  // --matmul unset on the CPU: bf16 GEMMs (f32 accumulation) where the CPU has bf16 units and
-  // the library offers them, else f32. The op library itself stays f32 unless told.
-  std::string matmul = c.matmul;
-  if (backend.name == "cpu" && matmul.empty())
-    matmul = cpu_has_bf16_units() && ops.ctx_configure(backend.ctx, "matmul", "bf16") == NFN_OK ? "bf16" : "f32";
-  const std::string dtype_name = !c.dtype.empty() ? c.dtype : (backend.name == "cuda" ? "bf16" : "f32");
-  const nfn_dtype dtype = dtype_name == "bf16" ? NFN_BF16 : NFN_F32;
-
-  // Graphs: on needs the library's; auto takes them where it has them (CUDA), and gives them
-  // up if the first recording fails (graphs_note says why).
-  bool graphs = false;
-  std::string graphs_note;
-  if (c.graphs != "off") {
-    graphs = StepGraph::supported(ops, backend.ctx, &error);
-    if (!graphs && c.graphs == "on") return fail("--graphs on: " + error);
-    error.clear();
-  }
+  const std::string& matmul = setup.matmul;
+  const std::string& dtype_name = setup.dtype_name;
+  const nfn_dtype dtype = setup.dtype;
+  bool graphs = setup.graphs;
+  std::string graphs_note;  // why graphs were given up, when they were
   GPT model;
   if (!model.init(&ops, backend.ctx, c.model, dtype, &error, B, T)) return fail(error);
   StepGraph step_graph(&ops, backend.ctx);
@@ -544,7 +600,7 @@ int run_training(const TrainConfig& c) {
   if (!graphs_note.empty()) lib.set("graphs_note", graphs_note);
   lib.set("graph_recordings", step_graph.recordings());
   Json configured = Json::object();  // the backend options given, by the library's keys
-  for (const auto& [flag, key, value] : options)
+  for (const auto& [flag, key, value] : backend_options(c))
     if (!value->empty()) configured.set(key, *value);
   lib.set("options", configured);
   // The CUDA library names its attention kernel path (flash, thunderkittens) outside the ABI.

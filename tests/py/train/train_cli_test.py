@@ -181,6 +181,24 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(code, 2, err)
         self.assertEqual(err.strip(), "nfn_gpt_native_train: error: --num-layers: 0 is out of range (at least 1)")
         self.assertFalse(os.path.exists(datasets), "a bad flag must not prepare the dataset")
+        # What only the op library, the checkpoint or the file system can refuse is checked by
+        # the same dry run: each fails in a moment, with the dataset still unprepared.
+        blocker = os.path.join(self.tmp, "a_file")
+        open(blocker, "w").close()
+        for flags, code_want, says in [
+                (["--threads", "0"], 2, "--threads: configure: threads=0 is not a count in 1..4096"),
+                (["--dtype", "bf16"], 2, "--dtype bf16: the CPU op library stores f32 only"),
+                (["--graphs", "on"], 2, "--graphs on:"),
+                (["--attention", "flash"], 2, "--attention:"),
+                (["--resume", os.path.join(self.tmp, "no_such_run")], 1, "--resume"),
+                (["--output-dir", os.path.join(blocker, "run")], 1, "is not a directory"),
+                (["--tile-ops-lib", os.path.join(self.tmp, "missing.so")], 1, "missing.so")]:
+            with self.subTest(flags=flags):
+                code, _, err, _ = run_nfn(["train", "--pretraining-file", text, "--backend", "cpu", *flags],
+                                          env=dict(self.env, NFN_DATASETS_DIR=datasets), timeout=600)
+                self.assertEqual((code, len(err.strip().splitlines())), (code_want, 1), err)
+                self.assertIn(says, err)
+                self.assertFalse(os.path.exists(datasets), "a bad flag must not prepare the dataset")
 
 
 if __name__ == "__main__":
