@@ -40,7 +40,12 @@ def register(sub):
 
 def run_prepare(args):
     from nfn.data.prepare import prepare_dataset
+    from nfn.errors import UserError
 
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be at least 1, got {args.workers}")
+    if "" in (args.dataset, args.pretraining_file):
+        raise UserError("an empty path or name was given (--dataset or --pretraining-file ''); an unset shell variable?")
     dataset = "tinystories" if args.tinystories else args.dataset
     result = prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer=args.tokenizer,
                              quiet=args.json, shard_tokens=args.shard_tokens, workers=args.workers)

@@ -16,13 +16,14 @@ def run(args):
 def register(sub):
     p = add_command(sub, "train", __doc__)
     model = p.add_argument_group("model")
-    model.add_argument("--base-model", default="gpt",
-                       help="model family to train: gpt, gpt2 or gpt3 (default: gpt)")
+    model.add_argument("--base-model",
+                       help="model family to train: gpt, gpt2 or gpt3 (default: --model-family's, else gpt)")
     model.add_argument("--model-family", choices=["gpt", "gpt2", "gpt3"],
                        help="dense GPT family; gpt, gpt2 and gpt3 share one trainer")
     model.add_argument("--template-name", "--preset", dest="template_name",
                        help="named geometry, e.g. gpt2-124m")
     model.add_argument("--graph-file", help="model manifest JSON: the architecture source of truth")
+    model.add_argument("--weights", help="model_%%08d.bin to start from (its geometry must match)")
     model.add_argument("--num-layers", type=int, help="transformer blocks")
     model.add_argument("--num-heads", type=int, help="attention heads")
     model.add_argument("--model-dim", type=int, help="channels")
@@ -48,6 +49,10 @@ def register(sub):
     sched.add_argument("--eval-batches", type=int, help="validation micro-batches")
     sched.add_argument("--seed", type=int, help="random seed")
     sched.add_argument("--checkpoint-every", type=int, help="also checkpoint every N steps")
+    sched.add_argument("--checkpoint-dtype", choices=["f32", "bf16"],
+                       help="model file precision: f32 (llm.c version 3) or bf16 (version 5) (default: f32)")
+    sched.add_argument("--max-grad-norm", type=float,
+                       help="clip the global gradient norm to this (0: no clipping; default: 1.0)")
     sched.add_argument("--sample-tokens", type=int, default=128,
                        help="tokens to sample after training (at most the context less one), saved as "
                             "sample.txt (default: 128)")

@@ -15,6 +15,8 @@ from nfn import paths
 from nfn.errors import UserError
 
 GPT2_VOCAB_SIZE = 50257
+GPT2_EOT_ID = 50256
+SENTENCEPIECE_BOS_ID = 1  # <s>, the document separator of the sp* models (sentencepiece_bpe.BOS_ID)
 SENTENCEPIECE_SIZES = {"sp1024": 1024, "sp2048": 2048, "sp4096": 4096, "sp8192": 8192}
 BUILTIN = ["gpt2"] + list(SENTENCEPIECE_SIZES)
 TRAINED_MANIFEST = "nfn_tokenizer.json"  # written by nfn.tokenizers.bpe
@@ -76,6 +78,22 @@ def vocab_size_of(name):
     if manifest is None:
         raise _unknown(name)
     return int(manifest["vocab_size"])
+
+
+def eot_id_of(name):
+    """The document separator id (data.md) from the name or the trained manifest, without
+    loading anything: GPT-2's <|endoftext|>, the SentencePiece models' <s>, a trained BPE's
+    <|bos|>; None where a trained manifest does not say."""
+    if name == "gpt2":
+        return GPT2_EOT_ID
+    if name in SENTENCEPIECE_SIZES:
+        return SENTENCEPIECE_BOS_ID
+    manifest = _trained_manifest(name)
+    if manifest is None:
+        raise _unknown(name)
+    special = manifest.get("special_tokens")
+    eot = special.get("<|bos|>") if isinstance(special, dict) else None
+    return eot if isinstance(eot, int) and not isinstance(eot, bool) else None
 
 
 def sha256_of_files(files):

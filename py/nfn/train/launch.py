@@ -5,6 +5,7 @@ sample with the dataset's tokenizer.
 Standard library only until a dataset must be prepared or a sample decoded, so the dispatch
 path for a cached dataset never imports numpy or the native module.
 """
+import contextlib
 import json
 import os
 import shlex
@@ -28,7 +29,8 @@ PASSTHROUGH = [
     ("warmup_steps", "--warmup-steps"), ("eval_every_steps", "--eval-every-steps"),
     ("eval_batches", "--eval-batches"), ("seed", "--seed"), ("backend", "--backend"),
     ("tile_ops_lib", "--tile-ops-lib"), ("resume", "--resume"), ("sample_tokens", "--sample-tokens"),
-    ("checkpoint_every", "--checkpoint-every"), ("dtype", "--dtype"), ("threads", "--threads"),
+    ("checkpoint_every", "--checkpoint-every"), ("checkpoint_dtype", "--checkpoint-dtype"),
+    ("max_grad_norm", "--max-grad-norm"), ("dtype", "--dtype"), ("threads", "--threads"),
     ("matmul", "--matmul"), ("attention", "--attention"), ("graphs", "--graphs"),
     ("gemm_tune", "--gemm-tune"), ("deterministic", "--deterministic"), ("overlap", "--overlap"),
     ("pdl", "--pdl"),
@@ -128,14 +130,18 @@ def resolve_dataset(args, prepare):
 
 
 def eot_of(info):
-    """The document separator id recorded in the dataset's meta.json, if any."""
-    if info.get("meta"):
-        try:
-            with open(info["meta"], encoding="utf-8") as f:
-                return json.load(f).get("eot_id")
-        except (OSError, ValueError):
-            return None
-    return 50256 if info.get("tokenizer") == "gpt2" else None
+    """The document separator id recorded in the dataset's meta.json (a shard directory's
+    too, where nfn wrote one), else the tokenizer's."""
+    meta = info.get("meta") or os.path.join(info.get("dir") or "", "meta.json")
+    try:
+        with open(meta, encoding="utf-8") as f:
+            eot = json.load(f).get("eot_id")
+        if isinstance(eot, int) and not isinstance(eot, bool):
+            return eot
+    except (OSError, ValueError, AttributeError):
+        pass
+    from nfn import tokenizers  # light: names and manifests only
+    return tokenizers.eot_id_of(info["tokenizer"])
 
 
 def data_path(shards, directory):
@@ -173,11 +179,13 @@ def build_argv(args, info):
 def write_sample(report, tokenizer_name):
     """Decodes the trainer's sample ids into sample.txt beside the report; returns the text."""
     ids = report.get("sample_tokens") or []
-    if not ids:
+    path = os.path.join(report["checkpoint_dir"], "sample.txt")
+    if not ids:  # an earlier run's sample is not this one's
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
         return None
     from nfn import tokenizers
     text = tokenizers.load(tokenizer_name).decode(ids)
-    path = os.path.join(report["checkpoint_dir"], "sample.txt")
     with fileio.atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
     report["sample_text"] = text
@@ -186,11 +194,18 @@ def write_sample(report, tokenizer_name):
 
 
 def run(args):
+    if args.base_model and args.model_family and args.model_family != args.base_model:
+        raise UserError(f"--model-family {args.model_family} contradicts --base-model {args.base_model}; give one")
+    args.base_model = args.base_model or args.model_family or "gpt"
     if args.base_model not in ("gpt", "gpt2", "gpt3"):
         raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
                         "(gpt, gpt2 and gpt3 are ready)")
+    if "" in (args.dataset, args.pretraining_file, args.output_dir, args.graph_file, args.resume):
+        raise UserError("an empty path or name was given (--dataset, --pretraining-file, --output-dir, --graph-file "
+                        "or --resume ''); an unset shell variable?")
     manifest = resumed_manifest(args)
     from_manifest = resume_data(args, manifest)
+    named_tokenizer = args.tokenizer
     args.tokenizer = tokenizer_of(args, manifest)
     planning = args.print_command or args.dry_run or args.print_plan
     try:
@@ -208,6 +223,9 @@ def run(args):
             raise
         raise UserError(f"{e} (the data of the run --resume continues, from its manifest; name other "
                         "data with --dataset or --pretraining-file)") from None
+    if named_tokenizer and info["tokenizer"] != named_tokenizer:  # shards carry their own
+        raise UserError(f"--tokenizer {named_tokenizer}: the shards in {info['dir']} are tokenized with "
+                        f"{info['tokenizer']}")
     argv = build_argv(args, info)
     if args.print_command:
         note = "" if exists else "  # dataset not prepared yet: `nfn train` would prepare it first"

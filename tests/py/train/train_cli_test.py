@@ -139,6 +139,53 @@ class TrainCliTest(unittest.TestCase):
             self.assertEqual(f.read(), report["sample_text"])
         self.assertTrue(os.path.exists(os.path.join(out_dir, "DONE_00000003")))
         self.assertIsNotNone(report["final_validation_loss"])
+        # A run that samples nothing leaves no earlier run's sample beside its report.
+        code, _, err, _ = self.nfn(["train", "--dataset", self.data, "--num-layers", "1", "--num-heads", "2",
+                                    "--model-dim", "32", "--train-seq-len", "16", "--batch-size", "2",
+                                    "--max-steps", "3", "--eval-batches", "2", "--sample-tokens", "0",
+                                    "--backend", "cpu", "--output-dir", out_dir, "--seed", "9"])
+        self.assertEqual(code, 0, err)
+        self.assertFalse(os.path.exists(os.path.join(out_dir, "sample.txt")))
+
+    def test_flags_and_shards_meet_the_trainer_as_given(self):
+        def argv(*flags):
+            code, out, err, modules = self.nfn(["train", "--print-command", *flags])
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("numpy", modules)
+            return out.split()
+
+        def value(args, flag):
+            return args[args.index(flag) + 1] if flag in args else None
+
+        # Shards prepared with sp1024 (a meta.json saying so): its eot id travels with them, and
+        # --tokenizer naming another is one line, not silently replaced.
+        shards = os.path.join(self.tmp, "sp_shards")
+        os.makedirs(shards, exist_ok=True)
+        tokens = np.arange(2000) % 1000
+        write_shard(os.path.join(shards, "x_train_000000.bin"), tokens)
+        write_shard(os.path.join(shards, "x_val_000000.bin"), tokens[:500])
+        with open(os.path.join(shards, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump({"schema": 1, "tokenizer": {"name": "sp1024"}, "eot_id": 1}, f)
+        got = argv("--dataset", shards)
+        self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("sp1024", "1"))
+        code, _, err, _ = self.nfn(["train", "--print-command", "--dataset", shards, "--tokenizer", "gpt2"])
+        self.assertEqual(code, 1)
+        self.assertIn(f"--tokenizer gpt2: the shards in {shards} are tokenized with sp1024", err)
+        # GPT-2 shards without a meta.json: gpt2's end of text.
+        self.assertEqual(value(argv("--dataset", self.data), "--eot-token"), "50256")
+        # Flags docs/training.md names reach the trainer.
+        got = argv("--dataset", self.data, "--checkpoint-dtype", "bf16", "--max-grad-norm", "0.5")
+        self.assertEqual((value(got, "--checkpoint-dtype"), value(got, "--max-grad-norm")), ("bf16", "0.5"))
+        self.assertEqual(value(argv("--dataset", self.data, "--model-family", "gpt2"), "--base-model"), "gpt2")
+        for flags, says in [(["--base-model", "gpt2", "--model-family", "gpt3"], "contradicts"),
+                            (["--pretraining-file", ""], "an empty path"), (["--dataset", ""], "an empty path")]:
+            code, _, err, _ = self.nfn(["train", "--print-command", *flags])
+            self.assertEqual((code, len(err.strip().splitlines())), (1, 1), err)
+            self.assertIn(says, err)
+        for workers in ("0", "-3"):
+            code, _, err, _ = self.nfn(["data", "prepare", "--dataset", self.data, "--workers", workers])
+            self.assertEqual(code, 1)
+            self.assertIn("--workers must be at least 1", err)
 
     def test_backend_options_reach_the_trainer(self):
         code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--matmul", "f32", "--attention", "flash_mma",
