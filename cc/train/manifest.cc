@@ -82,6 +82,13 @@ std::string marker_run_id(const std::string& dir, int step) {
   return run_id_of(read_object(join_path(dir, done_file_name(step))));
 }
 
+std::string marker_dataset(const std::string& dir, int step) {
+  const Json m = read_object(join_path(dir, done_file_name(step)));
+  const Json* data = m.is_object() ? m.find("dataset") : nullptr;
+  const Json* name = data != nullptr && data->is_object() ? data->find("name") : nullptr;
+  return name != nullptr && name->is_string() ? name->as_string() : "";
+}
+
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step) {
   for (int step : complete_steps(dir)) {
     if (step > max_step) continue;

@@ -58,6 +58,7 @@ struct Phases {
 struct Start {
   int step = 0;
   std::string run_id;  // a fresh run's new id, or the id of the run it resumes
+  std::string dataset;  // the data the resumed checkpoint's run read, by name ("" where unknown)
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
@@ -122,6 +123,7 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   }
   s->step = step;
   if (std::string id = marker_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
+  s->dataset = marker_dataset(dir, step);
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
@@ -347,13 +349,19 @@ int run_training(const TrainConfig& c) {
   if (!start.from.empty()) {
     rng.set_state(start.state.rng_state);
     data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
+    // A checkpoint's data position is a place in its own run's shards: on other data the run
+    // reads from the start (the weights, moments and schedule go on).
+    const bool other_data = !start.dataset.empty() && !c.dataset_name.empty() && start.dataset != c.dataset_name;
+    if (other_data)
+      std::fprintf(stderr, "nfn: resuming on other data (%s; the checkpoint's run read %s): reading it from the start\n",
+                   c.dataset_name.c_str(), start.dataset.c_str());
     GPTConfig g;
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),
                             into_model(model, GPT::Stored::kSecondMoment), &error) ||
         (start.state.has_master &&
          !read_state_master(start.state_path, start.state, into_model(model, GPT::Stored::kMaster), &error)) ||
-        !train.seek(pos, &error))
+        (!other_data && !train.seek(pos, &error)))
       return fail(error);
   } else if (!c.weights.empty()) {
     GPTConfig g;

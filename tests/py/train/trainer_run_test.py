@@ -329,6 +329,22 @@ class TrainerRunTest(unittest.TestCase):
                                                                      "symbolic link, not the run's lock file"))
         self.assertEqual(self.read(victim), b"precious\n")
 
+    def test_resume_on_other_data_reads_it_from_the_start(self):
+        # The checkpoint's data position (past 768 tokens) is a place in its own run's shards;
+        # on a shorter dataset it would be past the end.
+        other = os.path.join(self.tmp, "other_data")
+        os.makedirs(other)
+        tokens = (np.arange(600) * 7) % VOCAB
+        write_shard(os.path.join(other, "other_train_000000.bin"), tokens[:500])
+        write_shard(os.path.join(other, "other_val_000000.bin"), tokens[500:])
+        out = os.path.join(self.tmp, "first_data")
+        run(self.common + ["--output-dir", out, "--dataset-name", "first"])
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--max-steps", "9", "--train-data", other,
+                                  "--dataset-name", "other", "--json"])
+        self.assertIn("resuming on other data (other; the checkpoint's run read first): reading it from the start",
+                      proc.stderr)
+        self.assertEqual([s for s, _ in json.loads(proc.stdout)["train_losses"]], [7, 8, 9])
+
     def test_resume_at_or_past_max_steps(self):
         out = os.path.join(self.tmp, "finished")
         shutil.copytree(self.full, out)
