@@ -96,13 +96,19 @@ def resume_data(args, manifest):
 
 
 def tokenizer_of(args, manifest):
-    """--tokenizer, else the resumed run's, else gpt2, except for the demo: no dataset, template
-    or graph file named, so the embedded corpus with sp1024 (trained on it once, in seconds)."""
+    """--tokenizer, else the resumed run's, else the --graph-file manifest's, else gpt2, except
+    for the demo: no dataset, template or graph file named, so the embedded corpus with sp1024
+    (trained on it once, in seconds)."""
     if args.tokenizer:
         return args.tokenizer
     resumed = (manifest or {}).get("tokenizer")  # the resumed run's
     if isinstance(resumed, str) and resumed:
         return resumed
+    if args.graph_file:  # the model's manifest names the tokenizer its vocabulary is
+        graph = fileio.read_json(args.graph_file)
+        named = graph.get("tokenizer") if isinstance(graph, dict) else None
+        if isinstance(named, str) and named:
+            return named
     named = (args.dataset, args.pretraining_file, args.tinystories, args.template_name, args.graph_file)
     return "gpt2" if any(named) else DEMO_TOKENIZER
 

@@ -171,6 +171,15 @@ class TrainCliTest(unittest.TestCase):
         code, _, err, _ = self.nfn(["train", "--print-command", "--dataset", shards, "--tokenizer", "gpt2"])
         self.assertEqual(code, 1)
         self.assertIn(f"--tokenizer gpt2: the shards in {shards} are tokenized with sp1024", err)
+        # A --graph-file names its model's tokenizer, which the data and the eot id follow.
+        graph = os.path.join(self.tmp, "graph.json")
+        with open(graph, "w", encoding="utf-8") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "tokenizer": "sp1024"}, f)
+        text = os.path.join(self.tmp, "graph_text.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.write("a text never tokenized by --print-command\n")
+        got = argv("--graph-file", graph, "--pretraining-file", text)
+        self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("sp1024", "1"))
         # GPT-2 shards without a meta.json: gpt2's end of text.
         self.assertEqual(value(argv("--dataset", self.data), "--eot-token"), "50256")
         # Flags docs/training.md names reach the trainer.
