@@ -24,8 +24,8 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
 std::string new_run_id();
 // The run_id in `step`'s DONE marker in `dir` ("" for a marker from before run ids, or none).
 std::string marker_run_id(const std::string& dir, int step);
-// The dataset name in that marker ("" where it names none).
-std::string marker_dataset(const std::string& dir, int step);
+// The training shards that marker's run read, their real path ("" where it names none).
+std::string marker_train_data(const std::string& dir, int step);
 // The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
 // from before run ids counts for any run); -1 if none.
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);

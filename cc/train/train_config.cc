@@ -70,7 +70,8 @@ void declare_train_flags(Flags* f) {
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
   f->value("resume", "auto (the last checkpoint written in --output-dir, the one its manifest.json names; none: start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
-  f->toggle("dry-run", "check the flags (the op library and its options, the checkpoint to resume, the output directory), print the plan as JSON and exit without reading data");
+  f->toggle("dry-run", "print the plan as JSON and exit without reading data (the flags checked, the op library not opened: a GPU run's plan can be made anywhere)");
+  f->toggle("check", "check the flags against what a run needs before it reads data (the op library and the options given to it, the checkpoint to resume, the output directory), print nothing and exit: what nfn train runs before it prepares a dataset");
   f->toggle("print-plan", "same as --dry-run");
   f->toggle("json", "print the final report as JSON on stdout");
   f->toggle("help", "show this help");
@@ -285,6 +286,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   }
   c->resume = f.get("resume");
   c->dry_run = f.on("dry-run") || f.on("print-plan");
+  c->check_only = f.on("check");
   c->json = f.on("json");
   return true;
 }

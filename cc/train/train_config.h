@@ -39,6 +39,7 @@ struct TrainConfig {
   int checkpoint_version = 3;
   std::string output_dir, resume;
   bool dry_run = false, json = false;
+  bool check_only = false;  // --check: what a run checks before it reads data, then exit
 };
 
 // Declares every trainer flag on `flags` (the binary's --help is generated from these).

@@ -58,7 +58,7 @@ struct Phases {
 struct Start {
   int step = 0;
   std::string run_id;  // a fresh run's new id, or the id of the run it resumes
-  std::string dataset;  // the data the resumed checkpoint's run read, by name ("" where unknown)
+  std::string train_data;  // the shards the resumed checkpoint's run read, real path ("" where unknown)
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
@@ -123,7 +123,7 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   }
   s->step = step;
   if (std::string id = marker_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
-  s->dataset = marker_dataset(dir, step);
+  s->train_data = marker_train_data(dir, step);
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
@@ -280,7 +280,7 @@ bool output_dir_writable(const std::string& dir, std::string* error) {
 
 int run_training(const TrainConfig& c) {
   std::string error;
-  if (c.dry_run) {
+  if (c.check_only) {
     // Everything a run checks before it reads data: the checkpoint to resume, the output
     // directory, and the op library with the flags given to it.
     Start start;
@@ -289,6 +289,9 @@ int run_training(const TrainConfig& c) {
     int code = 1;
     if (!resolve_resume(c, &start, &error) || !output_dir_writable(c.output_dir, &error)) return fail(error);
     if (!setup_backend(c, &backend, &setup, &code, &error)) return fail(error, code);
+    return 0;
+  }
+  if (c.dry_run) {
     Json plan = plan_json(c);
     Json lib = Json::object();
     lib.set("backend", c.backend);
@@ -349,12 +352,13 @@ int run_training(const TrainConfig& c) {
   if (!start.from.empty()) {
     rng.set_state(start.state.rng_state);
     data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
-    // A checkpoint's data position is a place in its own run's shards: on other data the run
-    // reads from the start (the weights, moments and schedule go on).
-    const bool other_data = !start.dataset.empty() && !c.dataset_name.empty() && start.dataset != c.dataset_name;
+    // A checkpoint's data position is a place in its own run's shards: on other shards the run
+    // reads them from the start (the weights, moments and schedule go on).
+    const std::string shards = real_path(c.train_data);
+    const bool other_data = !start.train_data.empty() && start.train_data != shards;
     if (other_data)
       std::fprintf(stderr, "nfn: resuming on other data (%s; the checkpoint's run read %s): reading it from the start\n",
-                   c.dataset_name.c_str(), start.dataset.c_str());
+                   shards.c_str(), start.train_data.c_str());
     GPTConfig g;
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),

@@ -137,16 +137,15 @@ def resolve_dataset(args, prepare):
 
 def eot_of(info):
     """The document separator id recorded in the dataset's meta.json (a shard directory's
-    too, where nfn wrote one), else the tokenizer's."""
-    meta = info.get("meta") or os.path.join(info.get("dir") or "", "meta.json")
-    try:
-        with open(meta, encoding="utf-8") as f:
-            eot = json.load(f).get("eot_id")
-        if isinstance(eot, int) and not isinstance(eot, bool):
-            return eot
-    except (OSError, ValueError, AttributeError):
-        pass
+    too, where nfn wrote one) for the tokenizer the shards are taken as, else that tokenizer's."""
     from nfn import tokenizers  # light: names and manifests only
+    from nfn.data import cache
+    meta = cache.read_meta(info["dir"]) if info.get("dir") else None
+    made_by = (meta or {}).get("tokenizer")
+    eot = (meta or {}).get("eot_id")
+    if isinstance(made_by, dict) and made_by.get("name") == info["tokenizer"] and isinstance(eot, int) \
+            and not isinstance(eot, bool):
+        return eot
     return tokenizers.eot_id_of(info["tokenizer"])
 
 
@@ -217,9 +216,9 @@ def run(args):
     try:
         info, exists = resolve_dataset(args, prepare=False)
         if not exists and not planning:
-            # The trainer checks its flags (a dry run reads no data) before minutes of download,
+            # The trainer checks its flags (--check reads no data) before minutes of download,
             # tokenizer training or encoding, not after them.
-            checked = subprocess.run(build_argv(args, info) + ["--dry-run"], stdout=subprocess.DEVNULL,
+            checked = subprocess.run(build_argv(args, info) + ["--check"], stdout=subprocess.DEVNULL,
                                      env=cuda_runtime.child_env())
             if checked.returncode != 0:
                 return checked.returncode

@@ -165,9 +165,15 @@ class TrainCliTest(unittest.TestCase):
         write_shard(os.path.join(shards, "x_train_000000.bin"), tokens)
         write_shard(os.path.join(shards, "x_val_000000.bin"), tokens[:500])
         with open(os.path.join(shards, "meta.json"), "w", encoding="utf-8") as f:
-            json.dump({"schema": 1, "tokenizer": {"name": "sp1024"}, "eot_id": 1}, f)
+            json.dump({"schema": 1, "tokenizer": {"name": "sp1024"}, "eot_id": 7}, f)  # not sp1024's own 1
         got = argv("--dataset", shards)
-        self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("sp1024", "1"))
+        self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("sp1024", "7"))
+        with open(os.path.join(shards, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump({"schema": 2, "tokenizer": {"name": "sp1024"}, "eot_id": 7}, f)  # not nfn's schema: not read
+        got = argv("--dataset", shards)
+        self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("gpt2", "50256"))
+        with open(os.path.join(shards, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump({"schema": 1, "tokenizer": {"name": "sp1024"}, "eot_id": 7}, f)
         code, _, err, _ = self.nfn(["train", "--print-command", "--dataset", shards, "--tokenizer", "gpt2"])
         self.assertEqual(code, 1)
         self.assertIn(f"--tokenizer gpt2: the shards in {shards} are tokenized with sp1024", err)
@@ -183,14 +189,21 @@ class TrainCliTest(unittest.TestCase):
         # GPT-2 shards without a meta.json: gpt2's end of text.
         self.assertEqual(value(argv("--dataset", self.data), "--eot-token"), "50256")
         # Flags docs/training.md names reach the trainer.
-        got = argv("--dataset", self.data, "--checkpoint-dtype", "bf16", "--max-grad-norm", "0.5")
-        self.assertEqual((value(got, "--checkpoint-dtype"), value(got, "--max-grad-norm")), ("bf16", "0.5"))
+        got = argv("--dataset", self.data, "--checkpoint-dtype", "bf16", "--max-grad-norm", "0.5", "--weights",
+                   "/w/model_00000001.bin")
+        self.assertEqual((value(got, "--checkpoint-dtype"), value(got, "--max-grad-norm"), value(got, "--weights")),
+                         ("bf16", "0.5", "/w/model_00000001.bin"))
         self.assertEqual(value(argv("--dataset", self.data, "--model-family", "gpt2"), "--base-model"), "gpt2")
         for flags, says in [(["--base-model", "gpt2", "--model-family", "gpt3"], "contradicts"),
                             (["--pretraining-file", ""], "an empty path"), (["--dataset", ""], "an empty path")]:
             code, _, err, _ = self.nfn(["train", "--print-command", *flags])
             self.assertEqual((code, len(err.strip().splitlines())), (1, 1), err)
             self.assertIn(says, err)
+        # --dry-run plans without opening the op library: a GPU run's plan on any machine.
+        code, out, err, _ = self.nfn(["train", "--dataset", self.data, "--template-name", "gpt2-124m", "--backend",
+                                      "cuda", "--attention", "cudnn", "--dry-run"])
+        self.assertEqual(code, 0, err)
+        self.assertGreater(json.loads(out)["memory_gib"]["bf16"], 1)
         for workers in ("0", "-3"):
             code, _, err, _ = self.nfn(["data", "prepare", "--dataset", self.data, "--workers", workers])
             self.assertEqual(code, 1)
