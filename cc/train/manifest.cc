@@ -9,7 +9,7 @@
 namespace nfn {
 
 Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters,
-                   const std::string& run_id) {
+                   const std::string& run_id, const std::string& shards) {
   Json m = Json::object();
   m.set("format", kManifestFormat);
   m.set("version", kManifestVersion);
@@ -22,7 +22,7 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   m.set("eot_token", c.eot_token);
   Json data = Json::object();
   data.set("name", c.dataset_name);
-  data.set("train_data", real_path(c.train_data));  // the shards read, however they were named
+  data.set("train_shards", shards);  // what was read, however it was named
   data.set("seq_len", c.seq_len);
   m.set("dataset", data);
   m.set("weights", weights_file);
@@ -83,10 +83,10 @@ std::string marker_run_id(const std::string& dir, int step) {
   return run_id_of(read_object(join_path(dir, done_file_name(step))));
 }
 
-std::string marker_train_data(const std::string& dir, int step) {
+std::string marker_shards(const std::string& dir, int step) {
   const Json m = read_object(join_path(dir, done_file_name(step)));
   const Json* data = m.is_object() ? m.find("dataset") : nullptr;
-  const Json* name = data != nullptr && data->is_object() ? data->find("train_data") : nullptr;
+  const Json* name = data != nullptr && data->is_object() ? data->find("train_shards") : nullptr;
   return name != nullptr && name->is_string() ? name->as_string() : "";
 }
 

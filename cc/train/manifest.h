@@ -15,17 +15,17 @@ constexpr int kManifestVersion = 1;
 // Each checkpoint's DONE marker holds its manifest, and manifest.json is a copy of the newest
 // one's, so a checkpoint carries its own description (data, tokenizer) and its run's id
 // wherever it is named from. Markers from before run ids are empty.
-// run_id: the run that wrote the weights.
+// run_id: the run that wrote the weights; shards: what its training shards were (shard_list).
 Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters,
-                   const std::string& run_id);
+                   const std::string& run_id, const std::string& shards);
 
 // A fresh run's id: 16 hex digits from the system's random source. A resumed run keeps the id
 // of the checkpoint it continues.
 std::string new_run_id();
 // The run_id in `step`'s DONE marker in `dir` ("" for a marker from before run ids, or none).
 std::string marker_run_id(const std::string& dir, int step);
-// The training shards that marker's run read, their real path ("" where it names none).
-std::string marker_train_data(const std::string& dir, int step);
+// The training shards that marker's run read, as shard_list ("" where it names none).
+std::string marker_shards(const std::string& dir, int step);
 // The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
 // from before run ids counts for any run); -1 if none.
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);

@@ -287,6 +287,10 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   c->resume = f.get("resume");
   c->dry_run = f.on("dry-run") || f.on("print-plan");
   c->check_only = f.on("check");
+  if (c->check_only && c->dry_run) {
+    *error = "--check and --dry-run: give one (a check prints nothing, a dry run the plan)";
+    return false;
+  }
   c->json = f.on("json");
   return true;
 }

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -58,7 +59,7 @@ struct Phases {
 struct Start {
   int step = 0;
   std::string run_id;  // a fresh run's new id, or the id of the run it resumes
-  std::string train_data;  // the shards the resumed checkpoint's run read, real path ("" where unknown)
+  std::string shards;  // the training shards its run read, as shard_list ("" where unknown)
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
@@ -123,10 +124,23 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   }
   s->step = step;
   if (std::string id = marker_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
-  s->train_data = marker_train_data(dir, step);
+  s->shards = marker_shards(dir, step);
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
+}
+
+// What a run's training shards are, however they were named (a folder, its one file, a link,
+// a copy): "name:tokens" of each, sorted by name, joined by commas. The checkpoint's data
+// position is a place in these.
+std::string shard_list(const std::vector<data::TokenShard>& shards) {
+  std::vector<std::string> items;
+  for (const data::TokenShard& s : shards)
+    items.push_back(s.path.substr(s.path.find_last_of('/') + 1) + ":" + std::to_string(s.num_tokens));
+  std::sort(items.begin(), items.end());
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
 }
 
 // A checkpoint's tensors streamed straight between the files and the model's memory.
@@ -159,7 +173,9 @@ bool save_checkpoint(const TrainConfig& c, GPT& model, int step, const std::stri
   const FloatSource master = from_model(model, GPT::Stored::kMaster);
   // The marker is the checkpoint's manifest; manifest.json, the newest checkpoint's copy.
   const std::string manifest =
-      manifest_json(c, model_file_name(step), step, model.num_parameters(), run_id).dump(2) + "\n";
+      manifest_json(c, model_file_name(step), step, model.num_parameters(), run_id, shard_list(sampler.shards()))
+          .dump(2) +
+      "\n";
   // DONE is written last: a crash before it leaves a checkpoint that resume ignores. One
   // left from an earlier run's checkpoint of this step goes first, or a failure half way
   // through would leave this run's model beside that run's state, marked complete.
@@ -354,11 +370,10 @@ int run_training(const TrainConfig& c) {
     data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
     // A checkpoint's data position is a place in its own run's shards: on other shards the run
     // reads them from the start (the weights, moments and schedule go on).
-    const std::string shards = real_path(c.train_data);
-    const bool other_data = !start.train_data.empty() && start.train_data != shards;
+    const bool other_data = !start.shards.empty() && start.shards != shard_list(train.shards());
     if (other_data)
-      std::fprintf(stderr, "nfn: resuming on other data (%s; the checkpoint's run read %s): reading it from the start\n",
-                   shards.c_str(), start.train_data.c_str());
+      std::fprintf(stderr, "nfn: resuming on other data (%s: shards %s; the checkpoint's run read %s): reading it "
+                   "from the start\n", c.train_data.c_str(), shard_list(train.shards()).c_str(), start.shards.c_str());
     GPTConfig g;
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),

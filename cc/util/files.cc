@@ -243,14 +243,6 @@ std::vector<std::string> sibling_and_runfiles_dirs(const std::string& rel) {
   return dirs;
 }
 
-std::string real_path(const std::string& path) {
-  char* resolved = ::realpath(path.c_str(), nullptr);
-  if (resolved == nullptr) return "";
-  std::string out(resolved);
-  std::free(resolved);
-  return out;
-}
-
 std::string executable_path() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);

@@ -75,7 +75,6 @@ std::vector<std::string> list_dir(const std::string& dir);  // names, sorted; em
 std::string join_path(const std::string& a, const std::string& b);
 std::string dir_name(const std::string& path);
 std::string executable_path();  // /proc/self/exe resolved
-std::string real_path(const std::string& path);  // links and dots resolved; "" if it does not exist
 // Where a workspace-relative path ("cc/ops") of this binary's Bazel runfiles may be: the
 // binary's own <exe>.runfiles, the runfiles tree it was placed in (a py_binary's), and
 // $RUNFILES_DIR, in that order. The directory beside the binary comes first.

@@ -1,5 +1,5 @@
 """`nfn train`: resolve the dataset (preparing it only when it is not cached, after the trainer
-has checked its flags in a dry run), build the native trainer's argv, run it, then decode its
+has checked its flags with --check), build the native trainer's argv, run it, then decode its
 sample with the dataset's tokenizer.
 
 Standard library only until a dataset must be prepared or a sample decoded, so the dispatch

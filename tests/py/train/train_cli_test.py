@@ -251,7 +251,7 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(err.strip(), "nfn_gpt_native_train: error: --num-layers: 0 is out of range (at least 1)")
         self.assertFalse(os.path.exists(datasets), "a bad flag must not prepare the dataset")
         # What only the op library, the checkpoint or the file system can refuse is checked by
-        # the same dry run: each fails in a moment, with the dataset still unprepared.
+        # the same check (--check): each fails in a moment, with the dataset still unprepared.
         blocker = os.path.join(self.tmp, "a_file")
         open(blocker, "w").close()
         for flags, code_want, says in [

@@ -332,7 +332,8 @@ class TrainerRunTest(unittest.TestCase):
     def test_resume_on_other_data_reads_it_from_the_start(self):
         # The checkpoint's data position (past 768 tokens) is a place in its own run's shards;
         # on a shorter dataset it would be past the end. The same shards named another way (a
-        # link) are the same data: the run goes on from its position, bit for bit.
+        # link, the folder's one file, a copy) are the same data: the run goes on from its
+        # position, bit for bit.
         other = os.path.join(self.tmp, "other_data")
         os.makedirs(other)
         tokens = (np.arange(600) * 7) % VOCAB
@@ -341,14 +342,20 @@ class TrainerRunTest(unittest.TestCase):
         out = self.interrupted_copy("other_data_run")
         linked = os.path.join(self.tmp, "data_link")
         os.symlink(self.data, linked)
-        same = run(self.common[2:] + ["--train-data", linked, "--output-dir", out, "--resume", "auto", "--json"])
-        self.assertNotIn("other data", same.stderr)
-        self.assertEqual(json.loads(same.stdout)["train_losses"], self.report["train_losses"][3:])
+        copied = os.path.join(self.tmp, "data_copy")
+        shutil.copytree(self.data, copied)
+        for named in (linked, os.path.join(self.data, "tiny_train_000000.bin"), copied):
+            with self.subTest(named=named):
+                resumed = self.interrupted_copy(f"same_data_{os.path.basename(named)}")
+                same = run(self.common[2:] + ["--train-data", named, "--output-dir", resumed, "--resume", "auto",
+                                              "--json"])
+                self.assertNotIn("other data", same.stderr)
+                self.assertEqual(json.loads(same.stdout)["train_losses"], self.report["train_losses"][3:])
         out = self.interrupted_copy("other_data_run2")
         proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--max-steps", "9", "--train-data", other,
                                   "--json"])
-        self.assertIn(f"resuming on other data ({os.path.realpath(other)}; the checkpoint's run read "
-                      f"{os.path.realpath(self.data)}): reading it from the start", proc.stderr)
+        self.assertIn(f"resuming on other data ({other}: shards other_train_000000.bin:500; the checkpoint's run read "
+                      "tiny_train_000000.bin:10000): reading it from the start", proc.stderr)
         self.assertEqual([s for s, _ in json.loads(proc.stdout)["train_losses"]], [4, 5, 6, 7, 8, 9])
 
     def test_resume_at_or_past_max_steps(self):
