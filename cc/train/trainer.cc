@@ -223,9 +223,9 @@ bool sample(GPT& model, const TrainConfig& c, const nfn_op_table* ops, nfn_ctx* 
 }
 
 // The op library the run uses, configured by its flags: the backend options, the CPU's GEMM
-// mode, the storage dtype, and whether the step records graphs. Also what the dry run checks,
-// so that `nfn train` learns of a bad flag before it prepares any data. false with the
-// message and the exit code: 2 for a flag the library refuses, 1 where it cannot load.
+// mode, the storage dtype, and whether the step records graphs. Also what --check checks, so
+// that `nfn train` learns of a bad flag before it prepares any data. false with the message
+// and the exit code: 2 for a flag the library refuses, 1 where it cannot load.
 struct RunSetup {
   std::string matmul;  // the CPU's GEMM mode ("" on CUDA)
   std::string dtype_name;
@@ -370,10 +370,11 @@ int run_training(const TrainConfig& c) {
     data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
     // A checkpoint's data position is a place in its own run's shards: on other shards the run
     // reads them from the start (the weights, moments and schedule go on).
-    const bool other_data = !start.shards.empty() && start.shards != shard_list(train.shards());
+    const std::string shards = shard_list(train.shards());
+    const bool other_data = !start.shards.empty() && start.shards != shards;
     if (other_data)
       std::fprintf(stderr, "nfn: resuming on other data (%s: shards %s; the checkpoint's run read %s): reading it "
-                   "from the start\n", c.train_data.c_str(), shard_list(train.shards()).c_str(), start.shards.c_str());
+                   "from the start\n", c.train_data.c_str(), shards.c_str(), start.shards.c_str());
     GPTConfig g;
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),

@@ -98,17 +98,17 @@ def eot_id_of(name):
 
 def sha256_of_files(files):
     """One digest over (name, content) of each file, so renames and edits both change it."""
-    h = hashlib.sha256()
-    for path in files:
-        h.update(os.path.basename(path).encode() + b"\0")
+
+    def read(path):
         with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+            return f.read()
+
+    return sha256_of_contents((path, read(path)) for path in files)
 
 
 def sha256_of_contents(items):
-    """sha256_of_files's digest of (path, the bytes read from it) pairs, in their order."""
+    """sha256_of_files's digest of (path, the bytes read from it) pairs, in their order: for
+    files already read, so the digest is of those very bytes."""
     h = hashlib.sha256()
     for path, data in items:
         h.update(os.path.basename(path).encode() + b"\0")

@@ -188,7 +188,7 @@ class BPETokenizer:
 
     kind = "bpe"
 
-    def __init__(self, name, pattern, mergeable_ranks, special_tokens, files=None, sha256=None):
+    def __init__(self, name, pattern, mergeable_ranks, special_tokens, files, sha256):
         import tiktoken
 
         self.name = name
@@ -197,12 +197,11 @@ class BPETokenizer:
         self._special = dict(special_tokens)
         self._special_by_id = {i: t for t, i in special_tokens.items()}
         self._byte_ids = [mergeable_ranks[bytes([b])] for b in range(256)]
-        self._files = dict(files or {})
-        # sha256: of the files' bytes as they were read (load_trained), so that a retrain of the
-        # same name while this one encodes never lends its hash to what this one made (a dataset
-        # cache entry would trust it); else of the files now.
-        from nfn.tokenizers import sha256_of_files
-        self._sha256 = sha256 or sha256_of_files(sorted(self._files.values()))
+        self._files = dict(files)
+        # sha256: of the files' bytes as load_trained read them, so that a retrain of the same
+        # name while this one encodes never lends its hash to what this one made (a dataset
+        # cache entry would trust it).
+        self._sha256 = sha256
         self.vocab_size = self._enc.n_vocab
         self.bos_id = self._special["<|bos|>"]
         self.eot_id = self.bos_id  # documents are separated by BOS, so BOS is also the end marker
