@@ -24,7 +24,7 @@ def register(sub):
                                           "shard directory or *_train*.bin file (default: shakespeare)")
     source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
     source.add_argument("--tinystories", action="store_true", help="same as --dataset tinystories")
-    prep.add_argument("--tokenizer", default="gpt2", help="tokenizer name (default: gpt2)")
+    prep.add_argument("--tokenizer", help="tokenizer name (default: gpt2, or the one existing shards were made with)")
     prep.add_argument("--shard-tokens", type=int, default=100_000_000,
                       help="tokens per shard file (default: 100000000, as llm.c)")
     prep.add_argument("--workers", type=int, default=None, help="tokenizer processes (default: every core)")
@@ -47,8 +47,11 @@ def run_prepare(args):
     if "" in (args.dataset, args.pretraining_file):
         raise UserError("an empty path or name was given (--dataset or --pretraining-file ''); an unset shell variable?")
     dataset = "tinystories" if args.tinystories else args.dataset
-    result = prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer=args.tokenizer,
+    result = prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer=args.tokenizer or "gpt2",
                              quiet=args.json, shard_tokens=args.shard_tokens, workers=args.workers)
+    if args.tokenizer and result["tokenizer"] != args.tokenizer:  # shards that name their own tokenizer
+        raise UserError(f"{result['dataset']}: its shards were made with tokenizer {result['tokenizer']}, "
+                        f"not {args.tokenizer} (--tokenizer); prepare the text with {args.tokenizer} instead")
     if args.json:
         print(json.dumps(result))
         return 0

@@ -60,6 +60,22 @@ class CliDataTest(unittest.TestCase):
         self.assertEqual([t["name"] for t in json.loads(out)], ["gpt2", "sp1024", "sp2048", "sp4096", "sp8192"])
         self.assertEqual(heavy, [])
 
+    def test_shards_that_name_their_tokenizer_refuse_another(self):
+        path = os.path.join(self.tmp, "t.txt")
+        with open(path, "w") as f:
+            f.write("Once upon a time there was a tokenizer.\n" * 40)
+        code, out, err, _ = self.nfn("data", "prepare", "--pretraining-file", path, "--json")
+        self.assertEqual(code, 0, err)
+        d = json.loads(out)["dir"]
+        code, out, err, _ = self.nfn("data", "prepare", "--dataset", d, "--json")  # the shards' own: gpt2
+        self.assertEqual((code, json.loads(out)["tokenizer"] if code == 0 else err), (0, "gpt2"))
+        code, out, err, _ = self.nfn("data", "prepare", "--dataset", d, "--tokenizer", "gpt2", "--json")
+        self.assertEqual(code, 0, err)
+        code, out, err, _ = self.nfn("data", "prepare", "--dataset", d, "--tokenizer", "sp1024")
+        self.assertEqual((code, out), (1, ""))
+        self.assertEqual(err, f"nfn data: error: {d}: its shards were made with tokenizer gpt2, not sp1024 "
+                              f"(--tokenizer); prepare the text with sp1024 instead\n")
+
     def test_bad_shard_is_one_line_and_exit_1(self):
         d = os.path.join(self.tmp, "shards")
         os.makedirs(d)
