@@ -292,6 +292,28 @@ bool output_dir_writable(const std::string& dir, std::string* error) {
   return true;
 }
 
+// Whether the library runs attention at the model's head size (the CUDA library's kernels
+// cover 16, 32, 64 and 128), asked of the library itself with one position of one row, so
+// that --check finds what the run's first step would, before any data is prepared.
+bool attention_runs(const TrainConfig& c, Backend* backend, const RunSetup& setup, std::string* error) {
+  const nfn_op_table& ops = backend->lib.ops;
+  const int C = c.model.channels, NH = c.model.num_heads;
+  const size_t elem = setup.dtype == NFN_BF16 ? 2 : 4;
+  void *qkv = nullptr, *out = nullptr, *lse = nullptr;
+  bool ok = ops.alloc(backend->ctx, 3 * C * elem, &qkv) == NFN_OK &&
+            ops.alloc(backend->ctx, C * elem, &out) == NFN_OK &&
+            ops.alloc(backend->ctx, NH * sizeof(float), &lse) == NFN_OK &&
+            ops.fill(backend->ctx, qkv, setup.dtype, 0.0f, 3 * static_cast<size_t>(C)) == NFN_OK &&
+            ops.attention_forward(backend->ctx, out, static_cast<float*>(lse), qkv, 1, 1, C, NH, setup.dtype) ==
+                NFN_OK &&
+            ops.synchronize(backend->ctx) == NFN_OK;
+  if (!ok) *error = std::string("--num-heads ") + std::to_string(NH) + " with --model-dim " + std::to_string(C) +
+                    ": " + ops.ctx_last_error(backend->ctx);
+  for (void* p : {qkv, out, lse})
+    if (p != nullptr) ops.free(backend->ctx, p);
+  return ok;
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& c) {
@@ -305,6 +327,7 @@ int run_training(const TrainConfig& c) {
     int code = 1;
     if (!resolve_resume(c, &start, &error) || !output_dir_writable(c.output_dir, &error)) return fail(error);
     if (!setup_backend(c, &backend, &setup, &code, &error)) return fail(error, code);
+    if (!attention_runs(c, &backend, setup, &error)) return fail(error, 2);
     return 0;
   }
   if (c.dry_run) {

@@ -242,6 +242,23 @@ class EmulatedCudaRunTest(unittest.TestCase):
         lib = self.cpu["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (False, 0, False))
 
+    def test_check_asks_the_library_for_the_head_size(self):
+        # --check (what `nfn train` runs before preparing data) finds what the first step would:
+        # the CUDA library has no attention kernels at head size 48; the CPU library has.
+        def check(backend, lib, heads, channels):
+            geometry = ["--num-heads", str(heads), "--model-dim", str(channels), "--output-dir",
+                        os.path.join(self.tmp, "checked")]
+            return subprocess.run([TRAINER] + self.common + ["--backend", backend, "--tile-ops-lib", lib, "--check",
+                                                             *geometry], capture_output=True, text=True, timeout=120)
+        proc = check("cuda", EMULATED_LIB, 2, 96)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(proc.stderr, "nfn_gpt_native_train: error: --num-heads 2 with --model-dim 96: "
+                                      "attention_forward: head size C/NH=48 is not one of 16, 32, 64, 128\n")
+        for backend, lib, heads, channels in [("cuda", EMULATED_LIB, 2, 128), ("cpu", CPU_LIB, 2, 96)]:
+            proc = check(backend, lib, heads, channels)
+            self.assertEqual((proc.returncode, proc.stderr), (0, ""), (backend, heads, channels))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "checked")))
+
     def test_bf16_resume_is_bitwise_identical(self):
         full = os.path.join(self.tmp, "bf16_flash_mma")
         out = os.path.join(self.tmp, "resumed")
