@@ -460,8 +460,8 @@ int run_training(const TrainConfig& c) {
     return fail(error);
   StepReadback readback(ops, backend.ctx);
   if (!readback.init(&error)) return fail(error);
-  TrainLog log;
-  if (!log.open(c.output_dir, start.step, &error)) return fail(error);
+  TrainLog log;  // left as it is by a resumed run with nothing to train (it logs nothing)
+  if (start.step < c.max_steps && !log.open(c.output_dir, start.step, &error)) return fail(error);
 
   // Validates, times it, records [step, loss], prints a line and logs it (unless a resumed
   // run that had nothing left to train already logged it).

@@ -372,6 +372,11 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(report["final_validation_loss"], self.report["final_validation_loss"])
         self.assertEqual(report["model_file"], os.path.join(out, "model_00000006.bin"))
         self.assertEqual(self.read(os.path.join(out, "log.jsonl")), before)
+        # the same from an earlier checkpoint: the log of the steps after it is not cut away
+        report = json.loads(run(self.common + ["--output-dir", out, "--resume", os.path.join(out, "model_00000003.bin"),
+                                               "--max-steps", "3", "--json"]).stdout)
+        self.assertEqual((report["train_losses"], report["model_file"]), ([], os.path.join(out, "model_00000003.bin")))
+        self.assertEqual(self.read(os.path.join(out, "log.jsonl")), before)
 
     def test_float_flags_must_be_finite(self):
         for flag, value in [("--learning-rate", "nan"), ("--weight-decay", "inf"), ("--max-grad-norm", "1e400")]:
