@@ -10,7 +10,7 @@ std::string validate_sampling(const SamplingConfig& c) {
   if (!(c.temperature >= 0.f) || !std::isfinite(c.temperature))
     return "temperature must be a finite number >= 0 (got " + std::to_string(c.temperature) + ")";
   if (c.top_k < 0) return "top_k must be >= 0 (got " + std::to_string(c.top_k) + ")";
-  if (!(c.top_p > 0.f && c.top_p <= 1.f)) return "top_p must be in (0, 1] (got " + std::to_string(c.top_p) + ")";
+  if (!(c.top_p > 0.0 && c.top_p <= 1.0)) return "top_p must be in (0, 1] (got " + std::to_string(c.top_p) + ")";
   return "";
 }
 
@@ -25,7 +25,7 @@ int32_t Sampler::sample(const float* logits, int V) {
   if (config_.top_k > 0 && config_.top_k < V) {
     n = config_.top_k;
     std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), by_logit);
-  } else if (config_.top_p < 1.f) {
+  } else if (config_.top_p < 1.0) {
     std::sort(order_.begin(), order_.end(), by_logit);
   }
   // Softmax of logit / temperature over the candidates, in double.
@@ -35,11 +35,14 @@ int32_t Sampler::sample(const float* logits, int V) {
   probs_.resize(n);
   double total = 0.0;
   for (int i = 0; i < n; ++i) total += probs_[i] = std::exp((logits[order_[i]] - top) * inv_t);
-  if (config_.top_p < 1.f) {
-    // Keep the shortest prefix (candidates are sorted) whose share reaches top_p.
+  if (config_.top_p < 1.0) {
+    // Keep the shortest prefix (candidates are sorted) whose share reaches top_p. "Reaches"
+    // allows the sums' rounding (1e-9 relative): ten equal candidates at top_p 0.3 keep
+    // three, though 0.3 * 10 is 3.0000000000000004 in double.
+    const double needed = config_.top_p * total * (1 - 1e-9);
     double kept = 0.0;
     int keep = 0;
-    while (keep < n && kept < config_.top_p * total) kept += probs_[keep++];
+    while (keep < n && kept < needed) kept += probs_[keep++];
     n = std::max(keep, 1);
     total = std::accumulate(probs_.begin(), probs_.begin() + n, 0.0);
   }

@@ -14,7 +14,7 @@ namespace nfn {
 struct SamplingConfig {
   float temperature = 1.f;  // 0: greedy
   int top_k = 0;            // 0: no limit
-  float top_p = 1.f;        // 1: no limit
+  double top_p = 1.0;       // 1: no limit (double: 0.3 as the user wrote it, not float's 0.30000001)
   uint64_t seed = 0;
 };
 

@@ -99,7 +99,7 @@ class InferenceEngine {
     return to_numpy(std::move(out), 1, inputs.shape(0));
   }
 
-  nb::dict generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k, float top_p,
+  nb::dict generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k, double top_p,
                     uint64_t seed, int32_t stop_token, std::function<bool(int32_t)> on_token) {
     nfn::SamplingConfig s;
     s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
@@ -148,7 +148,7 @@ void bind_infer(nb::module_& m) {
       .def("forward", &InferenceEngine::forward, nb::arg("tokens"), nb::arg("all_logits") = false)
       .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
       .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),
-           nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0f, nb::arg("seed") = 0,
+           nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
            nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none());
 }
 

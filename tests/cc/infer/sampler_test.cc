@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "cc/infer/sampler.h"
@@ -62,6 +63,21 @@ int main() {
   nfn::SamplingConfig tiny;
   tiny.top_p = 0.01f;
   check_frequencies("top_p=0.01", tiny, {0, 1, 0, 0, 0, 0, 0, 0});
+
+  // Equal candidates: a prefix whose share is exactly top_p (as written in decimal) reaches
+  // it, though the product of top_p and the total may round above the prefix's sum (0.28 * 25
+  // is 7.000000000000001 in double; in float 0.3 is 0.30000001).
+  for (const auto& [n, p, keep] : std::vector<std::tuple<int, double, int>>{
+           {10, 0.1, 1}, {10, 0.3, 3}, {10, 0.61, 7}, {25, 0.28, 7}, {100, 0.55, 55}}) {
+    const std::vector<float> flat(n, 0.0f);
+    nfn::SamplingConfig c;
+    c.top_p = p, c.seed = 8;
+    nfn::Sampler s(c);
+    int most = 0;
+    for (int i = 0; i < 100 * n; ++i) most = std::max(most, s.sample(flat.data(), n));
+    EXPECT(most == keep - 1, "top_p=%g over %d equal candidates: drew up to id %d, expected only ids below %d", p, n,
+           most, keep);
+  }
 
   // The same seed draws the same sequence; another seed another one.
   auto draw = [&](uint64_t seed) {
