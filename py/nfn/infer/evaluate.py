@@ -60,7 +60,8 @@ def metrics(losses, targets, tok, eot):
     """loss, perplexity, bits per byte (None without a tokenizer) from per-token losses."""
     import numpy as np
     loss = float(np.mean(losses, dtype=np.float64))
-    out = {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": None, "tokens": int(len(losses))}
+    perplexity = math.exp(loss) if loss < 709 else math.inf  # exp overflows a double past 709.78
+    out = {"loss": loss, "perplexity": perplexity, "bits_per_byte": None, "tokens": int(len(losses))}
     if tok is not None:
         keep = targets != eot if eot is not None else np.ones(len(targets), dtype=bool)
         nbytes = len(tok.decode([int(t) for t in targets[keep]]).encode("utf-8"))
@@ -104,7 +105,9 @@ def run(args):
                    "backend": engine.backend, "backend_note": note})
     if args.json:
         import json
-        json.dump(result, sys.stdout, indent=1)
+        # JSON has no inf or NaN (a diverged model's): null where a number is not finite.
+        json.dump({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()},
+                  sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
         bpb = "n/a" if result["bits_per_byte"] is None else f"{result['bits_per_byte']:.4f}"

@@ -149,6 +149,25 @@ class EvalTest(unittest.TestCase):
             with self.subTest(manifest=manifest):
                 self.assertEqual(recorded_data(manifest), want)
 
+    def test_a_loss_past_exp_range(self):
+        # A confidently wrong model (its final norm scaled up): about 1000 nats a token, whose
+        # exp overflows a double. The loss is printed; the perplexity is inf (null in JSON).
+        params = dict(self.params, lnfw=self.params["lnfw"] * 2000.0)
+        ckpt = os.path.join(self.tmp, "overconfident")
+        os.makedirs(ckpt)
+        fixtures.write_llmc_by_hand(os.path.join(ckpt, "model_00000010.bin"), self.geom, params)
+        open(os.path.join(ckpt, "DONE_00000010"), "w").close()
+        shutil.copy(os.path.join(self.ckpt, "manifest.json"), ckpt)
+        args = ["eval", "--checkpoint", ckpt, "--dataset", self.data, "--backend", "cpu", "--max-tokens", "40"]
+        code, out, err, _ = fixtures.run_nfn(args + ["--json"])
+        self.assertEqual(code, 0, err)
+        got = json.loads(out)
+        self.assertGreater(got["loss"], 710)
+        self.assertIsNone(got["perplexity"])
+        code, out, err, _ = fixtures.run_nfn(args)
+        self.assertEqual(code, 0, err)
+        self.assertIn("perplexity inf", out)
+
     def test_bad_input(self):
         wide = os.path.join(self.tmp, "wide")
         os.makedirs(wide)
