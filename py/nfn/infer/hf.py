@@ -8,6 +8,7 @@ bf16 (version 5 files) as BF16.
 
 Module level is standard library only; numpy is imported by the functions that move data.
 """
+import json
 import os
 
 from nfn import fileio
@@ -60,6 +61,15 @@ def read_config(directory):
         raise UserError(f"{path}: n_inner {cfg['n_inner']} is not 4 * n_embd")
     if cfg.get("tie_word_embeddings", True) is not True:
         raise UserError(f"{path}: tie_word_embeddings is false; nfn's GPT ties the LM head to wte")
+    # Fields of GPT2Config that change the forward pass: each must be GPT-2's (and nfn's) value.
+    for field, want, what in (("layer_norm_epsilon", 1e-5, "nfn's LayerNorm epsilon is 1e-5"),
+                              ("scale_attn_weights", True, "nfn scales attention scores by 1/sqrt(head size)"),
+                              ("scale_attn_by_inverse_layer_idx", False,
+                               "nfn does not scale attention scores by the layer's index"),
+                              ("add_cross_attention", False, "nfn's GPT has no cross-attention")):
+        got = cfg.get(field, want)
+        if type(got) is not type(want) or got != want:
+            raise UserError(f"{path}: {field} is {json.dumps(got)}, not {json.dumps(want)}: {what}")
     geom = {"max_seq_len": cfg["n_positions"], "vocab_size": cfg["vocab_size"], "num_layers": cfg["n_layer"],
             "num_heads": cfg["n_head"], "channels": cfg["n_embd"], "padded_vocab_size": pad_vocab(cfg["vocab_size"])}
     checkpoint.validate_geometry(geom, path)

@@ -165,6 +165,18 @@ class InferTest(unittest.TestCase):
         b = self.json_run("--checkpoint", self.v3, "--prompt", "Hello", "--temperature", "0",
                           "--max-new-tokens", "5")
         self.assertEqual(a["generated_tokens"], b["generated_tokens"])
+        # A config whose forward pass differs from nfn's GPT is refused, not run as another model.
+        base = {"model_type": "gpt2", "vocab_size": V, "n_positions": T, "n_embd": C, "n_layer": L, "n_head": NH}
+        for field, value, says in [("layer_norm_epsilon", 1.0, "is 1.0, not 1e-05: nfn's LayerNorm epsilon"),
+                                   ("scale_attn_weights", False, "is false, not true"),
+                                   ("scale_attn_by_inverse_layer_idx", True, "is true, not false"),
+                                   ("add_cross_attention", True, "is true, not false")]:
+            with self.subTest(field=field):
+                with open(os.path.join(d, "config.json"), "w") as f:
+                    json.dump(dict(base, **{field: value}), f)
+                code, out, err, _ = infer("--checkpoint", d, "--prompt", "Hello", "--backend", "cpu")
+                self.assertEqual((code, out, len(err.splitlines())), (1, "", 1), err)
+                self.assertIn(f"config.json: {field} {says}", err)
 
     # ---- sampling ---------------------------------------------------------------------
 
