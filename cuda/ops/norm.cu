@@ -289,8 +289,9 @@ int resident_blocks(const SharedLimits& lim, int per_sm, size_t shared) {
   return std::clamp(static_cast<int>(lim.per_sm / (shared + kReservedShared)), 1, per_sm);
 }
 
-// dinp (may be NULL) += the input gradient; dweight and dbias (either may be NULL; no dbias
-// for RMSNorm) += the parameter gradients; with kColsum, dinp_colsum += dinp's column sums.
+// dinp += the input gradient (the entry points require it; the kernel would skip a NULL
+// one); dweight and dbias (NULL: RMSNorm without a weight, and it has no bias) += the
+// parameter gradients; with kColsum, dinp_colsum += dinp's column sums.
 template <bool kCentered, bool kColsum, typename T>
 nfn_status norm_backward(nfn_ctx* ctx, const char* op, void* dinp, void* dweight, void* dbias, void* dinp_colsum,
                          const void* dout, const void* inp, const void* weight, const float* mean, const float* rstd,
@@ -367,10 +368,10 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
   const char* op = "layernorm_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
-  if (dout == nullptr || inp == nullptr || weight == nullptr || mean == nullptr || rstd == nullptr)
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout, inp, weight, mean or rstd", op);
-  if (dinp_colsum != nullptr && dinp == nullptr)
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dinp_colsum needs dinp", op);
+  // Only dbias and dinp_colsum may be NULL (nfn_ops.def), as the CPU library holds it.
+  if (dinp == nullptr || dweight == nullptr || dout == nullptr || inp == nullptr || weight == nullptr ||
+      mean == nullptr || rstd == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dinp, dweight, dout, inp, weight, mean or rstd", op);
   nfn_status s = NFN_OK;
   if (dinp_colsum != nullptr)
     NFN_DISPATCH(dtype, E,
@@ -403,8 +404,8 @@ nfn_status nfn_rmsnorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, const v
   const char* op = "rmsnorm_backward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
-  if (dout == nullptr || inp == nullptr || rstd == nullptr)
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dout, inp or rstd", op);
+  if (dinp == nullptr || dout == nullptr || inp == nullptr || rstd == nullptr)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null dinp, dout, inp or rstd", op);
   if (dweight != nullptr && weight == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dweight given but weight is NULL", op);
   nfn_status s = NFN_OK;

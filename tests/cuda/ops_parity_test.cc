@@ -701,6 +701,15 @@ void check_contract(const Backend& gpu) {
           "attention_forward with B*NH = 2^32", "B*NH=4294967296 exceeds 65535");
   refused(o.linear_forward(gpu.ctx, dev, dev, dev, dev, nullptr, nullptr, 2, 4, 8, NFN_EPILOGUE_GELU, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "linear_forward with aux == out", "aux must not alias out");
+  // Only dbias and dinp_colsum may be NULL in layernorm_backward, only dweight in
+  // rmsnorm_backward (nfn_ops.def), as the CPU library holds it.
+  float* stats = static_cast<float*>(dev);
+  refused(o.layernorm_backward(gpu.ctx, dev, nullptr, nullptr, nullptr, dev, dev, dev, stats, stats, 2, 8, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "layernorm_backward without dweight", "null dinp, dweight");
+  refused(o.layernorm_backward(gpu.ctx, nullptr, dev, nullptr, nullptr, dev, dev, dev, stats, stats, 2, 8, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "layernorm_backward without dinp", "null dinp, dweight");
+  refused(o.rmsnorm_backward(gpu.ctx, nullptr, nullptr, dev, dev, nullptr, stats, 2, 8, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "rmsnorm_backward without dinp", "null dinp");
   refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, 1e-3f, 1.f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "adamw beta1 = 1", "betas");
   refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, NAN, 0.9f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
