@@ -68,7 +68,7 @@ void declare_train_flags(Flags* f) {
   f->value("pdl", "CUDA: on launches each of the library's kernels as a programmatic dependent launch, so its blocks may start while the kernel before it finishes (the same results); off: each starts after (the library's default)");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the first recording fails", "auto");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
-  f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/gpt or ~/NeuralFn/artifacts/gpt)");
+  f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/FAMILY or ~/NeuralFn/artifacts/FAMILY, FAMILY the --model-family)");
   f->value("resume", "auto (the last checkpoint written in --output-dir, the one its manifest.json names; none: start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
   f->toggle("dry-run", "print the plan as JSON and exit without reading data (the flags checked, the op library not opened: a GPU run's plan can be made anywhere)");
   f->toggle("check", "check the flags against what a run needs before it reads data (the op library and the options given to it, the checkpoint to resume, the output directory), print nothing and exit: what nfn train runs before it prepares a dataset");
@@ -119,11 +119,12 @@ bool read_float(const Flags& f, const char* name, double* out, std::string* erro
   return true;
 }
 
-std::string default_output_dir() {
+// The family's folder of the artifacts directory, as `nfn train` chooses it.
+std::string default_output_dir(const std::string& family) {
   const char* env = std::getenv("NEURALFN_ARTIFACTS_DIR");
-  if (env != nullptr && *env) return std::string(env) + "/gpt";
+  if (env != nullptr && *env) return std::string(env) + "/" + family;
   const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/NeuralFn/artifacts/gpt";
+  return std::string(home ? home : ".") + "/NeuralFn/artifacts/" + family;
 }
 
 }  // namespace
@@ -279,7 +280,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     return false;
   }
   c->checkpoint_version = ck == "f32" ? 3 : 5;
-  c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir();
+  c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir(c->model_family);
   if (c->output_dir.empty()) {
     *error = "--output-dir: empty (name a directory)";
     return false;

@@ -95,6 +95,10 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
       *error = "--resume " + c.resume + ": expected auto, a checkpoint directory or a model_%08d.bin file";
       return false;
     }
+    if (!path_exists(c.resume)) {
+      *error = "--resume " + c.resume + ": no such file";
+      return false;
+    }
     if (!path_exists(join_path(dir, done_file_name(parsed)))) {
       *error = "--resume " + c.resume + ": checkpoint is incomplete (no " + done_file_name(parsed) + " beside it)";
       return false;

@@ -1,7 +1,7 @@
 """Train and evaluate byte-level BPE tokenizers for the chat pipeline.
 
-  nfn tokenizer train --dataset ALIAS|--pretraining-file PATH --vocab-size N --name NAME
-  nfn tokenizer eval --name NAME [--dataset ALIAS|--pretraining-file PATH] [--json]
+  nfn tokenizer train --dataset shakespeare|moby-dick|--pretraining-file PATH --vocab-size N --name NAME
+  nfn tokenizer eval --name NAME [--dataset shakespeare|moby-dick|--pretraining-file PATH] [--json]
 
 train: GPT-4-style regex pre-split, rustbpe merges, nine chat special tokens (<|bos|>,
 <|user_start|>, ..., <|output_end|>); vocab size counts all of them. The last 5% of the text
@@ -35,12 +35,8 @@ def read_source(args):
             except UnicodeDecodeError as e:
                 raise UserError(f"{f}: not UTF-8 text (byte {e.start})") from None
         return "\n".join(parts)
-    try:
-        from nfn.data.sources import read_text
-    except ImportError:
-        raise UserError("--dataset needs nfn.data.sources.read_text, which is not built yet; "
-                        "use --pretraining-file PATH") from None
-    return read_text(args.dataset)
+    from nfn.data.sources import read_text
+    return read_text(args.dataset, quiet=args.json)
 
 
 def split_heldout(text):
@@ -156,7 +152,7 @@ def register(sub):
     actions.required = True
     tr = actions.add_parser("train", help="train a BPE tokenizer into the tokenizer cache")
     source = tr.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help="dataset alias")
+    source.add_argument("--dataset", help="text source alias: shakespeare or moby-dick")
     source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
     tr.add_argument("--vocab-size", type=int, required=True,
                     help="vocabulary size, special tokens included (at least 265)")
@@ -166,7 +162,7 @@ def register(sub):
     ev = actions.add_parser("eval", help="bytes per token against gpt2 on held-out text")
     ev.add_argument("--name", required=True, help="a trained tokenizer's name")
     source = ev.add_mutually_exclusive_group()
-    source.add_argument("--dataset", help="evaluate on this dataset alias instead")
+    source.add_argument("--dataset", help="evaluate on this text source instead: shakespeare or moby-dick")
     source.add_argument("--pretraining-file", help="evaluate on this text file or directory instead")
     ev.add_argument("--json", action="store_true", help="print a JSON report")
     ev.set_defaults(run=run_eval)

@@ -1,7 +1,7 @@
 """Train a model with the compiled native trainer (no Python in the training process).
 
 Prepares the dataset when it is not cached, then runs nfn_<family>_native_train. With no
-arguments it trains a small GPT on the embedded default corpus (Shakespeare, with the sp1024
+arguments it trains a small GPT on the default corpus (Shakespeare, fetched once, with the sp1024
 tokenizer) in about three minutes on the CPU.
 """
 from nfn.cli.common import add_command

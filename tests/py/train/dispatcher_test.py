@@ -38,6 +38,15 @@ class DispatcherTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--base-model llama: no trainer yet", proc.stderr)
 
+    def test_default_output_dir_is_the_familys(self):
+        # As `nfn train` chooses it: $NEURALFN_ARTIFACTS_DIR/<family>.
+        env = dict(os.environ, NEURALFN_ARTIFACTS_DIR="/somewhere/artifacts")
+        for family in ("gpt", "gpt2", "gpt3"):
+            proc = subprocess.run([DISPATCHER, "--base-model", family, "--dry-run"], capture_output=True, text=True,
+                                  timeout=60, env=env)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(json.loads(proc.stdout)["output_dir"], "/somewhere/artifacts/" + family)
+
     def test_gpt2_124m_follows_llmc(self):
         p = plan(["--base-model", "gpt2", "--template-name", "gpt2-124m"])
         self.assertEqual(p["model_family"], "gpt2")

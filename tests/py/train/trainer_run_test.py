@@ -164,6 +164,10 @@ class TrainerRunTest(unittest.TestCase):
                    check=False)
         self.assertEqual(proc.returncode, 1)
         self.assertIn("checkpoint is incomplete (no DONE_00000003 beside it)", proc.stderr)
+        missing = os.path.join(out, "model_00000009.bin")  # a file that is not there is not "incomplete"
+        proc = run(self.common + ["--output-dir", out, "--resume", missing], check=False)
+        self.assertEqual((proc.returncode, proc.stderr.strip()),
+                         (1, f"nfn_gpt_native_train: error: --resume {missing}: no such file"))
         # auto skips it and starts fresh, which reproduces the full run exactly.
         report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
         self.assertIsNone(report["resumed_from"])
