@@ -71,7 +71,7 @@ void declare_train_flags(Flags* f) {
   f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/FAMILY or ~/NeuralFn/artifacts/FAMILY, FAMILY the --model-family)");
   f->value("resume", "auto (the last checkpoint written in --output-dir, the one its manifest.json names; none: start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
   f->toggle("dry-run", "print the plan as JSON and exit without reading data (the flags checked, the op library not opened: a GPU run's plan can be made anywhere)");
-  f->toggle("check", "check the flags against what a run needs before it reads data (the op library and the options given to it, the checkpoint to resume, the output directory), print nothing and exit: what nfn train runs before it prepares a dataset");
+  f->toggle("check", "check the flags against what a run needs before it reads data (the op library and the options given to it, attention at the model's geometry, the checkpoint to resume, the output directory), print nothing and exit: what nfn train runs before it prepares a dataset");
   f->toggle("print-plan", "same as --dry-run");
   f->toggle("json", "print the final report as JSON on stdout");
   f->toggle("help", "show this help");
@@ -151,7 +151,15 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
       *error = "--graph-file sets the architecture; drop --template-name/--num-layers/--num-heads/--model-dim/--vocab-size";
       return false;
     }
+    const std::string family_flag = c->model_family;
     if (!read_manifest(c->graph_file, c, error)) return false;
+    // The manifest's family is the model's: a --model-family (or nfn_native_train's
+    // --base-model) naming another is a contradiction, not an override.
+    if (f.has("model-family") && c->model_family != family_flag) {
+      *error = "--model-family " + family_flag + " contradicts " + c->graph_file + ", whose model_family is " +
+               c->model_family + "; give one";
+      return false;
+    }
     recipe = c->template_name.rfind("gpt2-", 0) == 0 || c->template_name.rfind("gpt3-", 0) == 0;
   }
   if (c->tokenizer.empty()) c->tokenizer = f.get("tokenizer");

@@ -227,9 +227,10 @@ bool sample(GPT& model, const TrainConfig& c, const nfn_op_table* ops, nfn_ctx* 
 }
 
 // The op library the run uses, configured by its flags: the backend options, the CPU's GEMM
-// mode, the storage dtype, and whether the step records graphs. Also what --check checks, so
-// that `nfn train` learns of a bad flag before it prepares any data. false with the message
-// and the exit code: 2 for a flag the library refuses, 1 where it cannot load.
+// mode, the storage dtype, whether the step records graphs, and whether attention runs at the
+// model's geometry. Also what --check checks, so that `nfn train` learns of a bad flag before
+// it prepares any data. false with the message and the exit code: 2 for a flag or geometry
+// the library refuses, 1 where it cannot load.
 struct RunSetup {
   std::string matmul;  // the CPU's GEMM mode ("" on CUDA)
   std::string dtype_name;
@@ -244,6 +245,35 @@ std::vector<std::tuple<const char*, const char*, const std::string*>> backend_op
           {"attention", "attention", &c.attention},    {"gemm-tune", "gemm_tune", &c.gemm_tune},
           {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap},
           {"pdl", "pdl", &c.pdl}};
+}
+
+// Whether the library runs attention at the model's geometry (the CUDA library's kernels
+// cover head sizes 16, 32, 64 and 128, and B*NH up to 65535), asked of the library itself
+// with one position of each row of a micro-batch, so that a run (and --check, before `nfn
+// train` prepares data) learns at once what its first step would. false with the message and
+// the exit code: 2 where attention refuses the geometry, 1 where the probe itself fails.
+bool attention_runs(const TrainConfig& c, Backend* backend, const RunSetup& setup, int* code, std::string* error) {
+  const nfn_op_table& ops = backend->lib.ops;
+  const int B = c.batch_size, C = c.model.channels, NH = c.model.num_heads;
+  const size_t elem = setup.dtype == NFN_BF16 ? 2 : 4, qkv_count = 3 * static_cast<size_t>(B) * C;
+  void *qkv = nullptr, *out = nullptr, *lse = nullptr;
+  *code = 1;
+  bool ok = ops.alloc(backend->ctx, qkv_count * elem, &qkv) == NFN_OK &&
+            ops.alloc(backend->ctx, static_cast<size_t>(B) * C * elem, &out) == NFN_OK &&
+            ops.alloc(backend->ctx, static_cast<size_t>(B) * NH * sizeof(float), &lse) == NFN_OK &&
+            ops.fill(backend->ctx, qkv, setup.dtype, 0.0f, qkv_count) == NFN_OK;
+  if (ok && ops.attention_forward(backend->ctx, out, static_cast<float*>(lse), qkv, B, 1, C, NH, setup.dtype) !=
+                NFN_OK) {
+    ok = false;
+    *code = 2;
+  }
+  ok = ok && ops.synchronize(backend->ctx) == NFN_OK;
+  if (!ok)
+    *error = "the model (" + std::to_string(NH) + " heads of " + std::to_string(C) + " channels, micro-batch " +
+             std::to_string(B) + "): " + ops.ctx_last_error(backend->ctx);
+  for (void* p : {qkv, out, lse})
+    if (p != nullptr) ops.free(backend->ctx, p);
+  return ok;
 }
 
 bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int* code, std::string* error) {
@@ -280,7 +310,7 @@ bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int*
     }
     error->clear();
   }
-  return true;
+  return attention_runs(c, backend, *setup, code, error);
 }
 
 // Whether `dir` can be made and written (its nearest existing ancestor is a writable
@@ -296,28 +326,6 @@ bool output_dir_writable(const std::string& dir, std::string* error) {
   return true;
 }
 
-// Whether the library runs attention at the model's head size (the CUDA library's kernels
-// cover 16, 32, 64 and 128), asked of the library itself with one position of one row, so
-// that --check finds what the run's first step would, before any data is prepared.
-bool attention_runs(const TrainConfig& c, Backend* backend, const RunSetup& setup, std::string* error) {
-  const nfn_op_table& ops = backend->lib.ops;
-  const int C = c.model.channels, NH = c.model.num_heads;
-  const size_t elem = setup.dtype == NFN_BF16 ? 2 : 4;
-  void *qkv = nullptr, *out = nullptr, *lse = nullptr;
-  bool ok = ops.alloc(backend->ctx, 3 * C * elem, &qkv) == NFN_OK &&
-            ops.alloc(backend->ctx, C * elem, &out) == NFN_OK &&
-            ops.alloc(backend->ctx, NH * sizeof(float), &lse) == NFN_OK &&
-            ops.fill(backend->ctx, qkv, setup.dtype, 0.0f, 3 * static_cast<size_t>(C)) == NFN_OK &&
-            ops.attention_forward(backend->ctx, out, static_cast<float*>(lse), qkv, 1, 1, C, NH, setup.dtype) ==
-                NFN_OK &&
-            ops.synchronize(backend->ctx) == NFN_OK;
-  if (!ok) *error = std::string("--num-heads ") + std::to_string(NH) + " with --model-dim " + std::to_string(C) +
-                    ": " + ops.ctx_last_error(backend->ctx);
-  for (void* p : {qkv, out, lse})
-    if (p != nullptr) ops.free(backend->ctx, p);
-  return ok;
-}
-
 }  // namespace
 
 int run_training(const TrainConfig& c) {
@@ -331,7 +339,6 @@ int run_training(const TrainConfig& c) {
     int code = 1;
     if (!resolve_resume(c, &start, &error) || !output_dir_writable(c.output_dir, &error)) return fail(error);
     if (!setup_backend(c, &backend, &setup, &code, &error)) return fail(error, code);
-    if (!attention_runs(c, &backend, setup, &error)) return fail(error, 2);
     return 0;
   }
   if (c.dry_run) {

@@ -44,12 +44,13 @@ def run_prepare(args):
 
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
-    if "" in (args.dataset, args.pretraining_file):
-        raise UserError("an empty path or name was given (--dataset or --pretraining-file ''); an unset shell variable?")
+    if "" in (args.dataset, args.pretraining_file, args.tokenizer):
+        raise UserError("an empty path or name was given (--dataset, --pretraining-file or --tokenizer ''); "
+                        "an unset shell variable?")
     dataset = "tinystories" if args.tinystories else args.dataset
-    result = prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer=args.tokenizer or "gpt2",
+    result = prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer="gpt2" if args.tokenizer is None else args.tokenizer,
                              quiet=args.json, shard_tokens=args.shard_tokens, workers=args.workers)
-    if args.tokenizer and result["tokenizer"] != args.tokenizer:  # shards that name their own tokenizer
+    if args.tokenizer is not None and result["tokenizer"] != args.tokenizer:  # shards that name their own tokenizer
         raise UserError(f"{result['dataset']}: its shards were made with tokenizer {result['tokenizer']}, "
                         f"not {args.tokenizer} (--tokenizer); prepare the text with {args.tokenizer} instead")
     if args.json:

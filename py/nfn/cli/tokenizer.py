@@ -75,7 +75,7 @@ def run_train(args):
         raise UserError(f"training text is too short ({len(train_text)} characters; need 1000+)")
     t0 = time.time()
     directory = bpe.train(chunks(train_text), args.vocab_size, args.name, paths.tokenizers_dir(),
-                          heldout=heldout)
+                          heldout=heldout, quiet=args.json)
     seconds = time.time() - t0
     tok = bpe.load_trained(directory)
     report = {"name": args.name, "dir": directory, "vocab_size": tok.vocab_size,
@@ -90,24 +90,6 @@ def run_train(args):
         print(f"note: the text has too few distinct pairs for vocab {args.vocab_size}; "
               f"{args.name} has {tok.vocab_size}", file=sys.stderr)
     return 0
-
-
-def load_named(name):
-    """A tokenizer by name through nfn.tokenizers.load (the datasets layer's registry)."""
-    from nfn.errors import UserError
-
-    try:
-        from nfn.tokenizers import load
-    except ImportError:
-        load = None
-    if load is not None:
-        return load(name)
-    if name == "gpt2":
-        raise UserError("the gpt2 tokenizer comes from nfn.tokenizers.load, which is not built yet")
-    from nfn import paths
-    from nfn.tokenizers import bpe
-
-    return bpe.load_trained(os.path.join(paths.tokenizers_dir(), name))
 
 
 def run_eval(args):
@@ -130,7 +112,7 @@ def run_eval(args):
     nbytes = len(text.encode("utf-8"))
     rows = []
     for name in (args.name, "gpt2"):
-        tok = load_named(name)
+        tok = tokenizers.load(name, quiet=args.json)
         ntok = len(tok.encode(text))
         rows.append({"tokenizer": name, "vocab_size": tok.vocab_size, "tokens": ntok,
                      "bytes_per_token": round(nbytes / ntok, 4)})

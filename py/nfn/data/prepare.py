@@ -153,7 +153,7 @@ def prepare_dataset(dataset=None, pretraining_file=None, tokenizer="gpt2", quiet
     hit = cache.cached_text_entry(src)
     if hit:
         return hit
-    tok = tokenizers.load(tokenizer)  # may train an sp model, after which the cache can hit
+    tok = tokenizers.load(tokenizer, quiet)  # may train an sp model, after which the cache can hit
     hit = cache.cached_text_entry(src)
     if hit:
         return hit

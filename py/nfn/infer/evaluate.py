@@ -60,7 +60,10 @@ def metrics(losses, targets, tok, eot):
     """loss, perplexity, bits per byte (None without a tokenizer) from per-token losses."""
     import numpy as np
     loss = float(np.mean(losses, dtype=np.float64))
-    perplexity = math.exp(loss) if loss < 709 else math.inf  # exp overflows a double past 709.78
+    try:
+        perplexity = math.exp(loss)  # NaN stays NaN
+    except OverflowError:  # past 709.78 nats
+        perplexity = math.inf
     out = {"loss": loss, "perplexity": perplexity, "bits_per_byte": None, "tokens": int(len(losses))}
     if tok is not None:
         keep = targets != eot if eot is not None else np.ones(len(targets), dtype=bool)

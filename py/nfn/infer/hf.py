@@ -9,6 +9,7 @@ bf16 (version 5 files) as BF16.
 Module level is standard library only; numpy is imported by the functions that move data.
 """
 import json
+import math
 import os
 
 from nfn import fileio
@@ -68,7 +69,9 @@ def read_config(directory):
                                "nfn does not scale attention scores by the layer's index"),
                               ("add_cross_attention", False, "nfn's GPT has no cross-attention")):
         got = cfg.get(field, want)
-        if type(got) is not type(want) or got != want:
+        # The epsilon within float32's rounding: nfn's 1e-5f is 9.99999974e-06 as a double.
+        if type(got) is not type(want) or not (got == want or (type(want) is float and
+                                                              math.isclose(got, want, rel_tol=1e-6))):
             raise UserError(f"{path}: {field} is {json.dumps(got)}, not {json.dumps(want)}: {what}")
     geom = {"max_seq_len": cfg["n_positions"], "vocab_size": cfg["vocab_size"], "num_layers": cfg["n_layer"],
             "num_heads": cfg["n_head"], "channels": cfg["n_embd"], "padded_vocab_size": pad_vocab(cfg["vocab_size"])}

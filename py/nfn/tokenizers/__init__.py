@@ -54,14 +54,15 @@ def _unknown(name):
                      f"(train more with `nfn tokenizer train`)")
 
 
-def load(name):
-    """The tokenizer called name; sp* models are trained (or downloaded) on first use."""
+def load(name, quiet=False):
+    """The tokenizer called name; sp* models are trained (or downloaded) on first use, with a
+    one-line notice unless quiet."""
     if name == "gpt2":
         from nfn.tokenizers.gpt2 import GPT2Tokenizer
         return GPT2Tokenizer()
     if name in SENTENCEPIECE_SIZES:
         from nfn.tokenizers.sentencepiece_bpe import SentencePieceTokenizer
-        return SentencePieceTokenizer.materialize(name, SENTENCEPIECE_SIZES[name])
+        return SentencePieceTokenizer.materialize(name, SENTENCEPIECE_SIZES[name], quiet)
     if _trained_manifest(name):
         from nfn.tokenizers import bpe
         return bpe.load_trained(os.path.join(paths.tokenizers_dir(), name))

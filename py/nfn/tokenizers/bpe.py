@@ -39,7 +39,7 @@ MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 MAX_VOCAB = 2**32 - 1
 
 
-def train(texts, vocab_size, name, out_root, heldout=None):
+def train(texts, vocab_size, name, out_root, heldout=None, quiet=False):
     """Train on an iterable of strings; save atomically to out_root/name; return the directory.
 
     vocab_size counts everything: 256 byte tokens, the merges, and the special tokens.
@@ -75,7 +75,7 @@ def train(texts, vocab_size, name, out_root, heldout=None):
     files = {RANKS_FILE: ranks_text, MANIFEST: json.dumps(manifest, indent=1) + "\n"}
     if heldout is not None:
         files[HELDOUT_FILE] = heldout
-    return save_atomically(out_root, name, files)
+    return save_atomically(out_root, name, files, quiet)
 
 
 def check_name(name):
@@ -86,11 +86,12 @@ def check_name(name):
         raise UserError(f"--name {name} is a built-in tokenizer's; choose another name")
 
 
-def save_atomically(out_root, name, files):
-    """Write files into a temp directory beside the target, then rename it into place."""
+def save_atomically(out_root, name, files, quiet=False):
+    """Write files into a temp directory beside the target, then rename it into place
+    (removing a killed writer's leftovers first, saying so unless quiet)."""
     os.makedirs(out_root, exist_ok=True)
     final = os.path.join(out_root, name)
-    fileio.remove_orphaned_dirs(out_root)
+    fileio.remove_orphaned_dirs(out_root, quiet)
     with fileio.WorkDir(out_root, "tmp", name) as tmp:
         for fname, text in files.items():
             with open(os.path.join(tmp.path, fname), "w", encoding="utf-8", newline="") as f:

