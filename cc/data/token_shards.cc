@@ -87,7 +87,8 @@ uint64_t splitmix64(uint64_t* state) {
 }  // namespace
 
 bool read_shard_header(const std::string& path, TokenShard* out, std::string* error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named like a shard is refused below instead of blocking the open.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -194,6 +195,9 @@ bool TokenBatchSampler::open(std::vector<TokenShard> shards, int B, int T, uint6
     return fail(error, "batch", "B and T must be positive (got B=" + std::to_string(B) + ", T=" + std::to_string(T) + ")");
   if (shards.empty()) return fail(error, "batch", "no shards to sample from");
   for (const auto& s : shards) {
+    if (s.token_bytes != 2 && s.token_bytes != 4)  // shards come from read_shard_header, or from Python
+      return fail(error, s.path, "token width " + std::to_string(s.token_bytes) + " bytes (2 or 4)");
+    if (s.num_tokens < 0) return fail(error, s.path, "negative token count " + std::to_string(s.num_tokens));
     if (s.token_bytes != shards[0].token_bytes)
       return fail(error, s.path, "holds " + std::to_string(8 * s.token_bytes) + "-bit tokens but " + shards[0].path +
                                      " holds " + std::to_string(8 * shards[0].token_bytes) + "-bit tokens");
@@ -246,8 +250,14 @@ bool TokenBatchSampler::ensure_open(int64_t shard, std::string* error) {
   if (fd_shard_ == shard) return true;
   if (fd_ >= 0) ::close(fd_);
   fd_shard_ = -1;
-  fd_ = ::open(shards_[shard].path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = ::open(shards_[shard].path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // never blocks on a FIFO
   if (fd_ < 0) return fail(error, shards_[shard].path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    return fail(error, shards_[shard].path, "not a regular file");
+  }
   fd_shard_ = shard;
   return true;
 }
@@ -272,9 +282,10 @@ bool TokenBatchSampler::next(int32_t* inputs, int32_t* targets, std::string* err
       std::memcpy(&v, &window_[i * 4], 4);
       id = v;
     }
-    if (vocab_size_ > 0 && id >= vocab_size_)
+    if ((vocab_size_ > 0 && id >= vocab_size_) || id > INT32_MAX)  // ids are int32 from here on
       return fail(error, s.path, "token id " + std::to_string(id) + " at token " + std::to_string(pos_.offset + i) +
-                                     " is out of range for vocab size " + std::to_string(vocab_size_));
+                                     " is out of range for " +
+                                     (vocab_size_ > 0 ? "vocab size " + std::to_string(vocab_size_) : "int32"));
     if (i < n - 1) inputs[i] = static_cast<int32_t>(id);
     if (i > 0) targets[i - 1] = static_cast<int32_t>(id);
   }

@@ -1,6 +1,7 @@
 #include "cc/infer/gpt_decoder.h"
 
 #include "cc/ops/arena.h"
+#include "cc/ops/op_error.h"
 
 #include <algorithm>
 #include <utility>
@@ -29,7 +30,7 @@ void GPTDecoder::release() {
 
 bool GPTDecoder::check(nfn_status s, const char* what, std::string* error) const {
   if (s == NFN_OK) return true;
-  *error = std::string(what) + ": " + ops_->ctx_last_error(ctx_);
+  *error = op_error(*ops_, ctx_, what);
   return false;
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cc/ops/arena.h"
+#include "cc/ops/op_error.h"
 #include "cc/util/bf16.h"
 #include "cc/util/rng.h"
 
@@ -53,9 +54,7 @@ void GPT::release() {
 
 bool GPT::check(nfn_status s, const char* what, std::string* error) const {
   if (s == NFN_OK) return true;
-  // The op libraries name the op themselves ("attention_forward: head size ..."): once is enough.
-  const std::string said = ops_->ctx_last_error(ctx_), op = std::string(what) + ": ";
-  *error = said.rfind(op, 0) == 0 ? said : op + said;
+  *error = op_error(*ops_, ctx_, what);
   return false;
 }
 

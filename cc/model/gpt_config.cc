@@ -1,5 +1,9 @@
 #include "cc/model/gpt_config.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
 namespace nfn {
 
 const std::array<const char*, kNumParamTensors> kParamNames = {
@@ -29,7 +33,9 @@ size_t num_parameters(const GPTConfig& c) {
   return layout.back().offset + layout.back().count;
 }
 
-int pad_vocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
+int pad_vocab(int vocab_size) {
+  return static_cast<int>(std::min<int64_t>((static_cast<int64_t>(vocab_size) + 127) / 128 * 128, INT32_MAX));
+}
 
 std::string validate_config(const GPTConfig& c) {
   if (c.num_layers < 1) return "num_layers must be at least 1 (got " + std::to_string(c.num_layers) + ")";
@@ -39,9 +45,21 @@ std::string validate_config(const GPTConfig& c) {
            std::to_string(c.num_heads) + ")";
   if (c.max_seq_len < 1) return "max_seq_len must be at least 1";
   if (c.vocab_size < 2) return "vocab_size must be at least 2";
+  if (c.vocab_size > (1 << 30)) return "vocab_size must be at most 2^30 (got " + std::to_string(c.vocab_size) + ")";
   if (c.padded_vocab_size < c.vocab_size)
     return "padded_vocab_size (" + std::to_string(c.padded_vocab_size) + ") is smaller than vocab_size (" +
            std::to_string(c.vocab_size) + ")";
+  // Sizes are products of the fields: the parameters, a layer's KV cache or activations over
+  // the context, the logits of a full context. Each must stay far inside size_t, so that no
+  // byte count wraps (2^40 elements: 4 TiB of f32, past any device).
+  const double V = c.padded_vocab_size, T = c.max_seq_len, L = c.num_layers, C = c.channels;
+  const double params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+  if (params > 0x1p40 || L * T * 4 * C > 0x1p40 || T * V > 0x1p40) {
+    char said[160];
+    std::snprintf(said, sizeof said, "the geometry is too large (%.3g parameters, %.3g logits a context): its sizes "
+                  "must stay below 2^40 elements", params, T * V);
+    return said;
+  }
   return "";
 }
 

@@ -94,8 +94,8 @@ nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups,
   if (step < 1) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: step %d must be >= 1", op, step);
   if (!(beta1 >= 0.f && beta1 < 1.f && beta2 >= 0.f && beta2 < 1.f))
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: betas (%g, %g) must lie in [0, 1)", op, beta1, beta2);
-  if (!std::isfinite(lr) || !(eps >= 0.f))
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: lr=%g eps=%g are invalid", op, lr, eps);
+  if (!std::isfinite(lr) || !(eps > 0.f) || !std::isfinite(eps))  // eps 0: 0 / 0 where a gradient was always 0
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: lr=%g eps=%g are invalid (eps must be positive)", op, lr, eps);
   if (max_grad_norm > 0.f && grad_sumsq == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: max_grad_norm > 0 needs grad_sumsq", op);
   for (int i = 0; i < ngroups; ++i) {

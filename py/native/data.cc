@@ -90,7 +90,12 @@ void bind_data(nb::module_& m) {
         "[(path, num_tokens, token_bytes)] of a shard directory's split, or of one shard file.");
   m.def("find_validation_siblings", &find_validation_siblings, nb::arg("train_path"),
         "The *_val*.bin shards beside a *_train*.bin shard.");
-  m.def("shard_order", &nfn::data::shard_order, nb::arg("num_shards"), nb::arg("seed"), nb::arg("epoch"),
+  m.def("shard_order",
+        [](int64_t num_shards, uint64_t seed, int64_t epoch) {
+          if (num_shards < 0) throw std::invalid_argument("num_shards must be >= 0 (got " + std::to_string(num_shards) + ")");
+          return nfn::data::shard_order(num_shards, seed, epoch);
+        },
+        nb::arg("num_shards"), nb::arg("seed"), nb::arg("epoch"),
         "The sampler's shard visiting order for one epoch.");
   nb::class_<PySampler>(m, "TokenBatchSampler")
       .def(nb::init<const std::vector<ShardTuple>&, int, int, uint64_t>(), nb::arg("shards"), nb::arg("B"),

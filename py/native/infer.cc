@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,23 @@ using I32Vector = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::devi
 void check(bool ok, const std::string& error) {
   if (!ok) throw std::runtime_error(error);
 }
+
+// Holds an engine for one call: the decoder and its cache belong to one caller at a time (a
+// second thread, or generate's on_token calling back into the engine, is refused, not let
+// in to corrupt the cache).
+class Busy {
+ public:
+  explicit Busy(std::atomic<bool>* flag) : flag_(flag) {
+    if (flag_->exchange(true))
+      throw std::runtime_error("InferenceEngine is in use by another call (another thread, or generate's on_token)");
+  }
+  ~Busy() { flag_->store(false); }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  std::atomic<bool>* flag_;
+};
 
 nb::ndarray<nb::numpy, float, nb::ndim<2>> to_numpy(std::vector<float>&& v, size_t rows, size_t cols) {
   auto* heap = new std::vector<float>(std::move(v));
@@ -50,10 +68,10 @@ class InferenceEngine {
       ops_ = &backend_->lib.ops;
       ctx_ = backend_->ctx;
     }
-    if (threads > 0) {
-      const std::string n = std::to_string(threads);
-      check(ops_->ctx_configure(ctx_, "threads", n.c_str()) == NFN_OK,
-            std::string("threads: ") + ops_->ctx_last_error(ctx_));
+    if (threads > 0 && ops_->ctx_configure(ctx_, "threads", std::to_string(threads).c_str()) != NFN_OK) {
+      error = std::string("threads: ") + ops_->ctx_last_error(ctx_);
+      release();
+      throw std::invalid_argument(error);
     }
     nfn::GPTConfig c;
     c.max_seq_len = max_seq_len, c.vocab_size = vocab_size, c.num_layers = num_layers, c.num_heads = num_heads;
@@ -61,21 +79,26 @@ class InferenceEngine {
     std::vector<float> host(params.data(), params.data() + params.size());
     decoder_ = std::make_unique<nfn::GPTDecoder>();
     if (!decoder_->init(ops_, ctx_, c, host, &error)) {
+      error = std::string(ops_->backend_name()) + " op library: " + error;  // ops_ is gone after release
       release();
-      throw std::runtime_error(std::string(backend_name_or_cpu()) + " op library: " + error);
+      throw std::runtime_error(error);
     }
   }
   ~InferenceEngine() { release(); }
 
   std::string backend() const { return ops_->backend_name(); }
   int position() const { return decoder_->position(); }
-  void reset() { decoder_->reset(); }
+  void reset() {
+    Busy busy(&busy_);
+    decoder_->reset();
+  }
 
   // Runs tokens through the cache; logits of the last row (1, V) or of every row (n, V).
   nb::ndarray<nb::numpy, float, nb::ndim<2>> forward(I32Vector tokens, bool all_logits) {
     std::string error;
     std::vector<float> out;
     const int n = static_cast<int>(tokens.shape(0));
+    Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
       check(decoder_->forward(tokens.data(), n, &error) && decoder_->logits(all_logits, &out, &error), error);
@@ -89,6 +112,7 @@ class InferenceEngine {
     if (inputs.shape(0) != targets.shape(0)) throw std::invalid_argument("inputs and targets differ in length");
     std::string error;
     std::vector<float> out;
+    Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
       decoder_->reset();
@@ -100,12 +124,23 @@ class InferenceEngine {
   }
 
   nb::dict generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k, double top_p,
-                    uint64_t seed, int32_t stop_token, std::function<bool(int32_t)> on_token) {
+                    uint64_t seed, int32_t stop_token, nb::object on_token) {
+    Busy busy(&busy_);
+    std::function<bool(int32_t)> stream;  // True goes on, False stops; anything else is refused
+    if (!on_token.is_none())
+      stream = [&on_token](int32_t token) {
+        nb::object go = on_token(token);
+        if (!nb::isinstance<bool>(go))
+          throw nb::type_error(("on_token must return True (go on) or False (stop), not " +
+                                nb::cast<std::string>(nb::repr(go)))
+                                   .c_str());
+        return nb::cast<bool>(go);
+      };
     nfn::SamplingConfig s;
     s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
     nfn::GenerationResult r;
     std::string error;
-    check(nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, on_token, &r, &error), error);
+    check(nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error), error);
     nb::dict out;
     out["tokens"] = r.tokens;
     out["prefill_seconds"] = r.prefill_seconds;
@@ -115,7 +150,6 @@ class InferenceEngine {
   }
 
  private:
-  const char* backend_name_or_cpu() const { return backend_ ? backend_->path.c_str() : "cpu"; }
   void release() {
     decoder_.reset();  // frees backend memory while the context lives
     if (backend_) {
@@ -131,6 +165,7 @@ class InferenceEngine {
   const nfn_op_table* ops_ = nullptr;
   nfn_ctx* ctx_ = nullptr;
   std::unique_ptr<nfn::GPTDecoder> decoder_;
+  std::atomic<bool> busy_{false};
 };
 
 }  // namespace
@@ -145,8 +180,8 @@ void bind_infer(nb::module_& m) {
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)
       .def("reset", &InferenceEngine::reset)
-      .def("forward", &InferenceEngine::forward, nb::arg("tokens"), nb::arg("all_logits") = false)
-      .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
+      .def("forward", &InferenceEngine::forward, nb::arg("tokens").noconvert(), nb::arg("all_logits") = false)
+      .def("losses", &InferenceEngine::losses, nb::arg("inputs").noconvert(), nb::arg("targets").noconvert())
       .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),
            nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
            nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none());

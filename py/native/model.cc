@@ -26,6 +26,15 @@ void check(bool ok, const std::string& error) {
   if (!ok) throw std::runtime_error(error);
 }
 
+// Input ids index wte's rows: each must be a token of the vocabulary (the ops read no bound).
+void check_ids(const I32Matrix& ids, int vocab_size) {
+  const int32_t* p = ids.data();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (p[i] < 0 || p[i] >= vocab_size)
+      throw std::invalid_argument("input id " + std::to_string(p[i]) + " at position " + std::to_string(i) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+}
+
 nb::ndarray<nb::numpy, float, nb::ndim<1>> to_numpy(std::vector<float>&& v) {
   auto* heap = new std::vector<float>(std::move(v));
   nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
@@ -54,7 +63,8 @@ class NativeGPT {
     std::string error;
     check(model_.init(&ops_, ctx_, make_config(max_seq_len, vocab_size, num_layers, num_heads, channels,
                                                padded_vocab_size),
-                      NFN_F32, &error),
+                      NFN_F32, &error) &&
+              model_.set_parameters(std::vector<float>(model_.num_parameters(), 0.0f), &error),  // not garbage
           error);
   }
   ~NativeGPT() {
@@ -101,6 +111,7 @@ class NativeGPT {
     if (inputs.shape(0) != targets.shape(0) || inputs.shape(1) != targets.shape(1))
       throw std::invalid_argument("inputs and targets must have the same (B, T) shape");
     const int B = static_cast<int>(inputs.shape(0)), T = static_cast<int>(inputs.shape(1));
+    check_ids(inputs, model_.config().vocab_size);
     std::string error;
     float loss_sum = 0, sumsq = 0;
     check(model_.upload_tokens(inputs.data(), targets.data(), B, T, &error) && model_.zero_loss(&error) &&
@@ -123,6 +134,7 @@ class NativeGPT {
 
   nb::ndarray<nb::numpy, float, nb::ndim<1>> logits(I32Matrix inputs, int row) {
     const int B = static_cast<int>(inputs.shape(0)), T = static_cast<int>(inputs.shape(1));
+    check_ids(inputs, model_.config().vocab_size);
     std::vector<float> out;
     std::string error;
     check(model_.upload_tokens(inputs.data(), nullptr, B, T, &error) && model_.logits_for_row(row, &out, &error),
@@ -159,12 +171,13 @@ void bind_model(nb::module_& m) {
       .def("parameters", &NativeGPT::parameters)
       .def("gradients", &NativeGPT::gradients)
       .def("zero_grads", &NativeGPT::zero_grads)
-      .def("forward_backward", &NativeGPT::forward_backward, nb::arg("inputs"), nb::arg("targets"),
+      .def("forward_backward", &NativeGPT::forward_backward, nb::arg("inputs").noconvert(),
+           nb::arg("targets").noconvert(),
            nb::arg("backward") = true, nb::arg("grad_scale") = 1.0f)
       .def("optimizer_step", &NativeGPT::optimizer_step, nb::arg("step"), nb::arg("lr"), nb::arg("beta1") = 0.9f,
            nb::arg("beta2") = 0.95f, nb::arg("eps") = 1e-8f, nb::arg("weight_decay") = 0.0f,
            nb::arg("max_grad_norm") = 1.0f)
-      .def("logits", &NativeGPT::logits, nb::arg("inputs"), nb::arg("row"));
+      .def("logits", &NativeGPT::logits, nb::arg("inputs").noconvert(), nb::arg("row"));
   m.def("gpt_param_layout", &layout_tuples, nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"),
         nb::arg("num_heads"), nb::arg("channels"), nb::arg("padded_vocab_size") = 0,
         "[(name, shape, offset)] of the checkpoint parameter layout.");

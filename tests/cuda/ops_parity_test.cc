@@ -712,6 +712,8 @@ void check_contract(const Backend& gpu) {
           NFN_ERR_INVALID_ARGUMENT, "rmsnorm_backward without dinp", "null dinp");
   refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, 1e-3f, 1.f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "adamw beta1 = 1", "betas");
+  refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, 1e-3f, 0.9f, 0.999f, 0.f, nullptr, 0.f, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "adamw eps = 0", "eps must be positive");
   refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, NAN, 0.9f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "adamw lr = NaN", "lr=nan");
   // Ids only the device reads: a negative token embeds as NaN and adds to no dwte row; a

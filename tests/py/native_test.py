@@ -1,4 +1,9 @@
 """The nanobind module: numpy arrays reach the CPU op library and the answer matches numpy."""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
 import unittest
 
 import numpy as np
@@ -22,6 +27,72 @@ class NativeModuleTest(unittest.TestCase):
         self.assertEqual(_native.sum_squares([np.full(4, 1.5, dtype=np.float64)]), 9.0)
         with self.assertRaises(TypeError):
             _native.sum_squares(["not an array"])
+
+
+class BindingRefusalsTest(unittest.TestCase):
+    """What the bindings refuse, where the ops behind them read ids and sizes without bounds."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+    def engine(self, **kw):
+        params = _native.gpt_random_parameters(16, 64, 1, 2, 16, 1)
+        return _native.InferenceEngine(params, max_seq_len=16, vocab_size=64, num_layers=1, num_heads=2, channels=16,
+                                       padded_vocab_size=128, **kw)
+
+    def test_native_gpt_ids_and_dtypes(self):
+        m = _native.NativeGPT(16, 64, 1, 2, 16)
+        self.assertFalse(m.parameters().any())  # zeros until set, never the allocator's garbage
+        x = np.array([[1, 2, 64]], dtype=np.int32)  # 64: past the vocabulary, into wte's padding
+        with self.assertRaisesRegex(ValueError, r"input id 64 at position 2 is outside the vocabulary \[0, 64\)"):
+            m.forward_backward(x, x, True, 1.0)
+        with self.assertRaisesRegex(ValueError, "input id -1"):
+            m.logits(np.array([[-1]], dtype=np.int32), 0)
+        with self.assertRaises(TypeError):  # int64 ids are refused, not narrowed
+            m.logits(np.array([[2 ** 32 + 3]], dtype=np.int64), 0)
+        m.set_parameters(_native.gpt_random_parameters(16, 64, 1, 2, 16, 2))
+        y = np.array([[1, 2, 3]], dtype=np.int32)
+        m.forward_backward(y, y, True, 1.0)
+        with self.assertRaisesRegex(RuntimeError, "eps must be positive"):
+            m.optimizer_step(1, 1e-3, eps=0.0)
+
+    def test_engine_callbacks_and_reentry(self):
+        e = self.engine()
+        with self.assertRaisesRegex(TypeError, "on_token must return True .go on. or False .stop., not None"):
+            e.generate([1, 2], 3, temperature=0, on_token=lambda t: None)
+        # The engine serves one call at a time: on_token calling back into it is refused.
+        with self.assertRaisesRegex(RuntimeError, "InferenceEngine is in use"):
+            e.generate([1, 2], 3, temperature=0, on_token=lambda t: e.forward(np.array([t], dtype=np.int32)) and True)
+        e.reset()
+        self.assertEqual(len(e.generate([1, 2], 3, temperature=0, on_token=lambda t: True)["tokens"]), 3)
+        with self.assertRaises(TypeError):
+            e.losses(np.array([1, 2], dtype=np.int64), np.array([2, 3], dtype=np.int64))
+        with self.assertRaisesRegex(ValueError, r"^threads: configure: threads=100000"):
+            self.engine(threads=100000)
+
+    def test_geometry_sizes_must_not_wrap(self):
+        with self.assertRaisesRegex(ValueError, "the geometry is too large"):
+            _native.gpt_param_layout(1 << 20, 1 << 30, 1, 1, 1 << 14)
+        with self.assertRaisesRegex(ValueError, "vocab_size must be at most 2"):
+            _native.gpt_param_layout(16, 2 ** 31 - 1, 1, 1, 16)
+
+    def test_shards_and_samplers(self):
+        with self.assertRaisesRegex(ValueError, "num_shards must be >= 0"):
+            _native.shard_order(-1, 1, 0)
+        path = os.path.join(self.tmp, "x_train_000000.bin")
+        with open(path, "wb") as f:
+            f.write(struct.pack("<3i", 20240520, 1, 64) + bytes(1012) + bytes(128))
+        for width in (0, 3, 8):
+            with self.assertRaisesRegex(ValueError, f"token width {width} bytes"):
+                _native.TokenBatchSampler([(path, 64, width)], 2, 4, 0)
+        fifo = os.path.join(self.tmp, "y_train_000000.bin")
+        os.mkfifo(fifo)  # named like a shard: refused at once, not waited on
+        for probe in (f"_native.find_shards({fifo!r}, 'train')",
+                      f"_native.TokenBatchSampler([({fifo!r}, 64, 2)], 2, 4, 0).next()"):
+            proc = subprocess.run([sys.executable, "-c", f"from nfn import _native\n{probe}"], capture_output=True,
+                                  text=True, timeout=60, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn("not a regular file", proc.stderr)
 
 
 if __name__ == "__main__":

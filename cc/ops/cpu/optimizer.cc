@@ -45,7 +45,9 @@ nfn_status nfn_adamw_step_many(nfn_ctx* ctx, const nfn_adamw_group* host_groups,
   NFN_REQUIRE(step >= 1, "adamw_step_many: step=%d must be at least 1", step);
   NFN_REQUIRE(beta1 >= 0.f && beta1 < 1.f && beta2 >= 0.f && beta2 < 1.f,
               "adamw_step_many: betas (%g, %g) must lie in [0, 1)", beta1, beta2);
-  NFN_REQUIRE(std::isfinite(lr) && eps >= 0.f, "adamw_step_many: lr=%g eps=%g are invalid", lr, eps);
+  // eps 0 would make a parameter whose gradient has always been 0 NaN (0 / 0).
+  NFN_REQUIRE(std::isfinite(lr) && eps > 0.f && std::isfinite(eps), "adamw_step_many: lr=%g eps=%g are invalid "
+              "(eps must be positive)", lr, eps);
   NFN_REQUIRE(max_grad_norm <= 0.f || grad_sumsq != nullptr,
               "adamw_step_many: clipping needs grad_sumsq");
   for (int k = 0; k < ngroups; ++k) {

@@ -4,6 +4,7 @@ A shard is 256 little-endian int32 (magic, version, token count, zeros) then the
 uint16 for magic 20240520 version 1, uint32 for magic 20240801 version 7.
 """
 import os
+import stat
 import struct
 
 from nfn.errors import UserError
@@ -27,6 +28,8 @@ def header_bytes(num_tokens, token_bytes):
 def read_header(path):
     """(num_tokens, token_bytes) after checking magic, version and the exact file size."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
+            raise UserError(f"{path}: not a regular file")
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             head = f.read(12)

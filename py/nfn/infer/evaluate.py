@@ -13,7 +13,7 @@ from nfn.errors import UserError
 
 
 def read_split_tokens(shards, limit):
-    """The split's tokens, concatenated, at most `limit` (None: all)."""
+    """The split's tokens (int64: a uint32 id stays itself), concatenated, at most `limit` (None: all)."""
     import numpy as np
     from nfn.data import shard_headers
     parts, total = [], 0
@@ -21,11 +21,11 @@ def read_split_tokens(shards, limit):
         ntok, width = shard_headers.read_header(path)
         dtype = np.uint16 if width == 2 else np.uint32
         take = ntok if limit is None else min(ntok, limit - total)
-        parts.append(np.fromfile(path, dtype=dtype, count=take, offset=shard_headers.HEADER_BYTES).astype(np.int32))
+        parts.append(np.fromfile(path, dtype=dtype, count=take, offset=shard_headers.HEADER_BYTES).astype(np.int64))
         total += take
         if limit is not None and total >= limit:
             break
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32), parts
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), parts
 
 
 def dataset_shards(args, tokenizer, data):
@@ -95,6 +95,7 @@ def run(args):
     if top >= m.geometry["vocab_size"]:
         raise UserError(f"dataset {name}: token id {top} is outside the checkpoint's vocabulary "
                         f"[0, {m.geometry['vocab_size']}) (tokenizer mismatch)")
+    tokens = tokens.astype("int32")  # the engine's ids, all within the vocabulary
     from nfn import tokenizers
     tok = tokenizers.load(m.tokenizer)
     engine, note = model_lib.start_engine(m, args.backend)

@@ -88,6 +88,9 @@ int main() {
                  "adamw_step_many", "step 0");
   expect_invalid(ctx, nfn_adamw_step_many(ctx, &g, 1, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, nullptr, 1.f, NFN_F32),
                  "adamw_step_many", "clip without grad_sumsq");
+  // eps 0 would turn a parameter whose gradient was always 0 into 0 / 0.
+  expect_invalid(ctx, nfn_adamw_step_many(ctx, &g, 1, 1, 1e-3f, 0.9f, 0.95f, 0.f, &ss, 1.f, NFN_F32),
+                 "adamw_step_many", "eps 0");
   nfn_ctx_destroy(ctx);
   return finish("optimizer_test");
 }
