@@ -173,7 +173,7 @@ class InferenceEngine {
 namespace nfn::py {
 
 void bind_infer(nb::module_& m) {
-  nb::class_<InferenceEngine>(m, "InferenceEngine", "KV-cached GPT generation over an op library.")
+  nb::class_<InferenceEngine>(m, "InferenceEngine", "KV-cached GPT generation over an op library; one call at a time (another thread, or generate's on_token, is refused). on_token(id) returns True to go on, False to stop.")
       .def(nb::init<F32Vector, int, int, int, int, int, int, const std::string&, int>(), nb::arg("params"),
            nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"), nb::arg("num_heads"),
            nb::arg("channels"), nb::arg("padded_vocab_size"), nb::arg("library") = "", nb::arg("threads") = 0)
