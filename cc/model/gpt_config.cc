@@ -53,13 +53,18 @@ std::string validate_config(const GPTConfig& c) {
   // the context, the logits of a full context. Each must stay far inside size_t, so that no
   // byte count wraps (2^40 elements: 4 TiB of f32, past any device).
   const double V = c.padded_vocab_size, T = c.max_seq_len, L = c.num_layers, C = c.channels;
-  const double params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
-  if (params > 0x1p40 || L * T * 4 * C > 0x1p40 || T * V > 0x1p40) {
-    char said[160];
-    std::snprintf(said, sizeof said, "the geometry is too large (%.3g parameters, %.3g logits a context): its sizes "
-                  "must stay below 2^40 elements", params, T * V);
-    return said;
-  }
+  const struct {
+    double elements;
+    const char* what;
+  } sizes[] = {{V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C, "parameters"},
+               {L * T * 4 * C, "activations of a context (layers x max_seq_len x 4 channels)"},
+               {T * V, "logits of a context (max_seq_len x padded vocabulary)"}};
+  for (const auto& s : sizes)
+    if (s.elements > 0x1p40) {
+      char said[200];
+      std::snprintf(said, sizeof said, "the geometry is too large: %.3g %s, past 2^40 elements", s.elements, s.what);
+      return said;
+    }
   return "";
 }
 

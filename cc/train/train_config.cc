@@ -27,7 +27,7 @@ int recipe_micro_batch(const GPTConfig& model, int T) {
 }  // namespace
 
 void declare_train_flags(Flags* f) {
-  f->value("model-family", "gpt, gpt2 or gpt3 (one dense GPT trainer)", "gpt");
+  f->value("model-family", "gpt, gpt2 or gpt3 (one dense GPT trainer; with --graph-file, its manifest's, which another value contradicts)", "gpt");
   f->value("template-name", "named geometry: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-125m, tiny");
   f->value("preset", "same as --template-name");
   f->value("graph-file", "manifest JSON whose geometry is the architecture's source of truth");
@@ -68,7 +68,7 @@ void declare_train_flags(Flags* f) {
   f->value("pdl", "CUDA: on launches each of the library's kernels as a programmatic dependent launch, so its blocks may start while the kernel before it finishes (the same results); off: each starts after (the library's default)");
   f->value("graphs", "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the first recording fails", "auto");
   f->value("checkpoint-dtype", "model file precision: f32 (llm.c version 3) or bf16 (version 5)", "f32");
-  f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/FAMILY or ~/NeuralFn/artifacts/FAMILY, FAMILY the --model-family)");
+  f->value("output-dir", "where checkpoints, the manifest and the report go (default: $NEURALFN_ARTIFACTS_DIR/FAMILY or ~/NeuralFn/artifacts/FAMILY, FAMILY the model family)");
   f->value("resume", "auto (the last checkpoint written in --output-dir, the one its manifest.json names; none: start fresh), a checkpoint directory (the same there) or a model_%08d.bin file");
   f->toggle("dry-run", "print the plan as JSON and exit without reading data (the flags checked, the op library not opened: a GPU run's plan can be made anywhere)");
   f->toggle("check", "check the flags against what a run needs before it reads data (the op library and the options given to it, attention at the model's geometry, the checkpoint to resume, the output directory), print nothing and exit: what nfn train runs before it prepares a dataset");
@@ -156,8 +156,8 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     // The manifest's family is the model's: a --model-family (or nfn_native_train's
     // --base-model) naming another is a contradiction, not an override.
     if (f.has("model-family") && c->model_family != family_flag) {
-      *error = "--model-family " + family_flag + " contradicts " + c->graph_file + ", whose model_family is " +
-               c->model_family + "; give one";
+      *error = "the model family " + family_flag + " (--model-family, or nfn_native_train's --base-model) contradicts " +
+               c->graph_file + ", whose model_family is " + c->model_family + "; give one";
       return false;
     }
     recipe = c->template_name.rfind("gpt2-", 0) == 0 || c->template_name.rfind("gpt3-", 0) == 0;

@@ -16,13 +16,15 @@
 #include "cc/ops/linked_op_table.h"
 #include "cc/train/backend.h"
 #include "py/native/bindings.h"
+#include "py/native/ids.h"
 
 namespace nb = nanobind;
 
 namespace {
 
 using F32Vector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using I32Vector = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using nfn::py::IdArray;
+using nfn::py::ids_of;
 
 void check(bool ok, const std::string& error) {
   if (!ok) throw std::runtime_error(error);
@@ -87,17 +89,21 @@ class InferenceEngine {
   ~InferenceEngine() { release(); }
 
   std::string backend() const { return ops_->backend_name(); }
-  int position() const { return decoder_->position(); }
+  int position() {
+    Busy busy(&busy_);  // not while a call (another thread's, with the GIL released) moves it
+    return decoder_->position();
+  }
   void reset() {
     Busy busy(&busy_);
     decoder_->reset();
   }
 
   // Runs tokens through the cache; logits of the last row (1, V) or of every row (n, V).
-  nb::ndarray<nb::numpy, float, nb::ndim<2>> forward(I32Vector tokens, bool all_logits) {
+  nb::ndarray<nb::numpy, float, nb::ndim<2>> forward(IdArray token_array, bool all_logits) {
+    const std::vector<int32_t> tokens = ids_of(token_array, 1, "tokens");
     std::string error;
     std::vector<float> out;
-    const int n = static_cast<int>(tokens.shape(0));
+    const int n = static_cast<int>(tokens.size());
     Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
@@ -108,23 +114,26 @@ class InferenceEngine {
   }
 
   // Cross-entropy of each position of a fresh sequence (the cache is reset first).
-  nb::ndarray<nb::numpy, float, nb::ndim<2>> losses(I32Vector inputs, I32Vector targets) {
-    if (inputs.shape(0) != targets.shape(0)) throw std::invalid_argument("inputs and targets differ in length");
+  nb::ndarray<nb::numpy, float, nb::ndim<2>> losses(IdArray input_array, IdArray target_array) {
+    const std::vector<int32_t> inputs = ids_of(input_array, 1, "inputs"), targets = ids_of(target_array, 1, "targets");
+    if (inputs.size() != targets.size()) throw std::invalid_argument("inputs and targets differ in length");
     std::string error;
     std::vector<float> out;
     Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
       decoder_->reset();
-      check(decoder_->forward(inputs.data(), static_cast<int>(inputs.shape(0)), &error) &&
+      check(decoder_->forward(inputs.data(), static_cast<int>(inputs.size()), &error) &&
                 decoder_->losses(targets.data(), &out, &error),
             error);
     }
-    return to_numpy(std::move(out), 1, inputs.shape(0));
+    return to_numpy(std::move(out), 1, inputs.size());
   }
 
   nb::dict generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k, double top_p,
                     uint64_t seed, int32_t stop_token, nb::object on_token) {
+    if (!on_token.is_none() && !PyCallable_Check(on_token.ptr()))
+      throw nb::type_error("on_token must be a callable or None");
     Busy busy(&busy_);
     std::function<bool(int32_t)> stream;  // True goes on, False stops; anything else is refused
     if (!on_token.is_none())
@@ -180,8 +189,8 @@ void bind_infer(nb::module_& m) {
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)
       .def("reset", &InferenceEngine::reset)
-      .def("forward", &InferenceEngine::forward, nb::arg("tokens").noconvert(), nb::arg("all_logits") = false)
-      .def("losses", &InferenceEngine::losses, nb::arg("inputs").noconvert(), nb::arg("targets").noconvert())
+      .def("forward", &InferenceEngine::forward, nb::arg("tokens"), nb::arg("all_logits") = false)
+      .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
       .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),
            nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
            nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none());

@@ -14,24 +14,25 @@
 #include "cc/model/gpt.h"
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
+#include "py/native/ids.h"
 
 namespace nb = nanobind;
 
 namespace {
 
 using F32Vector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using I32Matrix = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using nfn::py::IdArray;
+using nfn::py::ids_of;
 
 void check(bool ok, const std::string& error) {
   if (!ok) throw std::runtime_error(error);
 }
 
 // Input ids index wte's rows: each must be a token of the vocabulary (the ops read no bound).
-void check_ids(const I32Matrix& ids, int vocab_size) {
-  const int32_t* p = ids.data();
+void check_inputs(const std::vector<int32_t>& ids, int vocab_size) {
   for (size_t i = 0; i < ids.size(); ++i)
-    if (p[i] < 0 || p[i] >= vocab_size)
-      throw std::invalid_argument("input id " + std::to_string(p[i]) + " at position " + std::to_string(i) +
+    if (ids[i] < 0 || ids[i] >= vocab_size)
+      throw std::invalid_argument("input id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                                   " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
 }
 
@@ -107,11 +108,12 @@ class NativeGPT {
 
   // Mean loss over the batch; with backward, gradients of (sum of losses * grad_scale) are
   // added to the parameter gradients.
-  float forward_backward(I32Matrix inputs, I32Matrix targets, bool backward, float grad_scale) {
-    if (inputs.shape(0) != targets.shape(0) || inputs.shape(1) != targets.shape(1))
+  float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale) {
+    const std::vector<int32_t> inputs = ids_of(input_array, 2, "inputs"), targets = ids_of(target_array, 2, "targets");
+    if (input_array.shape(0) != target_array.shape(0) || input_array.shape(1) != target_array.shape(1))
       throw std::invalid_argument("inputs and targets must have the same (B, T) shape");
-    const int B = static_cast<int>(inputs.shape(0)), T = static_cast<int>(inputs.shape(1));
-    check_ids(inputs, model_.config().vocab_size);
+    const int B = static_cast<int>(input_array.shape(0)), T = static_cast<int>(input_array.shape(1));
+    check_inputs(inputs, model_.config().vocab_size);
     std::string error;
     float loss_sum = 0, sumsq = 0;
     check(model_.upload_tokens(inputs.data(), targets.data(), B, T, &error) && model_.zero_loss(&error) &&
@@ -132,9 +134,10 @@ class NativeGPT {
     return std::sqrt(sumsq);
   }
 
-  nb::ndarray<nb::numpy, float, nb::ndim<1>> logits(I32Matrix inputs, int row) {
-    const int B = static_cast<int>(inputs.shape(0)), T = static_cast<int>(inputs.shape(1));
-    check_ids(inputs, model_.config().vocab_size);
+  nb::ndarray<nb::numpy, float, nb::ndim<1>> logits(IdArray input_array, int row) {
+    const std::vector<int32_t> inputs = ids_of(input_array, 2, "inputs");
+    const int B = static_cast<int>(input_array.shape(0)), T = static_cast<int>(input_array.shape(1));
+    check_inputs(inputs, model_.config().vocab_size);
     std::vector<float> out;
     std::string error;
     check(model_.upload_tokens(inputs.data(), nullptr, B, T, &error) && model_.logits_for_row(row, &out, &error),
@@ -171,13 +174,12 @@ void bind_model(nb::module_& m) {
       .def("parameters", &NativeGPT::parameters)
       .def("gradients", &NativeGPT::gradients)
       .def("zero_grads", &NativeGPT::zero_grads)
-      .def("forward_backward", &NativeGPT::forward_backward, nb::arg("inputs").noconvert(),
-           nb::arg("targets").noconvert(),
+      .def("forward_backward", &NativeGPT::forward_backward, nb::arg("inputs"), nb::arg("targets"),
            nb::arg("backward") = true, nb::arg("grad_scale") = 1.0f)
       .def("optimizer_step", &NativeGPT::optimizer_step, nb::arg("step"), nb::arg("lr"), nb::arg("beta1") = 0.9f,
            nb::arg("beta2") = 0.95f, nb::arg("eps") = 1e-8f, nb::arg("weight_decay") = 0.0f,
            nb::arg("max_grad_norm") = 1.0f)
-      .def("logits", &NativeGPT::logits, nb::arg("inputs").noconvert(), nb::arg("row"));
+      .def("logits", &NativeGPT::logits, nb::arg("inputs"), nb::arg("row"));
   m.def("gpt_param_layout", &layout_tuples, nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"),
         nb::arg("num_heads"), nb::arg("channels"), nb::arg("padded_vocab_size") = 0,
         "[(name, shape, offset)] of the checkpoint parameter layout.");

@@ -48,11 +48,17 @@ class BindingRefusalsTest(unittest.TestCase):
             m.forward_backward(x, x, True, 1.0)
         with self.assertRaisesRegex(ValueError, "input id -1"):
             m.logits(np.array([[-1]], dtype=np.int32), 0)
-        with self.assertRaises(TypeError):  # int64 ids are refused, not narrowed
+        # Ids of any integer dtype and strides are taken as they are; one that int32 cannot hold,
+        # or a float, is refused, never narrowed or rounded.
+        with self.assertRaisesRegex(ValueError, "inputs: id 4294967299 at position 0 does not fit int32"):
             m.logits(np.array([[2 ** 32 + 3]], dtype=np.int64), 0)
+        with self.assertRaisesRegex(TypeError, "inputs must be an array of integer token ids"):
+            m.logits(np.array([[3.9]]), 0)
         m.set_parameters(_native.gpt_random_parameters(16, 64, 1, 2, 16, 2))
         y = np.array([[1, 2, 3]], dtype=np.int32)
-        m.forward_backward(y, y, True, 1.0)
+        loss = m.forward_backward(y, y, True, 1.0)
+        strided = np.array([[1, 0, 2, 0, 3, 0]], dtype=np.int64)[:, ::2]  # int64, not contiguous: the same ids
+        self.assertEqual(m.forward_backward(strided, strided.astype(np.uint16), False, 0.0), loss)
         with self.assertRaisesRegex(RuntimeError, "eps must be positive"):
             m.optimizer_step(1, 1e-3, eps=0.0)
 
@@ -65,14 +71,25 @@ class BindingRefusalsTest(unittest.TestCase):
             e.generate([1, 2], 3, temperature=0, on_token=lambda t: e.forward(np.array([t], dtype=np.int32)) and True)
         e.reset()
         self.assertEqual(len(e.generate([1, 2], 3, temperature=0, on_token=lambda t: True)["tokens"]), 3)
-        with self.assertRaises(TypeError):
-            e.losses(np.array([1, 2], dtype=np.int64), np.array([2, 3], dtype=np.int64))
+        with self.assertRaisesRegex(ValueError, "targets: id -2147483649"):
+            e.losses(np.array([1, 2], dtype=np.int64), np.array([2, -2 ** 31 - 1], dtype=np.int64))
+        np.testing.assert_array_equal(e.losses(np.array([1, 9, 2, 9], dtype=np.int64)[::2], np.array([2, 3])),
+                                      e.losses(np.array([1, 2], dtype=np.int32), np.array([2, 3], dtype=np.int32)))
+        with self.assertRaisesRegex(TypeError, "on_token must be a callable or None"):
+            e.generate([1, 2], 0, on_token=5)
         with self.assertRaisesRegex(ValueError, r"^threads: configure: threads=100000"):
             self.engine(threads=100000)
 
     def test_geometry_sizes_must_not_wrap(self):
-        with self.assertRaisesRegex(ValueError, "the geometry is too large"):
-            _native.gpt_param_layout(1 << 20, 1 << 30, 1, 1, 1 << 14)
+        # Each product of the fields that sizes a buffer is bounded, so no byte count wraps (the
+        # hunt's case: a geometry whose KV cache wrapped to 0 bytes, then a segfault).
+        for geometry, term in [((16, 1 << 30, 1, 1, 1 << 14), "parameters"),
+                               ((1 << 22, 128, 64, 128, 16384), "activations of a context"),
+                               ((1 << 24, 1 << 17, 1, 1, 16), "logits of a context")]:
+            with self.assertRaisesRegex(ValueError, f"the geometry is too large: .* {term}"):
+                _native.gpt_param_layout(*geometry)
+        with self.assertRaisesRegex(RuntimeError, "the geometry is too large: .* activations"):
+            _native.InferenceEngine(np.zeros(4, dtype=np.float32), 1 << 22, 128, 64, 128, 16384, 128)
         with self.assertRaisesRegex(ValueError, "vocab_size must be at most 2"):
             _native.gpt_param_layout(16, 2 ** 31 - 1, 1, 1, 16)
 

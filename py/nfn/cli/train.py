@@ -17,7 +17,8 @@ def register(sub):
     p = add_command(sub, "train", __doc__)
     model = p.add_argument_group("model")
     model.add_argument("--base-model",
-                       help="model family to train: gpt, gpt2 or gpt3 (default: --model-family's, else gpt)")
+                       help="model family to train: gpt, gpt2 or gpt3 (default: --model-family's, else the "
+                            "--graph-file manifest's, else gpt)")
     model.add_argument("--model-family", choices=["gpt", "gpt2", "gpt3"],
                        help="dense GPT family; gpt, gpt2 and gpt3 share one trainer")
     model.add_argument("--template-name", "--preset", dest="template_name",

@@ -12,8 +12,9 @@ import sys
 from nfn.errors import UserError
 
 
-def read_split_tokens(shards, limit):
-    """The split's tokens (int64: a uint32 id stays itself), concatenated, at most `limit` (None: all)."""
+def read_split_tokens(shards, limit, vocab_size, name):
+    """The split's tokens as int32, concatenated, at most `limit` (None: all); each shard's ids
+    checked against the vocabulary in their own width first (a uint32 id stays itself)."""
     import numpy as np
     from nfn.data import shard_headers
     parts, total = [], 0
@@ -21,11 +22,20 @@ def read_split_tokens(shards, limit):
         ntok, width = shard_headers.read_header(path)
         dtype = np.uint16 if width == 2 else np.uint32
         take = ntok if limit is None else min(ntok, limit - total)
-        parts.append(np.fromfile(path, dtype=dtype, count=take, offset=shard_headers.HEADER_BYTES).astype(np.int64))
+        part = np.fromfile(path, dtype=dtype, count=take, offset=shard_headers.HEADER_BYTES)
+        if take and int(part.max()) >= vocab_size:
+            raise UserError(f"dataset {name}: token id {int(part.max())} is outside the checkpoint's vocabulary "
+                            f"[0, {vocab_size}) (tokenizer mismatch)")
+        parts.append(part)
         total += take
         if limit is not None and total >= limit:
             break
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), parts
+    tokens = np.empty(total, dtype=np.int32)  # filled part by part: no wider copy of the split
+    at = 0
+    for part in parts:
+        tokens[at:at + len(part)] = part
+        at += len(part)
+    return tokens
 
 
 def dataset_shards(args, tokenizer, data):
@@ -88,16 +98,11 @@ def run(args):
     name = data[1]
     shards = dataset_shards(args, m.tokenizer, data)
     limit = None if args.max_tokens is None else args.max_tokens + 1  # +1: the first token is only context
-    tokens, _ = read_split_tokens(shards, limit)
+    tokens = read_split_tokens(shards, limit, m.geometry["vocab_size"], name)
     if len(tokens) < 2:
         raise UserError(f"dataset {name}: the {args.split} split has fewer than 2 tokens")
-    top = int(tokens.max())
-    if top >= m.geometry["vocab_size"]:
-        raise UserError(f"dataset {name}: token id {top} is outside the checkpoint's vocabulary "
-                        f"[0, {m.geometry['vocab_size']}) (tokenizer mismatch)")
-    tokens = tokens.astype("int32")  # the engine's ids, all within the vocabulary
     from nfn import tokenizers
-    tok = tokenizers.load(m.tokenizer)
+    tok = tokenizers.load(m.tokenizer, quiet=args.json)
     engine, note = model_lib.start_engine(m, args.backend)
     try:
         losses = score(engine, tokens, m.geometry["max_seq_len"])

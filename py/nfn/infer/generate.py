@@ -117,7 +117,7 @@ def run(args):
     tok = None
     if m.tokenizer is not None:
         from nfn import tokenizers
-        tok = tokenizers.load(m.tokenizer)
+        tok = tokenizers.load(m.tokenizer, quiet=args.json)
     if args.prompt is not None:
         try:
             args.prompt.encode("utf-8")

@@ -181,7 +181,7 @@ def build_argv(args, info):
     return argv
 
 
-def write_sample(report, tokenizer_name):
+def write_sample(report, tokenizer_name, quiet=False):
     """Decodes the trainer's sample ids into sample.txt beside the report; returns the text."""
     ids = report.get("sample_tokens") or []
     path = os.path.join(report["checkpoint_dir"], "sample.txt")
@@ -190,7 +190,7 @@ def write_sample(report, tokenizer_name):
             os.remove(path)
         return None
     from nfn import tokenizers
-    text = tokenizers.load(tokenizer_name).decode(ids)
+    text = tokenizers.load(tokenizer_name, quiet).decode(ids)
     with fileio.atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
     report["sample_text"] = text
@@ -210,11 +210,15 @@ def graph_family(args):
 def run(args):
     if args.base_model and args.model_family and args.model_family != args.base_model:
         raise UserError(f"--model-family {args.model_family} contradicts --base-model {args.base_model}; give one")
-    # The family: the flags', else the --graph-file model's (the trainer refuses the two disagreeing).
-    args.base_model = args.base_model or args.model_family or graph_family(args) or "gpt"
+    # The family: the flags', else the --graph-file model's; the two must agree.
+    named, graph = args.base_model or args.model_family, graph_family(args)
+    if named and graph and named != graph:
+        flag = "--base-model" if args.base_model else "--model-family"
+        raise UserError(f"{flag} {named} contradicts {args.graph_file}, whose model_family is {graph}; give one")
+    args.base_model = named or graph or "gpt"
     if args.base_model not in ("gpt", "gpt2", "gpt3"):
-        raise UserError(f"--base-model {args.base_model}: no native trainer for this family yet "
-                        "(gpt, gpt2 and gpt3 are ready)")
+        where = f"--base-model {args.base_model}" if named else f"{args.graph_file}: model_family {args.base_model}"
+        raise UserError(f"{where}: no native trainer for this family yet (gpt, gpt2 and gpt3 are ready)")
     if "" in (args.dataset, args.pretraining_file, args.output_dir, args.graph_file, args.resume):
         raise UserError("an empty path or name was given (--dataset, --pretraining-file, --output-dir, --graph-file "
                         "or --resume ''); an unset shell variable?")
@@ -251,7 +255,7 @@ def run(args):
         return proc.returncode
     report_path = os.path.join(output_dir(args), "report.json")
     report = fileio.read_json(report_path)
-    text = write_sample(report, info["tokenizer"])
+    text = write_sample(report, info["tokenizer"], quiet=args.json)
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")

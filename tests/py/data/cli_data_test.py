@@ -112,6 +112,11 @@ class CliDataTest(unittest.TestCase):
         code, _, err, _ = self.nfn("data", "prepare", "--dataset", d)
         self.assertEqual((code, err.count("\n")), (1, 1))
         self.assertIn("x_train_000000.bin: unsupported version 2 for magic 20240520 (expected 1)", err)
+        # A FIFO named like a shard is refused at once, not opened and waited on.
+        os.remove(os.path.join(d, "x_train_000000.bin"))
+        os.mkfifo(os.path.join(d, "x_train_000000.bin"))
+        code, _, err, _ = self.nfn("data", "prepare", "--dataset", d)
+        self.assertEqual((code, err), (1, f"nfn data: error: {d}/x_train_000000.bin: not a regular file\n"))
 
 
 if __name__ == "__main__":

@@ -183,10 +183,15 @@ class EvalTest(unittest.TestCase):
         write_shard(os.path.join(wide, "x_train_000000.bin"), [1, 2, 3])
         with open(os.path.join(wide, "x_val_000000.bin"), "wb") as f:  # uint32 ids beyond the vocabulary
             f.write(struct.pack("<3i", 20240801, 7, 3) + bytes(1012) + np.array([1, 60000, 2], "<u4").tobytes())
+        past = os.path.join(self.tmp, "past_int32")  # an id int32 cannot hold is named as itself
+        shutil.copytree(wide, past)
+        with open(os.path.join(past, "x_val_000000.bin"), "wb") as f:
+            f.write(struct.pack("<3i", 20240801, 7, 3) + bytes(1012) + np.array([1, 2**32 - 2, 2], "<u4").tobytes())
         cases = [
             (["--checkpoint", self.ckpt], "--dataset is required: " + self.ckpt),
             (["--checkpoint", self.ckpt, "--dataset", ""], "--dataset: empty"),
             (["--checkpoint", self.ckpt, "--dataset", wide], "token id 60000 is outside the checkpoint's vocabulary"),
+            (["--checkpoint", self.ckpt, "--dataset", past], "token id 4294967294 is outside the checkpoint's vocab"),
             (["--checkpoint", self.ckpt, "--dataset", self.data, "--tokenizer", "sp1024"], "tokenizer sp1024"),
             (["--checkpoint", os.path.join(self.tmp, "missing"), "--dataset", self.data], "not a file"),
         ]

@@ -62,8 +62,9 @@ class DispatcherTest(unittest.TestCase):
                 p = json.loads(proc.stdout)
                 self.assertEqual((p["model_family"], p["output_dir"]), ("gpt2", "/somewhere/artifacts/gpt2"))
             else:
-                self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: --model-family gpt3 contradicts "
-                                                      f"{graph}, whose model_family is gpt2; give one")
+                self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: the model family gpt3 (--model-family, "
+                                                      f"or nfn_native_train's --base-model) contradicts {graph}, "
+                                                      "whose model_family is gpt2; give one")
 
     def test_gpt2_124m_follows_llmc(self):
         p = plan(["--base-model", "gpt2", "--template-name", "gpt2-124m"])

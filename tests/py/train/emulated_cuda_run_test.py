@@ -256,10 +256,12 @@ class EmulatedCudaRunTest(unittest.TestCase):
             self.assertEqual((proc.returncode, proc.stderr), (2, "nfn_gpt_native_train: error: the model (2 heads of "
                              "96 channels, micro-batch 2): attention_forward: head size C/NH=48 is not one of 16, 32, "
                              "64, 128\n"), more)
-        proc = trainer("cuda", EMULATED_LIB, 32, 2048, "--check", "--batch-size", "2048", "--train-batch-tokens",
-                       str(2048 * 64))
-        self.assertEqual(proc.returncode, 2, proc.stderr)
-        self.assertIn("micro-batch 2048): attention_forward: B*NH=65536 exceeds 65535", proc.stderr)
+        for more in (["--check"], ["--train-seq-len", "1", "--eval-batches", "0"]):  # a run: one position a row
+            seq = int(more[1]) if len(more) > 1 else 64
+            proc = trainer("cuda", EMULATED_LIB, 32, 2048, "--batch-size", "2048", "--train-batch-tokens",
+                           str(2048 * seq), *more)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("micro-batch 2048): attention_forward: B*NH=65536 exceeds 65535", proc.stderr)
         for backend, lib, heads, channels in [("cuda", EMULATED_LIB, 2, 128), ("cpu", CPU_LIB, 2, 96)]:
             proc = trainer(backend, lib, heads, channels, "--check")
             self.assertEqual((proc.returncode, proc.stderr), (0, ""), (backend, heads, channels))

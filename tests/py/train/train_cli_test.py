@@ -192,8 +192,17 @@ class TrainCliTest(unittest.TestCase):
         got = argv("--graph-file", graph, "--pretraining-file", text)
         self.assertEqual((value(got, "--base-model"), value(got, "--output-dir")),
                          ("gpt2", os.path.join(self.tmp, "artifacts", "gpt2")))
-        self.assertEqual(value(argv("--graph-file", graph, "--pretraining-file", text, "--base-model", "gpt3"),
-                               "--base-model"), "gpt3")
+        self.assertEqual(value(argv("--graph-file", graph, "--pretraining-file", text, "--base-model", "gpt2"),
+                               "--base-model"), "gpt2")
+        code, _, err, _ = self.nfn(["train", "--print-command", "--graph-file", graph, "--pretraining-file", text,
+                                    "--base-model", "gpt3"])
+        self.assertEqual((code, err.strip()), (1, f"nfn train: error: --base-model gpt3 contradicts {graph}, whose "
+                                                  "model_family is gpt2; give one"))
+        with open(graph, "w", encoding="utf-8") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "model_family": "llama"}, f)
+        code, _, err, _ = self.nfn(["train", "--print-command", "--graph-file", graph, "--pretraining-file", text])
+        self.assertEqual((code, err.strip()), (1, f"nfn train: error: {graph}: model_family llama: no native trainer "
+                                                  "for this family yet (gpt, gpt2 and gpt3 are ready)"))
         # GPT-2 shards without a meta.json: gpt2's end of text.
         self.assertEqual(value(argv("--dataset", self.data), "--eot-token"), "50256")
         # Flags docs/training.md names reach the trainer.
