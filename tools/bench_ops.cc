@@ -148,7 +148,8 @@ std::pair<double, double> time_ms(const nfn_op_table& ops, nfn_ctx* ctx, const s
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) t.push_back(sample(inner));
   std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front()};
+  const size_t mid = t.size() / 2;  // the median: the middle sample, or the mean of the two middle ones
+  return {t.size() % 2 ? t[mid] : (t[mid - 1] + t[mid]) / 2, t.front()};
 }
 
 int usage() {

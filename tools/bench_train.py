@@ -34,14 +34,16 @@ def parse_args(argv):
     p.add_argument("--trainer", default=None,
                    help="nfn_gpt_native_train binary (default: bazel-bin/cc/bin, else .device/bin)")
     p.add_argument("--tile-ops-lib", default="", help="op library for the trainer (default: its own search)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--batch-size", type=int, default=None, help="cuda: micro-batch rows (default 16)")
+    p.add_argument("--seq-len", type=int, default=None, help="cuda: tokens a row (default 1024)")
     p.add_argument("--accum", type=int, default=1,
                    help="cuda: micro-batches an optimizer step on both sides (32 makes GPT-2's "
                         "524,288-token batch at B=16; 1: an optimizer step every micro-batch)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 cuda, 10 cpu)")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU")
-    p.add_argument("--timeout", type=int, default=130, help="seconds allowed to each run (nfn per mode, the reference)")
+    p.add_argument("--peak-tflops", type=float, default=989.4,
+                   help="dense bf16 peak for MFU (H100/H200 SXM: 989.4, as the trainer's cc/train/mfu.h)")
+    p.add_argument("--timeout", type=int, default=None,
+                   help="cuda: seconds allowed to each run (nfn per mode, the reference; default 130)")
     p.add_argument("--modes", default="cudnn,cudnn+graphs",
                    help="cuda: nfn runs, comma-separated, each the trainer's --attention path (cudnn, "
                         "flash_mma, thunderkittens, flash) with +graphs (--graphs on), +tune "
@@ -80,9 +82,10 @@ def successor_tokens(n, succ, rng, noise=0.1):
 
 
 def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
-    """6 FLOPs per parameter per token plus attention, as the reference counts them."""
+    """6 FLOPs per parameter per token plus attention's 6 L T C, as llm.c and nfn's trainer
+    (cc/train/mfu.h) count them: every parameter, the padded vocabulary's and the positions'."""
     per_layer = 12 * channels * channels + 13 * channels
-    params = layers * per_layer + vocab * channels + 2 * channels
+    params = layers * per_layer + vocab * channels + seq_len * channels + 2 * channels
     return 6 * params + 6 * layers * seq_len * channels
 
 
@@ -96,6 +99,18 @@ def timed_steps(report, warmup):
     if len(times) <= warmup:
         raise ValueError(f"report has {len(times)} step times, fewer than {warmup} warm-up steps + 1")
     return times[warmup:]
+
+
+def device_steps(times):
+    """The step times that hold exactly one step of device work each. On CUDA the trainer reads
+    a step's results after issuing the next, so a step's time runs from its issue to the next
+    one's, and from the first timed step's issue the device still has the step before it to
+    run; the last step's time (issue to its own read) holds two steps' work. Without it the
+    window from the first timed issue to the last issue holds as many steps as it counts (with
+    it, one more: the rate came out steps/(steps+1) of the true one)."""
+    if len(times) < 2:
+        raise ValueError(f"{len(times)} timed step(s): at least 2 are needed")
+    return times[:-1]
 
 
 def run_nfn_modes(args, workdir):
@@ -157,9 +172,9 @@ def run_nfn(args, workdir, mode):
     if proc.returncode != 0:
         return {"error": f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
     report = json.loads(proc.stdout)
-    # As the reference: the timed steps' total time after the warm-up ones.
+    # As the reference: the timed steps' total device time after the warm-up ones.
     try:
-        times = timed_steps(report, CUDA_WARMUP_STEPS)
+        times = device_steps(timed_steps(report, CUDA_WARMUP_STEPS))
     except ValueError as e:
         return {"error": str(e)}
     tps = step_tokens * len(times) / sum(times)
@@ -203,6 +218,13 @@ def main(argv=None):
     if args.steps is None:
         args.steps = 10 if args.backend == "cpu" else 30
     if args.backend == "cpu":
+        # The CPU benchmark's geometry is fixed (bench_train_cpu.py), and its sides run untimed-out.
+        given = [f for f, v in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
+                                ("--timeout", args.timeout), ("--accum", args.accum if args.accum != 1 else None))
+                 if v is not None]
+        if given:
+            print(f"bench_train: {', '.join(given)}: cuda only (the cpu benchmark's geometry is fixed)", file=sys.stderr)
+            return 2
         import bench_train_cpu
         with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
             result = bench_train_cpu.run(args, workdir)
@@ -217,13 +239,16 @@ def main(argv=None):
             print(f"ratio {result['ratio']:.3f}" if result["ratio"] else "ratio n/a")
         else:
             print(json.dumps(result))
-        return 0 if result["ratio"] else 1
+        return 0 if result["ratio"] or args.skip_torch else 1
+    args.batch_size = 16 if args.batch_size is None else args.batch_size
+    args.seq_len = 1024 if args.seq_len is None else args.seq_len
+    args.timeout = 130 if args.timeout is None else args.timeout
     with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
         nfn = run_nfn_modes(args, workdir)
     ref = {"skipped": True} if args.skip_torch else run_torch(args)
     progress("pytorch", ref)
     ratio = None
-    if nfn.get("tokens_per_s") and ref.get("tokens_per_s"):
+    if nfn.get("tokens_per_s") and ref.get("tokens_per_s") and "error" not in ref:  # a NaN loss is no rate
         ratio = nfn["tokens_per_s"] / ref["tokens_per_s"]
     result = {"model": "gpt2-124m", "batch_size": args.batch_size, "seq_len": args.seq_len, "accum": args.accum,
               "steps": args.steps, "nfn": nfn, "pytorch": ref, "ratio": ratio}
@@ -231,13 +256,13 @@ def main(argv=None):
         print(json.dumps(result))
     else:
         for name, r in (("nfn", nfn), ("pytorch", ref)):
-            if "tokens_per_s" in r:
+            if "tokens_per_s" in r and "error" not in r:
                 what = f"  mode {r['mode']}" if "mode" in r else ""
                 print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  MFU {100 * r['mfu']:5.1f}%{what}")
             else:
                 print(f"{name:8s} {r.get('error', 'skipped')}")
         print(f"ratio    {ratio:.3f}" if ratio else "ratio    n/a")
-    return 0 if ratio else 1
+    return 0 if ratio or (args.skip_torch and nfn.get("tokens_per_s")) else 1
 
 
 if __name__ == "__main__":

@@ -107,17 +107,19 @@ def best(modes):
 
 
 def median_modes(rounds, side):
-    """Each mode's median tokens/s and step time over the rounds that ran it; errors from the
-    first round."""
+    """Each mode's median tokens/s and step time over the rounds that ran it, and its error in
+    any round (as "error": round 1's, "errors": every round's that failed)."""
     out = {}
     for mode, first in rounds[0][side].items():
         ran = [r[side][mode] for r in rounds if "tokens_per_s" in r[side].get(mode, {})]
-        if not ran:
-            out[mode] = first
-            continue
-        out[mode] = dict(first, rounds=len(ran))
+        errors = [f"round {i}: {r[side][mode]['error']}" for i, r in enumerate(rounds, 1)
+                  if "error" in r[side].get(mode, {})]
+        out[mode] = dict(first) if not ran else dict(first, rounds=len(ran))
         for key in ("tokens_per_s", "median_step_s"):
-            out[mode][key] = statistics.median(r[key] for r in ran)
+            if ran:
+                out[mode][key] = statistics.median(r[key] for r in ran)
+        if errors:
+            out[mode]["errors"] = errors
     return out
 
 
@@ -143,7 +145,10 @@ def run(args, workdir):
                 pt = ref.rates(args.steps, torch_all) if ref else {}
             round_ = {"nfn": nfn, "pytorch": pt}
             nfn_best, ref_best = best(nfn)[1], best(pt)[1]
-            round_["ratio"] = nfn_best / ref_best if nfn_best and ref_best else None
+            # A mode that failed after round 1 leaves its round without a ratio (and so the
+            # result: a mode quietly missing from one round would change what is compared).
+            failed = i > 0 and any("error" in r for side in (nfn, pt) for r in side.values())
+            round_["ratio"] = nfn_best / ref_best if nfn_best and ref_best and not failed else None
             rounds.append(round_)
             if i == 0:  # later rounds: only the modes that can win
                 nfn_all = [m for m in nfn_all if nfn[f"matmul_{m}"].get("tokens_per_s", 0) >= (nfn_best or 0) / 4 > 0]

@@ -30,8 +30,8 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--channels", type=int, default=768)
     p.add_argument("--vocab", type=int, default=50304, help="padded vocabulary")
-    p.add_argument("--peak-tflops", type=float, default=989.0,
-                   help="dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989)")
+    p.add_argument("--peak-tflops", type=float, default=989.4,
+                   help="dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989.4)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     return p.parse_args(argv)
@@ -78,10 +78,10 @@ def main(argv=None):
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1e3
     tokens_per_s = B * T * args.accum * args.steps / seconds
-    # FLOPs per token: 6 per parameter (forward + backward) plus attention's 6 * L * T * C
-    # (llm.c's accounting: the causal half; nanoGPT's PaLM formula counts 12 * L * T * C).
-    non_embedding = params - args.vocab * args.channels - args.seq_len * args.channels
-    flops_per_token = 6 * (non_embedding + args.vocab * args.channels) + 6 * args.layers * T * args.channels
+    # FLOPs per token: 6 per parameter (forward + backward; every parameter, the padded
+    # vocabulary's and the positions', as llm.c and nfn's trainer count them) plus attention's
+    # 6 * L * T * C (the causal half; nanoGPT's PaLM formula counts 12 * L * T * C).
+    flops_per_token = 6 * params + 6 * args.layers * T * args.channels
     mfu = tokens_per_s * flops_per_token / (args.peak_tflops * 1e12)
     result = {
         "impl": "pytorch",

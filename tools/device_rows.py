@@ -148,7 +148,8 @@ def load_bench(path, err_path):
         raise ValueError(f"no result ({why})")
     nfn = nfn_summary(modes)
     ref = ref or {"error": "stopped before the reference finished"}
-    ratio = nfn["tokens_per_s"] / ref["tokens_per_s"] if nfn.get("tokens_per_s") and ref.get("tokens_per_s") else None
+    ratio = (nfn["tokens_per_s"] / ref["tokens_per_s"]
+             if nfn.get("tokens_per_s") and ref.get("tokens_per_s") and "error" not in ref else None)
     return {"nfn": nfn, "pytorch": ref, "ratio": ratio, "stopped": True}
 
 
@@ -166,7 +167,7 @@ def bench(path, err_path, smi_path):
         samples = []
 
     def cell(x):
-        if "tokens_per_s" not in x:
+        if "tokens_per_s" not in x or "error" in x:  # a rate with an error (a NaN loss) is no rate
             return x.get("error", "?")[:120]
         host = f" host {x['enqueue_ms']:.1f}/{x['step_ms']:.1f} ms" if x.get("enqueue_ms") else ""
         mhz = [m for t, m in samples if x.get("t0", 0) <= t <= x.get("t1", 0)]

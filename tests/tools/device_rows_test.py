@@ -18,7 +18,7 @@ import unittest
 TOOLS = os.path.dirname(os.path.abspath(os.environ["NFN_DEVICE_ROWS"]))
 sys.path.insert(0, TOOLS)
 import device_rows  # noqa: E402
-from bench_train import progress, successor_tokens, write_shard_tokens  # noqa: E402
+from bench_train import device_steps, progress, successor_tokens, write_shard_tokens  # noqa: E402
 
 TRAINER = os.path.abspath(os.environ["NFN_TRAINER"])
 BENCH_OPS = os.path.abspath(os.environ["NFN_BENCH_OPS"])
@@ -175,6 +175,31 @@ class BenchAndClocksAndProfile(unittest.TestCase):
         absent = os.path.join(self.tmp, "absent.json")
         self.assertTrue(device_rows.bench(absent, err, self.no_smi).startswith("FAIL no result"))
         self.assertEqual(device_rows.best(absent, err), "")
+
+    def test_a_reference_with_an_error_is_no_rate(self):
+        # bench_train_torch_cuda.py keeps its rate beside "error" when its loss is NaN: no ratio.
+        result = bench_result(ratio=None)
+        result["pytorch"]["error"] = "loss is not finite"
+        path = write(os.path.join(self.tmp, "nan_ref.json"), json.dumps(result))
+        row = device_rows.bench(path, write(os.path.join(self.tmp, "nan_ref.err"), ""), self.no_smi)
+        self.assertTrue(row.startswith("FAIL nfn "), row)
+        self.assertTrue(row.endswith("| torch loss is not finite | ratio none"), row)
+
+    def test_device_steps_count_the_device_work_they_hold(self):
+        # The trainer's schedule on a GPU: it issues step k (host time h), then waits for step
+        # k-1's results; the device runs steps back to back (g each). A step's time runs from
+        # its issue to the next step's, the last one's to its own read (trainer.cc). Over the
+        # steps after the warm-up, bench_train's rate must be the device's 1/g.
+        for g, h, steps in ((30.0, 0.4, 20), (30.0, 0.4, 5), (2.0, 1.5, 8)):
+            issue, done, t = [], [], 0.0
+            for k in range(5 + steps):
+                issue.append(t)
+                done.append(max(t + h, done[-1] if done else 0.0) + g)
+                t = max(t + h, done[k - 1] if k else 0.0)  # the read of step k-1
+            times = [issue[k + 1] - issue[k] for k in range(len(issue) - 1)] + [done[-1] - issue[-1]]
+            kept = device_steps(times[5:])
+            with self.subTest(g=g, h=h, steps=steps):
+                self.assertAlmostEqual(len(kept) / sum(kept), 1 / g, delta=0.01 / g)
 
     def test_a_stopped_bench_keeps_the_runs_that_finished(self):
         # device_check's time limit stops bench_train before it prints its JSON: the rows come
