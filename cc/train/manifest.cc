@@ -90,6 +90,15 @@ std::string marker_shards(const std::string& dir, int step) {
   return name != nullptr && name->is_string() ? name->as_string() : "";
 }
 
+bool marker_seed(const std::string& dir, int step, uint64_t* seed) {
+  const Json m = read_object(join_path(dir, done_file_name(step)));
+  const Json* training = m.is_object() ? m.find("training") : nullptr;
+  const Json* s = training != nullptr && training->is_object() ? training->find("seed") : nullptr;
+  if (s == nullptr || !s->is_number() || !(s->as_number() >= 0)) return false;
+  *seed = static_cast<uint64_t>(s->as_number());
+  return true;
+}
+
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step) {
   for (int step : complete_steps(dir)) {
     if (step > max_step) continue;

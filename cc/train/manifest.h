@@ -3,6 +3,7 @@
 // weights file holds it. --graph-file reads it back as the architecture's source of truth.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "cc/train/train_config.h"
@@ -26,6 +27,9 @@ std::string new_run_id();
 std::string marker_run_id(const std::string& dir, int step);
 // The training shards that marker's run read, as shard_list ("" where it names none).
 std::string marker_shards(const std::string& dir, int step);
+// The seed of the run that wrote step's checkpoint (its data order), from its marker; false
+// where the marker records none (checkpoints from before run ids).
+bool marker_seed(const std::string& dir, int step, uint64_t* seed);
 // The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
 // from before run ids counts for any run); -1 if none.
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);

@@ -60,6 +60,8 @@ struct Start {
   int step = 0;
   std::string run_id;  // a fresh run's new id, or the id of the run it resumes
   std::string shards;  // the training shards its run read, as shard_list ("" where unknown)
+  bool has_seed = false;  // and its seed (its data order), where the marker records it
+  uint64_t seed = 0;
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
@@ -129,6 +131,7 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   s->step = step;
   if (std::string id = marker_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
   s->shards = marker_shards(dir, step);
+  s->has_seed = marker_seed(dir, step, &s->seed);
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
@@ -404,11 +407,20 @@ int run_training(const TrainConfig& c) {
     data::TokenBatchSampler::Position pos{start.state.data_epoch, start.state.data_shard, start.state.data_offset};
     // A checkpoint's data position is a place in its own run's shards: on other shards the run
     // reads them from the start (the weights, moments and schedule go on).
+    // The same holds for another --seed: the position is a place in the seed's shard order.
     const std::string shards = shard_list(train.shards());
-    const bool other_data = !start.shards.empty() && start.shards != shards;
-    if (other_data)
+    const bool other_shards = !start.shards.empty() && start.shards != shards;
+    const int64_t n = static_cast<int64_t>(train.shards().size());
+    const bool other_order = start.has_seed && data::shard_order(n, start.seed, pos.epoch) !=
+                                                   data::shard_order(n, c.seed, pos.epoch);
+    if (other_shards)
       std::fprintf(stderr, "nfn: resuming on other data (%s: shards %s; the checkpoint's run read %s): reading it "
                    "from the start\n", c.train_data.c_str(), shards.c_str(), start.shards.c_str());
+    else if (other_order)
+      std::fprintf(stderr, "nfn: resuming with --seed %llu, another shard order than the checkpoint's run's (seed "
+                   "%llu): reading the data from the start\n", static_cast<unsigned long long>(c.seed),
+                   static_cast<unsigned long long>(start.seed));
+    const bool other_data = other_shards || other_order;
     GPTConfig g;
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),

@@ -224,6 +224,10 @@ def run(args):
                         "or --resume ''); an unset shell variable?")
     manifest = resumed_manifest(args)
     from_manifest = resume_data(args, manifest)
+    training = (manifest or {}).get("training")
+    resumed_seed = training.get("seed") if isinstance(training, dict) else None
+    if args.seed is None and isinstance(resumed_seed, int) and not isinstance(resumed_seed, bool):
+        args.seed = resumed_seed  # the resumed run's data order (another --seed starts the data over)
     named_tokenizer = args.tokenizer
     args.tokenizer = tokenizer_of(args, manifest)
     planning = args.print_command or args.dry_run or args.print_plan

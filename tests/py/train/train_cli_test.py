@@ -203,6 +203,14 @@ class TrainCliTest(unittest.TestCase):
         code, _, err, _ = self.nfn(["train", "--print-command", "--graph-file", graph, "--pretraining-file", text])
         self.assertEqual((code, err.strip()), (1, f"nfn train: error: {graph}: model_family llama: no native trainer "
                                                   "for this family yet (gpt, gpt2 and gpt3 are ready)"))
+        # A resumed run keeps its seed (its data order) unless --seed names another.
+        resumed = os.path.join(self.tmp, "resumed_seed")
+        os.makedirs(resumed)
+        with open(os.path.join(resumed, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "training": {"seed": 42}}, f)
+        self.assertEqual(value(argv("--dataset", self.data, "--resume", resumed), "--seed"), "42")
+        self.assertEqual(value(argv("--dataset", self.data, "--resume", resumed, "--seed", "3"), "--seed"), "3")
+        self.assertIsNone(value(argv("--dataset", self.data), "--seed"))
         # GPT-2 shards without a meta.json: gpt2's end of text.
         self.assertEqual(value(argv("--dataset", self.data), "--eot-token"), "50256")
         # Flags docs/training.md names reach the trainer.

@@ -362,6 +362,32 @@ class TrainerRunTest(unittest.TestCase):
                       "tiny_train_000000.bin:10000): reading it from the start", proc.stderr)
         self.assertEqual([s for s, _ in json.loads(proc.stdout)["train_losses"]], [4, 5, 6, 7, 8, 9])
 
+    def test_resume_with_another_seed_reads_the_data_from_the_start(self):
+        # The data position is a place in the seed's shard order: another --seed, another order
+        # (over three shards), and the run reads the data from the start, saying so; the same
+        # seed goes on bit for bit.
+        data = os.path.join(self.tmp, "three_shards")
+        os.makedirs(data)
+        rng = np.random.default_rng(8)
+        for i in range(3):
+            write_shard(os.path.join(data, f"three_train_{i:06d}.bin"), rng.integers(0, VOCAB, 400))
+        write_shard(os.path.join(data, "three_val_000000.bin"), rng.integers(0, VOCAB, 400))
+        flags = self.common[2:-2] + ["--train-data", data]
+        full = os.path.join(self.tmp, "three_full")
+        whole = json.loads(run(flags + ["--seed", "5", "--output-dir", full, "--json"]).stdout)
+        for seed, note in (("5", False), ("6", True)):
+            out = os.path.join(self.tmp, f"three_seed_{seed}")
+            shutil.copytree(full, out)
+            proc = run(flags + ["--seed", seed, "--output-dir", out, "--resume",
+                                os.path.join(out, "model_00000003.bin"), "--json"])
+            with self.subTest(seed=seed):
+                self.assertEqual("another shard order" in proc.stderr, note, proc.stderr)
+                if note:
+                    self.assertIn("nfn: resuming with --seed 6, another shard order than the checkpoint's run's "
+                                  "(seed 5): reading the data from the start", proc.stderr)
+                else:
+                    self.assertEqual(json.loads(proc.stdout)["train_losses"], whole["train_losses"][3:])
+
     def test_resume_at_or_past_max_steps(self):
         out = os.path.join(self.tmp, "finished")
         shutil.copytree(self.full, out)
