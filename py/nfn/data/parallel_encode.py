@@ -1,7 +1,7 @@
 """Encode text pieces on every core, in order, with bounded memory.
 
 Worker processes are forked after the tokenizer is loaded, so each inherits it instead of
-rebuilding it; at most 2 pieces per worker are in flight, so any input size streams.
+rebuilding it; one piece a worker is in flight, so any input size streams.
 """
 import collections
 import multiprocessing
@@ -32,11 +32,19 @@ def _encode(doc_start, text):
     return arr
 
 
-def _worker_start():
-    # Ctrl-C goes to the whole process group: the parent alone handles it, and ends the pool.
-    # A worker killed by it mid-result left the pool's pipe half-written, and the parent
-    # then hung in terminate() or died in a traceback.
+def _serve(conn):
+    """A worker: encode each (doc_start, text) it is sent and send back ("ok", ids) or
+    ("error", message), until it is sent None."""
+    # Ctrl-C goes to the whole process group: the parent alone handles it, and kills the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            conn.send(("ok", _encode(*job)))
+        except ValueError as e:
+            conn.send(("error", str(e)))
 
 
 def default_workers():
@@ -56,15 +64,54 @@ def encode_stream(tokenizer, pieces, dtype, workers=None):
             for split, doc_start, text, nbytes in pieces:
                 yield split, doc_start, nbytes, _encode(doc_start, text)
             return
-        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_start) as pool:
-            inflight = collections.deque()
-            for split, doc_start, text, nbytes in pieces:
-                inflight.append((split, doc_start, nbytes, pool.apply_async(_encode, (doc_start, text))))
-                if len(inflight) >= 2 * workers:
-                    s, d, n, result = inflight.popleft()
-                    yield s, d, n, result.get()
-            while inflight:
-                s, d, n, result = inflight.popleft()
-                yield s, d, n, result.get()
+        yield from _encode_on_workers(pieces, workers)
     except ValueError as e:
         raise UserError(str(e)) from None
+
+
+def _encode_on_workers(pieces, workers):
+    """Pieces dealt round robin to forked workers, each with a pipe of its own, one piece a
+    worker in flight, results taken back in order. No lock is shared between the processes
+    (multiprocessing.Pool's task queue had one: a Ctrl-C could leave its terminate() waiting
+    forever on a lock a worker held), so an interrupt just kills the workers."""
+    ctx = multiprocessing.get_context("fork")
+    conns, procs = [], []
+    try:
+        for _ in range(workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+            proc.start()
+            child.close()
+            conns.append(parent)
+            procs.append(proc)
+        inflight = collections.deque()  # (split, doc_start, nbytes, worker), oldest first
+        for i, (split, doc_start, text, nbytes) in enumerate(pieces):
+            w = i % workers
+            if len(inflight) == workers:  # the oldest is worker w's: take it before w's next piece
+                yield _result(inflight.popleft(), conns)
+            conns[w].send((doc_start, text))
+            inflight.append((split, doc_start, nbytes, w))
+        while inflight:
+            yield _result(inflight.popleft(), conns)
+        for conn in conns:
+            conn.send(None)
+        for proc in procs:
+            proc.join()
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in conns:
+            conn.close()
+
+
+def _result(item, conns):
+    split, doc_start, nbytes, w = item
+    try:
+        status, value = conns[w].recv()
+    except EOFError:
+        raise UserError("a tokenizer worker process died (out of memory?)") from None
+    if status == "error":
+        raise ValueError(value)
+    return split, doc_start, nbytes, value
