@@ -233,6 +233,24 @@ class PrepareTest(unittest.TestCase):
         self.assertEqual(again["vocab_size"], load("mine").vocab_size)
         self.assertTrue(prepare_dataset(pretraining_file=path, tokenizer="mine", quiet=True)["cached"])
 
+    def test_workers_keep_order_and_a_dead_worker_is_one_line(self):
+        from nfn.data.parallel_encode import encode_stream
+
+        class Tok:  # ids 0..n-1 of each piece, and a worker that dies at the piece "die"
+            name, eot_id, vocab_size = "t", 0, 1000
+
+            def encode(self, text):
+                if text == "die":
+                    os._exit(1)
+                return list(range(len(text)))
+        pieces = [("train", i % 3 == 0, "x" * (i + 1), i) for i in range(11)]
+        got = list(encode_stream(Tok(), pieces, np.uint16, workers=3))
+        self.assertEqual([(s, d, n) for s, d, n, _ in got], [(s, d, n) for s, d, _, n in pieces])
+        self.assertEqual([a.tolist() for *_, a in got],
+                         [([0] if d else []) + list(range(len(t))) for _, d, t, _ in pieces])
+        with self.assertRaisesRegex(UserError, "a tokenizer worker process died"):
+            list(encode_stream(Tok(), pieces[:4] + [("train", False, "die", 0)] + pieces[4:], np.uint16, workers=2))
+
     def test_ctrl_c_stops_prepare_and_its_workers_with_one_line(self):
         import signal
         import time
