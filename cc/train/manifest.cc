@@ -79,30 +79,28 @@ std::string new_run_id() {
   return id;
 }
 
-std::string marker_run_id(const std::string& dir, int step) {
-  return run_id_of(read_object(join_path(dir, done_file_name(step))));
-}
-
-std::string marker_shards(const std::string& dir, int step) {
+Marker read_marker(const std::string& dir, int step) {
   const Json m = read_object(join_path(dir, done_file_name(step)));
-  const Json* data = m.is_object() ? m.find("dataset") : nullptr;
-  const Json* name = data != nullptr && data->is_object() ? data->find("train_shards") : nullptr;
-  return name != nullptr && name->is_string() ? name->as_string() : "";
-}
-
-bool marker_seed(const std::string& dir, int step, uint64_t* seed) {
-  const Json m = read_object(join_path(dir, done_file_name(step)));
-  const Json* training = m.is_object() ? m.find("training") : nullptr;
-  const Json* s = training != nullptr && training->is_object() ? training->find("seed") : nullptr;
-  if (s == nullptr || !s->is_number() || !(s->as_number() >= 0)) return false;
-  *seed = static_cast<uint64_t>(s->as_number());
-  return true;
+  // The field `key` of the object `section` of the marker, or null.
+  auto field = [&](const char* section, const char* key) -> const Json* {
+    const Json* s = m.is_object() ? m.find(section) : nullptr;
+    return s != nullptr && s->is_object() ? s->find(key) : nullptr;
+  };
+  Marker out;
+  out.run_id = run_id_of(m);
+  if (const Json* shards = field("dataset", "train_shards"); shards != nullptr && shards->is_string())
+    out.shards = shards->as_string();
+  if (const Json* seed = field("training", "seed"); seed != nullptr && seed->is_number() && seed->as_number() >= 0) {
+    out.has_seed = true;
+    out.seed = static_cast<uint64_t>(seed->as_number());
+  }
+  return out;
 }
 
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step) {
   for (int step : complete_steps(dir)) {
     if (step > max_step) continue;
-    const std::string id = marker_run_id(dir, step);
+    const std::string id = read_marker(dir, step).run_id;
     if (id.empty() || id == run_id) return step;
   }
   return -1;

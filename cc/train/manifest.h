@@ -23,13 +23,15 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
 // A fresh run's id: 16 hex digits from the system's random source. A resumed run keeps the id
 // of the checkpoint it continues.
 std::string new_run_id();
-// The run_id in `step`'s DONE marker in `dir` ("" for a marker from before run ids, or none).
-std::string marker_run_id(const std::string& dir, int step);
-// The training shards that marker's run read, as shard_list ("" where it names none).
-std::string marker_shards(const std::string& dir, int step);
-// The seed of the run that wrote step's checkpoint (its data order), from its marker; false
-// where the marker records none (checkpoints from before run ids).
-bool marker_seed(const std::string& dir, int step, uint64_t* seed);
+// What `step`'s DONE marker in `dir` says of the run that wrote it, read once. Markers from
+// before run ids (empty) say nothing.
+struct Marker {
+  std::string run_id;     // "" where it names none
+  std::string shards;     // the training shards it read, as shard_list ("" where it names none)
+  bool has_seed = false;  // and its seed (its data order)
+  uint64_t seed = 0;
+};
+Marker read_marker(const std::string& dir, int step);
 // The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
 // from before run ids counts for any run); -1 if none.
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);

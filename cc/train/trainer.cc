@@ -129,9 +129,11 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
     return false;
   }
   s->step = step;
-  if (std::string id = marker_run_id(dir, step); !id.empty()) s->run_id = id;  // else: from before run ids
-  s->shards = marker_shards(dir, step);
-  s->has_seed = marker_seed(dir, step, &s->seed);
+  const Marker marker = read_marker(dir, step);
+  if (!marker.run_id.empty()) s->run_id = marker.run_id;  // else: from before run ids
+  s->shards = marker.shards;
+  s->has_seed = marker.has_seed;
+  s->seed = marker.seed;
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;

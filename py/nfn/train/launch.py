@@ -95,7 +95,7 @@ def resume_data(args, manifest):
     return True
 
 
-def tokenizer_of(args, manifest):
+def tokenizer_of(args, manifest, graph):
     """--tokenizer, else the resumed run's, else the --graph-file manifest's, else gpt2, except
     for the demo: no dataset, template or graph file named, so the embedded corpus with sp1024
     (trained on it once, in seconds)."""
@@ -104,11 +104,9 @@ def tokenizer_of(args, manifest):
     resumed = (manifest or {}).get("tokenizer")  # the resumed run's
     if isinstance(resumed, str) and resumed:
         return resumed
-    if args.graph_file:  # the model's manifest names the tokenizer its vocabulary is
-        graph = fileio.read_json(args.graph_file)
-        named = graph.get("tokenizer") if isinstance(graph, dict) else None
-        if isinstance(named, str) and named:
-            return named
+    named = graph.get("tokenizer")  # the --graph-file model's: its vocabulary's tokenizer
+    if isinstance(named, str) and named:
+        return named
     named = (args.dataset, args.pretraining_file, args.tinystories, args.template_name, args.graph_file)
     return "gpt2" if any(named) else DEMO_TOKENIZER
 
@@ -198,24 +196,23 @@ def write_sample(report, tokenizer_name, quiet=False):
     return text
 
 
-def graph_family(args):
-    """The model_family a --graph-file manifest names, or None."""
-    if not args.graph_file:
-        return None
-    graph = fileio.read_json(args.graph_file)
-    family = graph.get("model_family") if isinstance(graph, dict) else None
-    return family if isinstance(family, str) and family else None
+def graph_manifest(args):
+    """The --graph-file manifest as a dict ({} without one, or where it is not an object)."""
+    graph = fileio.read_json(args.graph_file) if args.graph_file else {}
+    return graph if isinstance(graph, dict) else {}
 
 
 def run(args):
     if args.base_model and args.model_family and args.model_family != args.base_model:
         raise UserError(f"--model-family {args.model_family} contradicts --base-model {args.base_model}; give one")
     # The family: the flags', else the --graph-file model's; the two must agree.
-    named, graph = args.base_model or args.model_family, graph_family(args)
-    if named and graph and named != graph:
+    graph = graph_manifest(args)
+    named, family = args.base_model or args.model_family, graph.get("model_family")
+    family = family if isinstance(family, str) and family else None
+    if named and family and named != family:
         flag = "--base-model" if args.base_model else "--model-family"
-        raise UserError(f"{flag} {named} contradicts {args.graph_file}, whose model_family is {graph}; give one")
-    args.base_model = named or graph or "gpt"
+        raise UserError(f"{flag} {named} contradicts {args.graph_file}, whose model_family is {family}; give one")
+    args.base_model = named or family or "gpt"
     if args.base_model not in ("gpt", "gpt2", "gpt3"):
         where = f"--base-model {args.base_model}" if named else f"{args.graph_file}: model_family {args.base_model}"
         raise UserError(f"{where}: no native trainer for this family yet (gpt, gpt2 and gpt3 are ready)")
@@ -229,7 +226,7 @@ def run(args):
     if args.seed is None and isinstance(resumed_seed, int) and not isinstance(resumed_seed, bool):
         args.seed = resumed_seed  # the resumed run's data order (another --seed starts the data over)
     named_tokenizer = args.tokenizer
-    args.tokenizer = tokenizer_of(args, manifest)
+    args.tokenizer = tokenizer_of(args, manifest, graph)
     planning = args.print_command or args.dry_run or args.print_plan
     try:
         info, exists = resolve_dataset(args, prepare=False)

@@ -40,7 +40,7 @@ int main() {
   checkpoint(dir, 4, "a");
   checkpoint(dir, 6, "a");
   checkpoint(dir, 3, "b");
-  EXPECT(nfn::marker_run_id(dir, 3) == "b" && nfn::marker_run_id(dir, 7).empty(), "marker_run_id");
+  EXPECT(nfn::read_marker(dir, 3).run_id == "b" && nfn::read_marker(dir, 7).run_id.empty(), "read_marker's run_id");
   EXPECT(nfn::newest_step_of_run(dir, "a", 1000) == 6 && nfn::newest_step_of_run(dir, "a", 5) == 4 &&
              nfn::newest_step_of_run(dir, "b", 1000) == 3 && nfn::newest_step_of_run(dir, "c", 1000) == -1,
          "newest_step_of_run");
