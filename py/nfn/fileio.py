@@ -2,6 +2,7 @@
 all (temp name, flush, fsync, rename), and a file that cannot be read or parsed is a one-line
 UserError naming it."""
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -12,12 +13,18 @@ from nfn.errors import UserError
 
 
 @contextlib.contextmanager
-def atomic_open(path, mode="wb", encoding=None):
-    """Open `path` for writing through a temporary name; it appears only when the block ends
-    without an exception, and the temporary file never outlives a failure."""
-    tmp = f"{path}.tmp.{os.getpid()}"
+def atomic_open(path, mode="wb", encoding=None, quiet=False):
+    """Open `path` for writing through a temporary name beside it; it appears only when the
+    block ends without an exception, and the temporary file never outlives a failure. The
+    temporary file is unfinished work (.nfn-tmp-NAME-XXXXXXXX, locked while written, see
+    WorkDir): one a killed writer left in that directory is removed here first (saying so
+    unless quiet), as by every other writer there."""
+    parent = os.path.dirname(os.path.abspath(path))
+    remove_orphaned_dirs(parent, quiet)
+    fd, tmp = _create_work_file(parent, os.path.basename(path))
     try:
-        with open(tmp, mode, encoding=encoding) as f:
+        lock_work(fd)  # held until fd closes, after the rename: never taken for a killed writer's
+        with os.fdopen(os.dup(fd), mode, encoding=encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -26,6 +33,20 @@ def atomic_open(path, mode="wb", encoding=None):
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+    finally:
+        os.close(fd)
+
+
+def _create_work_file(parent, name):
+    """(fd, path) of a new empty file .nfn-tmp-NAME-XXXXXXXX in parent, with the permissions a
+    plain open() would give it (mkstemp's are 0600, which would pass to the final file)."""
+    import secrets
+    while True:
+        tmp = os.path.join(parent, f"{WORK_PREFIX}tmp-{name[:100]}-{secrets.token_hex(4)}")
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def write_json(path, obj, indent=2):
@@ -45,7 +66,7 @@ def read_json(path):
         raise UserError(f"{path}: not valid JSON ({e})") from None
 
 
-WORK_PREFIX = ".nfn-"  # the names of unfinished work: .nfn-tmp-* (being written), .nfn-stale-*
+WORK_PREFIX = ".nfn-"  # unfinished work: .nfn-tmp-* (being written), .nfn-stale-*, .nfn-lock-* (held)
 GRACE_SECONDS = 60     # younger entries are never taken for a killed writer's
 
 
@@ -79,6 +100,63 @@ class WorkDir:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _exchange(a, b):
+    """Swap the names a and b in one step (Linux renameat2 RENAME_EXCHANGE): True when done,
+    False where this system or file system cannot, None when b is gone (nothing to swap)."""
+    import ctypes
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # a C library without it
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT and os.path.lexists(a):
+        return None
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), a, None, b)
+
+
+def install_dir(tmp, final):
+    """Put the finished directory tmp (a WorkDir's) at final, replacing what is there in one
+    step, so that a reader finds a whole entry, the old or the new, and never none; tmp is left
+    holding the replaced one (or nothing) for its WorkDir to remove. Two writers at once end
+    with one whole entry (the last one's). Where the names cannot be swapped in one step (no
+    renameat2 RENAME_EXCHANGE: a kernel before 3.15, or a file system without it), the old
+    entry is moved aside first, and put back when the new one cannot follow it (or left aside
+    when another writer's went in meanwhile: that one stands); there a reader may find no
+    entry for that moment."""
+    while True:
+        try:
+            os.rename(tmp, final)  # nothing there (or an empty directory)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(final):
+                raise
+        swapped = _exchange(tmp, final)
+        if swapped:
+            return
+        if swapped is None:  # removed meanwhile: the plain rename again
+            continue
+        with WorkDir(os.path.dirname(final), "stale", os.path.basename(final)) as stale:
+            old = os.path.join(stale.path, "old")
+            try:
+                os.rename(final, old)
+            except FileNotFoundError:
+                continue
+            try:
+                os.rename(tmp, final)
+                return
+            except OSError as e:
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    return  # another writer's entry went in between: it stands, whole
+                os.rename(old, final)  # the old entry back where it was
+                raise
 
 
 def remove_orphaned_dirs(parent, quiet=False):

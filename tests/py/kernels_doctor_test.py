@@ -1,7 +1,12 @@
 """`nfn kernels doctor`: what it finds, from fake nvcc/nvidia-smi programs and op libraries."""
+import ctypes
 import importlib
+import json
 import os
+import shutil
 import stat
+import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -9,6 +14,16 @@ from unittest import mock
 
 from nfn import cuda_runtime
 from nfn.cli import kernels
+
+
+def _loaded_path(name):
+    """The file the loader opens for `name` (a library of this process: libm, through Python)."""
+    ctypes.CDLL(name)
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if line.rstrip().endswith(name) or f"/{name}" in line:
+                return line.split()[-1]
+    raise unittest.SkipTest(f"{name} not found in /proc/self/maps")
 
 
 def script(path, text):
@@ -31,42 +46,127 @@ class DoctorTest(unittest.TestCase):
     def env(self):
         return {"PATH": self.bin, "NFN_TILE_OPS_DIR": self.libs}
 
-    def test_gpu_and_cuda_library_choose_cuda(self):
+    def library(self, name, kind):
+        """Put an op library named `name` in the libraries folder: the real CPU one, the emulated
+        CUDA one, an empty file, or a shared library that is no op library."""
+        path = os.path.join(self.libs, name)
+        if kind == "empty":
+            open(path, "w").close()
+        elif kind == "not ops":
+            shutil.copy(_loaded_path("libm.so.6"), path)
+        else:
+            shutil.copy(os.environ["NFN_CPU_OPS_LIB" if kind == "cpu" else "NFN_EMULATED_CUDA_OPS_LIB"], path)
+        return path
+
+    def trainer_backend(self):
+        """The backend the trainer's --backend auto takes with the same folder, from a one-step run."""
+        data = os.path.join(self.tmp.name, "data")
+        if not os.path.isdir(data):
+            os.makedirs(data)
+            for split, n in (("train", 600), ("val", 100)):
+                with open(os.path.join(data, f"t_{split}_000000.bin"), "wb") as f:
+                    f.write(struct.pack("<3i", 20240520, 1, n) + bytes(1012) + bytes(2 * n))
+        out = os.path.join(self.tmp.name, "out")
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.run([os.environ["NFN_TRAINER"], "--train-data", data, "--vocab-size", "64", "--num-layers",
+                               "1", "--num-heads", "2", "--model-dim", "64", "--train-seq-len", "32", "--batch-size",
+                               "1", "--train-batch-tokens", "32", "--max-steps", "1", "--eval-every-steps", "0",
+                               "--output-dir", out, "--json", "--backend", "auto"],
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, NFN_TILE_OPS_DIR=self.libs))
+        if proc.returncode != 0:
+            return None, proc.stderr.strip()
+        return json.loads(proc.stdout)["op_library"]["backend"], proc.stderr
+
+    def doctor(self, **kwargs):
+        with mock.patch.object(kernels, "library_dirs", lambda env: [self.libs]):  # not the built ones
+            return kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so", **kwargs)
+
+    def test_auto_is_what_the_trainer_loads(self):
+        # Asked of the libraries as the trainer asks them, not from whether a GPU shows: the
+        # emulated CUDA library under the CUDA library's name makes a context with no GPU here;
+        # a file that does not load, or loads but is no op library, is passed over.
+        cases = [("emulated", "cpu", "cuda", "libnfn_native_train_tile_ops.so loads and makes a context on device 0 "
+                                             "(nfn CUDA emulator)"),
+                 ("empty", "cpu", "cpu", ": cannot load op library: "),
+                 ("not ops", "cpu", "cpu", ": missing symbol nfn_abi_version"),
+                 ("emulated", "empty", "cuda", "(nfn CUDA emulator)"),
+                 ("empty", "empty", None, "; and ")]
+        for i, (cuda, cpu, want, reason) in enumerate(cases):
+            with self.subTest(cuda=cuda, cpu=cpu):
+                # A folder of its own: a path this process loaded stays loaded (dlopen finds it
+                # by name), and a loaded file written over in place would crash it.
+                self.libs = os.path.join(self.tmp.name, f"libs{i}")
+                os.makedirs(self.libs)
+                self.library(kernels.CUDA_LIB, cuda)
+                self.library(kernels.CPU_LIB, cpu)
+                r = self.doctor()
+                self.assertEqual(r["auto_backend"]["would_load"], want)
+                self.assertIn(reason, r["auto_backend"]["reason"])
+                self.assertEqual(self.trainer_backend()[0], want)
+        emulated = os.path.join(self.tmp.name, "libs0", kernels.CUDA_LIB)
+        self.assertIn("auto loads   cuda: libnfn_native_train_tile_ops.so loads", kernels.format_report(
+            dict(r, auto_backend=kernels.auto_backend(emulated, None))))
+
+    def test_doctor_json_keys_and_light_imports(self):
+        # Asking the libraries goes through ctypes: no numpy, no native module; the keys stay.
+        from nfn_probe import run_nfn
+        self.library(kernels.CUDA_LIB, "emulated")
+        self.library(kernels.CPU_LIB, "cpu")
+        code, out, err, modules = run_nfn(["kernels", "doctor", "--json"], env=self.env())
+        self.assertEqual(code, 0, err)
+        r = json.loads(out)
+        self.assertEqual(sorted(r), ["auto_backend", "cpu", "gpu", "op_libraries", "runtime_libraries",
+                                     "thunderkittens", "toolchain"])
+        self.assertEqual(r["auto_backend"], {"would_load": "cuda", "reason": "libnfn_native_train_tile_ops.so loads "
+                                             "and makes a context on device 0 (nfn CUDA emulator)"})
+        self.assertNotIn("numpy", modules)
+        self.assertNotIn("nfn._native", modules)
+
+    def test_a_listed_gpu_with_a_cuda_library_that_does_not_load_is_cpu(self):
         script(os.path.join(self.bin, "nvcc"), "echo 'Cuda compilation tools, release 13.0, V13.0.88'\n")
         script(os.path.join(self.bin, "nvidia-smi"), "echo 'NVIDIA H200, 580.159.03, 143771 MiB'\n")
-        for name in (kernels.CUDA_LIB, kernels.CPU_LIB):
-            open(os.path.join(self.libs, name), "w").close()
-        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.library(kernels.CUDA_LIB, "empty")
+        self.library(kernels.CPU_LIB, "cpu")
+        r = self.doctor()
         self.assertEqual(r["toolchain"], {"nvcc": os.path.join(self.bin, "nvcc"), "version": "13.0"})
         self.assertEqual(r["gpu"]["driver"], "580.159.03")
         self.assertEqual([d["name"] for d in r["gpu"]["devices"]], ["NVIDIA H200"])
         self.assertEqual(r["op_libraries"]["cuda"], os.path.join(self.libs, kernels.CUDA_LIB))
-        self.assertEqual(r["auto_backend"]["would_load"], "cuda")
+        self.assertEqual(r["auto_backend"]["would_load"], "cpu")  # as the trainer: the library does not load
+        self.assertTrue(r["auto_backend"]["reason"].startswith(
+            os.path.join(self.libs, kernels.CUDA_LIB) + ": cannot load op library: "), r["auto_backend"])
         self.assertIn("NVIDIA H200", kernels.format_report(r))
 
-    def test_no_gpu_falls_back_to_cpu_with_the_reason(self):
-        open(os.path.join(self.libs, kernels.CUDA_LIB), "w").close()
-        open(os.path.join(self.libs, kernels.CPU_LIB), "w").close()
-        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
-        self.assertEqual(r["gpu"]["source"], "libcuda")
-        self.assertEqual(r["gpu"]["devices"], [])
-        self.assertEqual(r["auto_backend"]["would_load"], "cpu")
-        self.assertIn("cannot load libnfn-no-such-libcuda.so", r["auto_backend"]["reason"])
+    def test_no_cuda_library_is_cpu_and_no_library_is_nothing(self):
+        self.library(kernels.CPU_LIB, "cpu")
+        self.assertEqual(self.doctor()["auto_backend"], {"would_load": "cpu", "reason": "no CUDA op library built"})
+        os.remove(os.path.join(self.libs, kernels.CPU_LIB))
+        self.assertEqual(self.doctor()["auto_backend"],
+                         {"would_load": None, "reason": "no op library found (build with bazel, or set NFN_TILE_OPS_DIR)"})
 
-    def test_cuda_library_alone_without_a_gpu_loads_nothing(self):
-        open(os.path.join(self.libs, kernels.CUDA_LIB), "w").close()
-        with mock.patch.object(kernels, "library_dirs", lambda env: [self.libs]):  # not the built ones
-            r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+    def test_cuda_library_alone_that_cannot_make_a_context_loads_nothing(self):
+        emulated = os.path.join(self.tmp.name, "emulated", kernels.CUDA_LIB)  # not the folder below
+        os.makedirs(os.path.dirname(emulated))
+        shutil.copy(os.environ["NFN_EMULATED_CUDA_OPS_LIB"], emulated)
+        # The emulator has one device: device 1 fails as device 0 fails where no GPU answers.
+        self.assertEqual(kernels.open_op_library(emulated, device=1),
+                         {"opens": False, "reason": f"{emulated}: CUDA device 1 does not exist (1 found)"})
+        self.assertEqual(kernels.open_op_library(emulated),
+                         {"opens": True, "backend": "cuda", "device": "nfn CUDA emulator"})
+        self.library(kernels.CUDA_LIB, "empty")
+        r = self.doctor()
         self.assertEqual(r["op_libraries"], {"cuda": os.path.join(self.libs, kernels.CUDA_LIB), "cpu": None})
         self.assertIsNone(r["auto_backend"]["would_load"])  # as the trainer's auto fails there
-        self.assertIn("no GPU visible", r["auto_backend"]["reason"])
-        self.assertIn("no CPU op library", r["auto_backend"]["reason"])
+        self.assertIn(": cannot load op library: ", r["auto_backend"]["reason"])
+        self.assertIn("and no CPU op library found", r["auto_backend"]["reason"])
 
     def test_failing_nvidia_smi_is_reported_not_raised(self):
         script(os.path.join(self.bin, "nvidia-smi"), "echo 'NVIDIA-SMI has failed' >&2; exit 9\n")
-        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        self.library(kernels.CPU_LIB, "cpu")
+        r = self.doctor()
         self.assertEqual(r["gpu"]["error"], "nvidia-smi failed")
-        self.assertEqual(r["auto_backend"]["would_load"], "cpu" if r["op_libraries"]["cpu"] else None)
+        self.assertEqual(r["auto_backend"]["would_load"], "cpu")
 
 
     def test_cpu_model_and_gemm_features_from_cpuinfo(self):
@@ -110,10 +210,10 @@ class DoctorTest(unittest.TestCase):
             self.assertEqual(real["reason"], "configure: matmul=bf16 is not supported by oneDNN on this CPU")
 
     def test_thunderkittens_is_asked_of_the_cuda_library(self):
-        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        r = self.doctor()
         self.assertEqual(r["thunderkittens"], {"available": None, "reason": "no CUDA op library found"})
         open(os.path.join(self.libs, kernels.CUDA_LIB), "w").close()  # a file that is no library
-        r = kernels.doctor_report(self.env(), libcuda="libnfn-no-such-libcuda.so")
+        r = self.doctor()
         self.assertIsNone(r["thunderkittens"]["available"])
         self.assertIn("cannot load", r["thunderkittens"]["reason"])
         # The emulated CUDA library (same bridge as a library built without a tree) says why not.

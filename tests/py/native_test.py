@@ -62,6 +62,35 @@ class BindingRefusalsTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "eps must be positive"):
             m.optimizer_step(1, 1e-3, eps=0.0)
 
+    def test_native_gpt_keeps_its_shape_when_a_larger_one_is_refused(self):
+        # In a child whose address space is capped 0.3 GB above what it holds: a 64 x 64 batch's
+        # activations (0.6 GiB) are refused with one line, and the 1 x 16 batch the model ran
+        # before runs on, with its loss as before (once "copy: null pointer").
+        probe = """
+import resource, numpy as np
+from nfn import _native
+m = _native.NativeGPT(64, 256, 4, 8, 512)
+m.set_parameters(_native.gpt_random_parameters(64, 256, 4, 8, 512, 1))
+rng = np.random.default_rng(0)
+x, y = (rng.integers(0, 256, (1, 16)).astype(np.int32) for _ in range(2))
+before = m.forward_backward(x, y, False)
+held = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (held + 300_000_000, resource.getrlimit(resource.RLIMIT_AS)[1]))
+X = rng.integers(0, 256, (64, 64)).astype(np.int32)
+try:
+    m.forward_backward(X, X, False)
+    print("not refused")
+except RuntimeError as e:
+    print("refused:", e)
+print("again:", m.forward_backward(x, y, False) == before)
+"""
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                   MALLOC_ARENA_MAX="2")
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertRegex(proc.stdout, r"^refused: allocating the activations of micro-batch 64 x 64 \(0\.6 GiB\): "
+                                      r"alloc: \d+ bytes failed\nagain: True\n$")
+
     def test_engine_callbacks_and_reentry(self):
         e = self.engine()
         with self.assertRaisesRegex(TypeError, "on_token must return True .go on. or False .stop., not None"):
@@ -99,6 +128,12 @@ class BindingRefusalsTest(unittest.TestCase):
         path = os.path.join(self.tmp, "x_train_000000.bin")
         with open(path, "wb") as f:
             f.write(struct.pack("<3i", 20240520, 1, 64) + bytes(1012) + bytes(128))
+        sampler = _native.TokenBatchSampler([(path, 64, 2)], 2, 4, 0)  # windows at offsets 0, 8, .., 48
+        with self.assertRaisesRegex(ValueError, "^data position: epoch 9223372036854775807, shard 0, offset 56 is the "
+                                                "end of epoch 9223372036854775807, the last one the epoch counter "
+                                                "holds$"):
+            sampler.seek(2 ** 63 - 1, 0, 56)
+        self.assertEqual(sampler.position(), (0, 0, 0))
         for width in (0, 3, 8):
             with self.assertRaisesRegex(ValueError, f"token width {width} bytes"):
                 _native.TokenBatchSampler([(path, 64, width)], 2, 4, 0)

@@ -2,7 +2,9 @@
 
   nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
   nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
-                                library `--backend auto` would load, the cuBLASLt and cuDNN
+                                library `--backend auto` would load (asked of the libraries
+                                as the trainer asks them: each must load, have its entry
+                                points and make a context on device 0), the cuBLASLt and cuDNN
                                 the CUDA one would open, whether its ThunderKittens attention
                                 runs here, and the CPU: its GEMM features and whether
                                 `--matmul bf16` runs on it
@@ -177,28 +179,90 @@ def thunderkittens(cuda_lib):
     return {"available": why is None, "reason": "" if why is None else why.decode(errors="replace")}
 
 
+# What the trainer's load_op_library (cc/ops/op_library.cc) resolves before the ops themselves.
+OP_TABLE_SYMBOLS = ("nfn_abi_version", "nfn_backend_name", "nfn_ctx_create", "nfn_ctx_destroy",
+                    "nfn_ctx_last_error", "nfn_synchronize", "nfn_ctx_configure")
+
+
+def _op_symbols():
+    """Every entry point the trainer resolves: the table's, then each op's (from the registry;
+    the table's alone where no registry was generated)."""
+    from nfn.errors import UserError
+    from nfn.kernels import registry
+    try:
+        ops = [f"nfn_{op['name']}" for op in registry.load()["ops"]]
+    except (UserError, KeyError, TypeError):
+        ops = []
+    return list(OP_TABLE_SYMBOLS) + ops
+
+
+def open_op_library(path, device=0):
+    """Whether the trainer's open_backend (cc/train/backend.cc) would take the op library at
+    path, asked of the library the same way: it loads, has every entry point, and makes a
+    context on the device. {"opens": True, "backend", "device"} (the device's name where the
+    library tells it) or {"opens": False, "reason"}, the reason as the trainer words it. The
+    op ABI version, which the trainer also checks, is not: no number here to compare it with."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        return {"opens": False, "reason": f"{path}: cannot load op library: {e}"}
+    for symbol in _op_symbols():
+        if not hasattr(lib, symbol):
+            return {"opens": False, "reason": f"{path}: missing symbol {symbol}"}
+    lib.nfn_backend_name.restype = ctypes.c_char_p
+    lib.nfn_ctx_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+    lib.nfn_ctx_last_error.restype = ctypes.c_char_p
+    lib.nfn_ctx_last_error.argtypes = [ctypes.c_void_p]
+    lib.nfn_ctx_destroy.argtypes = [ctypes.c_void_p]
+    ctx = ctypes.c_void_p()
+    if lib.nfn_ctx_create(device, ctypes.byref(ctx)) != 0:
+        why = lib.nfn_ctx_last_error(None) or b"unknown error"
+        return {"opens": False, "reason": f"{path}: {why.decode(errors='replace')}"}
+    try:
+        name = getattr(lib, "nfn_cuda_device_name", None)
+        if name is not None:
+            name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+            name = (name(ctx) or b"").decode(errors="replace") or None
+        return {"opens": True, "backend": (lib.nfn_backend_name() or b"").decode(errors="replace"), "device": name}
+    finally:
+        lib.nfn_ctx_destroy(ctx)
+
+
+def auto_backend(cuda_lib, cpu_lib):
+    """What `--backend auto` loads, decided as the trainer decides it (open_backend): the CUDA
+    op library where it opens (open_op_library), else the CPU one where that opens, else nothing."""
+    build_hint = "build with bazel, or set NFN_TILE_OPS_DIR"
+    if cuda_lib:
+        cuda = open_op_library(cuda_lib)
+        if cuda["opens"]:
+            on = f" ({cuda['device']})" if cuda["device"] else ""
+            return {"would_load": cuda["backend"] or "cuda",
+                    "reason": f"{CUDA_LIB} loads and makes a context on device 0{on}"}
+        why_not_cuda = cuda["reason"]
+    else:
+        why_not_cuda = "no CUDA op library built"
+    if not cpu_lib:
+        return {"would_load": None, "reason": f"{why_not_cuda}, and no CPU op library found ({build_hint})"
+                if cuda_lib else f"no op library found ({build_hint})"}
+    cpu = open_op_library(cpu_lib)
+    if not cpu["opens"]:
+        return {"would_load": None, "reason": f"{why_not_cuda}; and {cpu['reason']}"}
+    return {"would_load": cpu["backend"] or "cpu", "reason": why_not_cuda}
+
+
 def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
     from nfn import cuda_runtime
 
     env = dict(os.environ if env is None else env)
     gpus = gpus_from_nvidia_smi(env) or gpus_from_libcuda(libcuda)
     cuda_lib, cpu_lib = find_library(CUDA_LIB, env), find_library(CPU_LIB, env)
-    if cuda_lib and gpus["devices"]:
-        would, why = "cuda", f"{CUDA_LIB} found and {len(gpus['devices'])} GPU(s) visible"
-    elif cpu_lib:
-        would = "cpu"
-        why = ("no CUDA op library built" if not cuda_lib
-               else "no GPU visible: " + gpus.get("error", "no devices"))
-    elif cuda_lib:
-        would, why = None, ("no GPU visible (" + gpus.get("error", "no devices") + ") and no CPU op "
-                            "library found (build with bazel, or set NFN_TILE_OPS_DIR)")
-    else:
-        would, why = None, "no op library found (build with bazel, or set NFN_TILE_OPS_DIR)"
     return {
         "toolchain": toolchain(env),
         "gpu": gpus,
         "op_libraries": {"cuda": cuda_lib, "cpu": cpu_lib},
-        "auto_backend": {"would_load": would, "reason": why},
+        "auto_backend": auto_backend(cuda_lib, cpu_lib),
         "runtime_libraries": {name: cuda_runtime.probe(name, env) for name in cuda_runtime.LIBRARIES},
         "thunderkittens": thunderkittens(cuda_lib),
         "cpu": cpu_report(cpu_info(cpuinfo), cpu_bf16_matmul(cpu_lib)),

@@ -10,7 +10,7 @@ import os
 
 from nfn import paths
 from nfn.data import shard_headers
-from nfn.data.resolve import resolve
+from nfn.data.resolve import SPLITS, resolve
 
 META_FILE = "meta.json"
 META_SCHEMA = 1
@@ -35,7 +35,7 @@ def shard_summary(src):
     return {
         "dataset": src.dataset,
         "tokenizer": src.tokenizer,
-        "dir": os.path.dirname(os.path.abspath(src.train[0])),
+        "dir": os.path.dirname(os.path.abspath((src.train or src.val)[0])),
         "train_shards": [os.path.abspath(p) for p in src.train],
         "val_shards": [os.path.abspath(p) for p in src.val],
         "train_tokens": counts["train"],
@@ -104,9 +104,10 @@ def cached_text_entry(src):
         return None
 
 
-def find_cached(dataset=None, pretraining_file=None, tokenizer="gpt2"):
-    """The prepared dataset if nothing needs tokenizing, else None. Bad input raises UserError."""
-    src = resolve(dataset, pretraining_file, tokenizer)
+def find_cached(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS):
+    """The prepared dataset if nothing needs tokenizing, else None. Bad input raises UserError.
+    splits: those existing shards must have (resolve)."""
+    src = resolve(dataset, pretraining_file, tokenizer, splits)
     if src.kind == "shards":
         return shard_summary(src)
     return cached_text_entry(src)

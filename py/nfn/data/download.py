@@ -5,7 +5,6 @@ dataset's public file host. Offline, the error names the alias and the offline c
 """
 import os
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -60,9 +59,6 @@ def fetch_bytes(url, what):
 def download_file(url, dest, what, quiet=False):
     """Stream url to dest; dest appears only when complete."""
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    fileio.remove_orphaned_dirs(os.path.dirname(dest), quiet)  # a killed download's part
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f"{fileio.WORK_PREFIX}tmp-download-")
-    fileio.lock_work(fd)  # held while the file is open: a killed download's part is free to remove
     show = not quiet and sys.stderr.isatty()
     start = time.time()
 
@@ -72,13 +68,9 @@ def download_file(url, dest, what, quiet=False):
             print(f"\r{what}: {pct}{got / 1e6:.1f} MB ({got / 1e6 / max(time.time() - start, 1e-3):.1f} MB/s)",
                   end="", file=sys.stderr, flush=True)
 
-    try:
-        with os.fdopen(fd, "wb") as out, _open(url, what) as resp:
+    try:  # a killed download's part is unfinished work that the next writer there removes
+        with fileio.atomic_open(dest, "wb", quiet=quiet) as out, _open(url, what) as resp:
             _copy(resp, out, url, what, progress)
-        os.replace(tmp, dest)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     finally:
         if show:
             print(file=sys.stderr)

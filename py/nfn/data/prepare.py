@@ -5,11 +5,14 @@
 
 Each document starts with the tokenizer's eot id (llm.c's layout). The entry is built in a
 temp directory beside its final place and renamed there only when complete; a stale entry
-is replaced the same way, so readers never see half a dataset.
+is replaced in one step (fileio.install_dir), so readers never see half a dataset, nor none.
+One process builds an entry at a time: another prepare of it waits, then finds it built.
 """
+import contextlib
 import datetime
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -17,7 +20,7 @@ from nfn import fileio, paths, tokenizers
 from nfn.data import cache, shard_headers, sources
 from nfn.data.parallel_encode import encode_stream
 from nfn.data.progress import Progress
-from nfn.data.resolve import resolve
+from nfn.data.resolve import SPLITS, resolve
 from nfn.data.shard_writer import DEFAULT_SHARD_TOKENS, ShardWriter
 from nfn.data.text_pieces import explicit_pieces, split_pieces, total_bytes
 from nfn.errors import UserError
@@ -37,21 +40,55 @@ def _writable_tmp(root, key):
 
 
 def _install(tmp, final):
-    """Rename tmp to final, replacing an older entry without a moment where final is half-written."""
-    try:
-        os.rename(tmp, final)
-        return
-    except OSError:
-        if not os.path.isdir(final):
-            raise
-    with fileio.WorkDir(os.path.dirname(final), "stale", os.path.basename(final)) as stale:
-        old = os.path.join(stale.path, "old")
-        os.rename(final, old)
+    """Rename tmp to final, replacing an older entry in one step (fileio.install_dir)."""
+    fileio.install_dir(tmp, final)
+
+
+@contextlib.contextmanager
+def _one_builder(root, src, quiet):
+    """Held while this process builds src's entry, so that another prepare of it (a second
+    `nfn data prepare`, `nfn train` or `nfn eval`, or a reader that missed the entry while it
+    was being replaced) waits here, with a notice unless quiet, and then finds it built.
+
+    A flock on root/.nfn-lock-KEY holding the builder's pid; the holder removes the file before
+    letting go, and a waiter that then holds a file no longer there starts again. One a killed
+    builder left is free to take, and removed as other unfinished work is (fileio)."""
+    import fcntl
+    path = os.path.join(root, f"{fileio.WORK_PREFIX}lock-{src.key}")
+    said = quiet
+    while True:
         try:
-            os.rename(tmp, final)
-        except OSError:
-            os.rename(old, final)  # the old entry back where it was
-            raise
+            os.makedirs(root, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            raise UserError(f"{root}: dataset cache is not writable ({e.strerror}); "
+                            f"set {paths.DATASETS_ENV} to a writable directory") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                    print(f"nfn: waiting for another process{f' (pid {holder})' if holder.isdigit() else ''} "
+                          f"preparing {src.dataset} with {src.tokenizer}", file=sys.stderr, flush=True)
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if not same:  # its holder removed it as it let go: take the file there now
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            return
+        finally:
+            os.close(fd)
 
 
 def _check_token_range(summary):
@@ -141,11 +178,12 @@ def _build(src, tok, quiet, shard_tokens, workers):
 
 
 def prepare_dataset(dataset=None, pretraining_file=None, tokenizer="gpt2", quiet=False,
-                    shard_tokens=DEFAULT_SHARD_TOKENS, workers=None):
-    """The prepared dataset (keys as `nfn data prepare --json`), tokenizing only when not cached."""
+                    shard_tokens=DEFAULT_SHARD_TOKENS, workers=None, splits=SPLITS):
+    """The prepared dataset (keys as `nfn data prepare --json`), tokenizing only when not cached.
+    splits: those existing shards must have (resolve); text is prepared into both."""
     if shard_tokens < 1:
         raise UserError(f"--shard-tokens must be positive, got {shard_tokens}")
-    src = resolve(dataset, pretraining_file, tokenizer)
+    src = resolve(dataset, pretraining_file, tokenizer, splits)
     if src.kind == "shards":
         summary = cache.shard_summary(src)
         _check_token_range(summary)
@@ -154,9 +192,10 @@ def prepare_dataset(dataset=None, pretraining_file=None, tokenizer="gpt2", quiet
     if hit:
         return hit
     tok = tokenizers.load(tokenizer, quiet)  # may train an sp model, after which the cache can hit
-    hit = cache.cached_text_entry(src)
-    if hit:
-        return hit
-    summary = _build(src, tok, quiet, shard_tokens, workers)
+    with _one_builder(paths.datasets_dir(), src, quiet):
+        hit = cache.cached_text_entry(src)  # the tokenizer's training, or another builder, made it
+        if hit:
+            return hit
+        summary = _build(src, tok, quiet, shard_tokens, workers)
     summary["cached"] = False
     return summary

@@ -18,6 +18,7 @@ from nfn.errors import UserError
 GOLF_DIR_ENV = "NFN_GOLF_DIR"
 GOLF_TRAIN_SHARDS = {"golf1": 1, "golf10": 10}
 GOLF_TOKENIZER = "sp1024"
+SPLITS = ("train", "val")  # what a run reads; `nfn eval --split S` needs only S
 
 ALIASES = {
     **TEXT_ALIASES,
@@ -81,25 +82,28 @@ def _recorded_tokenizer(directory):
     return name if isinstance(name, str) else None
 
 
-def _shard_source(name, tokenizer, train_path_or_dir):
+def _shard_source(name, tokenizer, train_path_or_dir, splits=SPLITS):
+    """Existing shards: a directory's *_train_* and *_val_* files, or a *_train*.bin file and
+    the *_val*.bin files beside it; only the splits named are looked for (and needed)."""
     # Shards that say which tokenizer made them are that tokenizer's, whichever was asked for,
     # so a mismatch is caught where the caller compares them.
     directory = train_path_or_dir if os.path.isdir(train_path_or_dir) else os.path.dirname(train_path_or_dir)
     tokenizer = _recorded_tokenizer(directory) or tokenizer
+    found = {}
     if os.path.isdir(train_path_or_dir):
-        train = shard_headers.shards_in(train_path_or_dir, "train")
-        if not train:
-            raise UserError(f"{train_path_or_dir}: no *_train_*.bin token shards in this directory")
-        val = shard_headers.shards_in(train_path_or_dir, "val")
-        if not val:
-            raise UserError(f"{train_path_or_dir}: no *_val_*.bin validation shards in this directory")
+        for split in SPLITS:
+            found[split] = shard_headers.shards_in(train_path_or_dir, split) if split in splits else []
+            if split in splits and not found[split]:
+                raise UserError(f"{train_path_or_dir}: no {split} shards (*_{split}_*.bin) in this directory")
     else:
-        train = [train_path_or_dir]
-        val = shard_headers.validation_siblings(train_path_or_dir)
-    return Source("shards", name, tokenizer, train=train, val=val)
+        found["train"] = [train_path_or_dir]
+        found["val"] = shard_headers.validation_siblings(train_path_or_dir) if "val" in splits else []
+    return Source("shards", name, tokenizer, train=found["train"], val=found["val"])
 
 
-def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2"):
+def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS):
+    """The Source the names mean. splits: those existing shards must have (the others are not
+    looked for); text is always prepared into both."""
     from nfn import tokenizers
     tokenizers.vocab_size_of(tokenizer)  # unknown tokenizer: fail before anything else
     if dataset and pretraining_file:
@@ -119,7 +123,8 @@ def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2"):
     if dataset == "tinystories":
         shard_dir = os.environ.get(TINYSTORIES_SHARDS_ENV, "").strip()
         if shard_dir and tokenizer == "gpt2":
-            return _shard_source(dataset, tokenizer, os.path.join(os.path.abspath(shard_dir), "TinyStories_train.bin"))
+            return _shard_source(dataset, tokenizer, os.path.join(os.path.abspath(shard_dir), "TinyStories_train.bin"),
+                                 splits)
         return Source("text", dataset, tokenizer, key=f"tinystories-{tokenizer}", text_alias=dataset,
                       identity={"alias": dataset, "files": sorted(TINYSTORIES_FILES.values())})
     if dataset in GOLF_TRAIN_SHARDS:
@@ -127,13 +132,13 @@ def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2"):
         if not os.path.isdir(d):
             raise UserError(f"{dataset}: {d} does not exist; put FineWeb sp1024 shards "
                             f"(fineweb_train_*.bin, fineweb_val_*.bin) there or set {GOLF_DIR_ENV}")
-        src = _shard_source(dataset, GOLF_TOKENIZER, d)
-        if len(src.train) < n:
+        src = _shard_source(dataset, GOLF_TOKENIZER, d, splits)
+        if "train" in splits and len(src.train) < n:
             raise UserError(f"{dataset}: needs {n} train shards in {d}, found {len(src.train)}")
         src.train = src.train[:n]
         return src
     path = os.path.abspath(os.path.expanduser(dataset))
     if os.path.isdir(path) or (os.path.isfile(path) and path.endswith(".bin")):
-        return _shard_source(path, tokenizer, path)
+        return _shard_source(path, tokenizer, path, splits)
     raise UserError(f"unknown dataset '{dataset}': known aliases are {', '.join(ALIASES)}; or give a directory "
                     f"of token shards, a *_train*.bin file, or --pretraining-file PATH")

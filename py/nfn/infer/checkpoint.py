@@ -26,6 +26,7 @@ PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attpro
                "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 MODEL_FILE = re.compile(r"^model_(\d{8})\.bin$")
 DONE_FILE = "DONE_{:08d}"
+STATE_FILE = "state_{:08d}_00000.bin"  # the optimizer's state, which a resume needs beside the model
 MANIFEST = "manifest.json"
 HF_FILES = ("config.json", "model.safetensors")
 
@@ -140,7 +141,7 @@ def manifest_of(model_path):
     return candidate if os.path.isfile(candidate) else None
 
 
-def _from_directory(directory):
+def _from_directory(directory, for_resume):
     names = os.listdir(directory)
     if all(f in names for f in HF_FILES):
         return Checkpoint("hf", os.path.abspath(directory), None, None)
@@ -148,7 +149,10 @@ def _from_directory(directory):
     if not steps:
         raise UserError(f"{directory}: no checkpoint here (no model_%08d.bin, and not a Hugging Face "
                         f"directory with {' + '.join(HF_FILES)})")
-    complete = [step for step in steps if DONE_FILE.format(step) in names]
+    # A resume also needs the step's optimizer state, as the trainer counts a step complete
+    # (cc/ckpt complete_steps); sampling needs the model alone.
+    complete = [step for step in steps if DONE_FILE.format(step) in names and
+                (not for_resume or STATE_FILE.format(step) in names)]
     manifest = _json_object(os.path.join(directory, MANIFEST))
     run_id, last = _run_id(manifest), (manifest or {}).get("step")
     if run_id is not None and isinstance(last, int) and not isinstance(last, bool) and last >= 0:
@@ -170,8 +174,9 @@ def _from_directory(directory):
                     f"{DONE_FILE.format(steps[0])} marker (the run stopped before it finished writing)")
 
 
-def resolve(spec):
-    """The Checkpoint that `--checkpoint spec` names."""
+def resolve(spec, for_resume=False):
+    """The Checkpoint that `--checkpoint spec` names; for_resume: the one `--resume spec`
+    continues, a directory's newest complete step with its optimizer state too."""
     expanded = os.path.expanduser(spec)
     if os.path.isfile(expanded):
         m = MODEL_FILE.match(os.path.basename(expanded))
@@ -184,10 +189,10 @@ def resolve(spec):
             return Checkpoint("llmc", os.path.abspath(expanded), int(m.group(1)), manifest)
         return Checkpoint("llmc", os.path.abspath(expanded), None, None)
     if os.path.isdir(expanded):
-        return _from_directory(expanded)
+        return _from_directory(expanded, for_resume)
     artifact = os.path.join(paths.artifacts_dir(), spec)
     if spec and os.sep not in spec and os.path.isdir(artifact):
-        return _from_directory(artifact)
+        return _from_directory(artifact, for_resume)
     raise UserError(f"checkpoint {spec}: not a file, a directory, or an artifact name under "
                     f"{paths.artifacts_dir()}")
 

@@ -40,13 +40,15 @@ def read_split_tokens(shards, limit, vocab_size, name):
 
 def dataset_shards(args, tokenizer, data):
     """The split's shard paths for data (("dataset", alias or shards) or ("pretraining_file",
-    text)), prepared with the checkpoint's tokenizer if needed."""
+    text)), prepared with the checkpoint's tokenizer if needed; existing shards need only
+    that split's."""
     from nfn.data import cache
     kind, name = data
-    info = cache.find_cached(**{kind: name}, tokenizer=tokenizer)
+    splits = (args.split,)  # existing shards need only the split read
+    info = cache.find_cached(**{kind: name}, tokenizer=tokenizer, splits=splits)
     if info is None:
         from nfn.data.prepare import prepare_dataset
-        info = prepare_dataset(**{kind: name}, tokenizer=tokenizer, quiet=args.json)
+        info = prepare_dataset(**{kind: name}, tokenizer=tokenizer, quiet=args.json, splits=splits)
     if info["tokenizer"] != tokenizer:
         raise UserError(f"dataset {name} is tokenized with {info['tokenizer']} but the checkpoint "
                         f"uses {tokenizer}")

@@ -87,8 +87,9 @@ def check_name(name):
 
 
 def save_atomically(out_root, name, files, quiet=False):
-    """Write files into a temp directory beside the target, then rename it into place
-    (removing a killed writer's leftovers first, saying so unless quiet)."""
+    """Write files into a temp directory beside the target, then rename it into place,
+    replacing an older one in one step (removing a killed writer's leftovers first, saying so
+    unless quiet)."""
     os.makedirs(out_root, exist_ok=True)
     final = os.path.join(out_root, name)
     fileio.remove_orphaned_dirs(out_root, quiet)
@@ -96,21 +97,55 @@ def save_atomically(out_root, name, files, quiet=False):
         for fname, text in files.items():
             with open(os.path.join(tmp.path, fname), "w", encoding="utf-8", newline="") as f:
                 f.write(text)
-        if os.path.exists(final):
-            with fileio.WorkDir(out_root, "stale", name) as old:
-                os.rename(final, os.path.join(old.path, "t"))
-                os.rename(tmp.path, final)
-        else:
-            os.rename(tmp.path, final)
+        fileio.install_dir(tmp.path, final)  # in one step: a reader finds the old or the new one
     return final
 
 
+class _Replaced(Exception):
+    """The directory was replaced (a retrain) while its files were being read."""
+
+
 def load_trained(directory):
-    """Read and validate a tokenizer directory written by `train`."""
+    """Read and validate a tokenizer directory written by `train`. Its files are read from one
+    directory, and read again where a retrain replaced it meanwhile (save_atomically), so that
+    a tokenizer is never one training's manifest with another's ranks."""
+    for _ in range(10):
+        try:
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            dir_fd = None  # named in the manifest's error below
+        try:
+            return _load_trained(directory, dir_fd)
+        except _Replaced:
+            continue
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+    raise UserError(f"{directory}: replaced again and again while being read; try again")
+
+
+def _load_trained(directory, dir_fd):
+    def read(path):
+        """The file's bytes, from the directory dir_fd holds; _Replaced where it is gone from
+        there because that directory is no longer the one at `directory`."""
+        try:
+            if dir_fd is None:
+                raise FileNotFoundError
+            fd = os.open(os.path.basename(path), os.O_RDONLY, dir_fd=dir_fd)
+        except FileNotFoundError:
+            try:
+                replaced = dir_fd is not None and not os.path.samestat(os.fstat(dir_fd), os.stat(directory))
+            except OSError:
+                replaced = False
+            if replaced:
+                raise _Replaced from None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
     manifest_path = os.path.join(directory, MANIFEST)
     try:
-        with open(manifest_path, "rb") as f:
-            manifest_bytes = f.read()  # parsed and hashed as read: the identity is of what was loaded
+        manifest_bytes = read(manifest_path)  # parsed and hashed as read: the identity is of what was loaded
         manifest = json.loads(manifest_bytes.decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"{manifest_path}: not found (train it with `nfn tokenizer train`)") from None
@@ -142,10 +177,11 @@ def load_trained(directory):
         raise UserError(f"{manifest_path}: field 'files.ranks' must be a file name")
     ranks_path = os.path.join(directory, ranks_name)
     try:
-        with open(ranks_path, "rb") as f:
-            ranks_bytes = f.read()
+        ranks_bytes = read(ranks_path)
     except FileNotFoundError:
         raise UserError(f"{ranks_path}: not found") from None
+    except OSError as e:
+        raise UserError(f"{ranks_path}: cannot read ({e.strerror})") from None
     ranks = read_ranks(ranks_path, ranks_bytes)
     if sorted(special.values()) != list(range(len(ranks), len(ranks) + len(special))):
         raise UserError(f"{manifest_path}: field 'special_tokens' must number the ids "

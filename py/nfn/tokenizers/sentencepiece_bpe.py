@@ -7,11 +7,10 @@ lossless: identity normalization, whitespace kept, byte fallback for unseen char
 import io
 import os
 import sys
-import tempfile
 
 import sentencepiece as spm
 
-from nfn import paths
+from nfn import fileio, paths
 from nfn.errors import UserError
 from nfn.tokenizers import sha256_of_contents
 
@@ -23,16 +22,12 @@ def model_path(name):
     return os.path.join(paths.tokenizers_dir(), name, f"{name}.model")
 
 
-def _write_atomically(path, data):
+def _write_atomically(path, data, quiet=False):
+    """The model file, whole or not at all; what a killed writer left there is removed first
+    (fileio.atomic_open)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with fileio.atomic_open(path, "wb", quiet=quiet) as f:
+        f.write(data)
 
 
 def train_model(lines, vocab_size):
@@ -87,7 +82,7 @@ class SentencePieceTokenizer:
                     print(f"nfn: training tokenizer {name} on the default corpus (once)", file=sys.stderr)
                 data = train_model(_default_corpus_lines(quiet), vocab_size)
             try:
-                _write_atomically(path, data)
+                _write_atomically(path, data, quiet)
             except OSError as e:
                 raise UserError(f"{os.path.dirname(path)}: cannot write tokenizer {name} ({e.strerror}); "
                                 f"set {paths.TOKENIZERS_ENV} to a writable directory") from None

@@ -65,7 +65,7 @@ def resumed_manifest(args):
     from nfn.infer import checkpoint  # standard library only
     where = output_dir(args) if args.resume == "auto" else os.path.abspath(args.resume)
     try:
-        path = checkpoint.resolve(where).manifest
+        path = checkpoint.resolve(where, for_resume=True).manifest
     except UserError:  # no checkpoint there (the trainer says so): the manifest of that directory
         if os.path.isdir(where):
             path = os.path.join(where, checkpoint.MANIFEST)
@@ -189,7 +189,7 @@ def write_sample(report, tokenizer_name, quiet=False):
         return None
     from nfn import tokenizers
     text = tokenizers.load(tokenizer_name, quiet).decode(ids)
-    with fileio.atomic_open(path, "w", encoding="utf-8") as f:
+    with fileio.atomic_open(path, "w", encoding="utf-8", quiet=quiet) as f:
         f.write(text)
     report["sample_text"] = text
     report["sample_file"] = path

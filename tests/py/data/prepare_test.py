@@ -183,6 +183,39 @@ class PrepareTest(unittest.TestCase):
             f.truncate(2000)
         self.assertIsNone(cache.find_cached(pretraining_file=path))
 
+    def test_a_second_prepare_of_a_dataset_being_built_waits_and_finds_it(self):
+        # A prepare stalls in its build (after its work folder is made) until told to go on; a
+        # second `nfn data prepare` of the same text meanwhile waits, says so, and then finds
+        # the first one's entry rather than building (and installing) its own.
+        import time
+        path = self.write("corpus.txt", TEXT)
+        building, go = os.path.join(self.tmp, "building"), os.path.join(self.tmp, "go")
+        stalled = ("import os, sys, time\nfrom nfn.data import prepare\nreal = prepare.encode_stream\n"
+                   "def encode_stream(*a, **k):\n    open(sys.argv[2], 'w').close()\n"
+                   "    while not os.path.exists(sys.argv[3]):\n        time.sleep(0.02)\n"
+                   "    yield from real(*a, **k)\n"
+                   "prepare.encode_stream = encode_stream\n"
+                   "print(prepare.prepare_dataset(pretraining_file=sys.argv[1], quiet=True)['cached'])\n")
+        env = dict(os.environ, PYTHONPATH=PY_ROOT)
+        first = subprocess.Popen([sys.executable, "-c", stalled, path, building, go], env=env,
+                                 stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(building) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(os.path.exists(building), "the first prepare never started building")
+        code = "import sys; from nfn.cli.main import main; sys.exit(main(sys.argv[1:]))"
+        second = subprocess.Popen([sys.executable, "-c", code, "data", "prepare", "--pretraining-file", path],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = second.stderr.readline()  # its notice while it waits (at its end, if it does not)
+        open(go, "w").close()
+        self.assertEqual(first.communicate(timeout=120)[0], "False\n")
+        out, err = second.communicate(timeout=120)
+        self.assertEqual((second.returncode, said + err),
+                         (0, f"nfn: waiting for another process (pid {first.pid}) preparing {path} with gpt2\n"))
+        entry = cache.find_cached(pretraining_file=path)["dir"]
+        self.assertEqual(out.splitlines()[0], f"{path} (gpt2, vocab 50257): cached in {entry}")
+        self.assertEqual(os.listdir(self.env["NFN_DATASETS_DIR"]), [os.path.basename(entry)])  # no lock left
+
     def test_a_killed_writers_folders_are_removed(self):
         import fcntl
         import time

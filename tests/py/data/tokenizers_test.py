@@ -119,6 +119,36 @@ class SentencePieceTest(EnvTest):
         finally:
             os.environ.pop("NFN_DATASETS_DIR") if old is None else os.environ.__setitem__("NFN_DATASETS_DIR", old)
 
+    def test_a_killed_model_write_leaves_nothing_the_next_write_keeps(self):
+        # A writer killed before its rename leaves its temporary file; once no writer holds it
+        # (and it is not just made), the next model write in that directory removes it.
+        import signal
+        import subprocess
+        import sys
+        import time
+        path = sentencepiece_bpe.model_path("sp1024")
+        code = ("import os, signal, sys\nfrom nfn.tokenizers import sentencepiece_bpe as s\n"
+                "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+                "s._write_atomically(sys.argv[1], b'half a model')\n")
+        import nfn
+        py_root = os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__)))
+        proc = subprocess.run([sys.executable, "-c", code, path], env=dict(os.environ, PYTHONPATH=py_root))
+        self.assertEqual(proc.returncode, -signal.SIGKILL)
+        folder = os.path.dirname(path)
+        left = os.listdir(folder)
+        self.assertEqual(len(left), 1, left)
+        old = time.time() - 3600
+        os.utime(os.path.join(folder, left[0]), (old, old))
+        said, mask = io.StringIO(), os.umask(0o022)
+        try:
+            with contextlib.redirect_stderr(said):
+                sentencepiece_bpe._write_atomically(path, self.model, quiet=True)
+        finally:
+            os.umask(mask)
+        self.assertEqual((os.listdir(folder), said.getvalue()), (["sp1024.model"], ""))
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o644)  # as a plain open makes it (a shared cache)
+        self.assertEqual(tokenizers.load("sp1024").vocab_size, 1024)
+
     def test_wrong_model_is_rejected(self):
         path = self.install("sp2048")  # a 1024-piece model where 2048 is expected
         with self.assertRaisesRegex(UserError, r"sp2048\.model: model has 1024 pieces, sp2048 needs 2048"):

@@ -137,6 +137,39 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(err.strip(), f"nfn eval: error: dataset {other} is tokenized with sp1024 but the "
                                       "checkpoint uses gpt2")
 
+    def test_each_split_needs_only_its_own_shards(self):
+        # The train shard holds the stream's first 40 tokens: --split train on a directory (or
+        # a *_train_* file) without any val shard scores those, as the reference does.
+        only_train = os.path.join(self.tmp, "only_train")
+        os.makedirs(only_train)
+        shutil.copy(os.path.join(self.data, "tiny_train_000000.bin"), only_train)
+        only_val = os.path.join(self.tmp, "only_val")
+        os.makedirs(only_val)
+        shutil.copy(os.path.join(self.data, "tiny_val_000000.bin"), only_val)
+        broken_val = os.path.join(self.tmp, "broken_val")  # a val shard cut short: not read for train
+        shutil.copytree(only_train, broken_val)
+        with open(os.path.join(broken_val, "tiny_val_000000.bin"), "wb") as f:
+            f.write(b"\0" * 100)
+        base = ["eval", "--checkpoint", self.ckpt, "--json", "--backend", "cpu"]
+        for dataset, split, want in ((only_train, "train", self.reference(39)),
+                                     (os.path.join(only_train, "tiny_train_000000.bin"), "train", self.reference(39)),
+                                     (broken_val, "train", self.reference(39)),
+                                     (only_val, "val", self.reference())):
+            with self.subTest(dataset=dataset, split=split):
+                code, out, err, _ = fixtures.run_nfn(base + ["--dataset", dataset, "--split", split])
+                self.assertEqual(code, 0, err)
+                got = json.loads(out)
+                self.assertEqual((got["split"], got["tokens"]), (split, want["tokens"]))
+                self.assertAlmostEqual(got["loss"], want["loss"], delta=2e-5 * want["loss"])
+        # A split with no shards there: one line naming the directory and the split.
+        for dataset, split in ((only_train, "val"), (only_val, "train")):
+            with self.subTest(dataset=dataset, split=split):
+                args = base[:-3] + ["--backend", "cpu", "--dataset", dataset] + (["--split", split] if split == "train"
+                                                                                 else [])  # val: the default
+                code, out, err, _ = fixtures.run_nfn(args)
+                self.assertEqual((code, out, err), (1, "", f"nfn eval: error: {dataset}: no {split} shards "
+                                                           f"(*_{split}_*.bin) in this directory\n"))
+
     def test_recorded_data(self):
         from nfn.infer.checkpoint import recorded_data
         text = os.path.join(self.tmp, "plays.txt")

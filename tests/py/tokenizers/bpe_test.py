@@ -226,6 +226,46 @@ class FilesTest(unittest.TestCase):
         self.assertNotEqual(before["sha256"], after.identity()["sha256"])
         self.assertEqual(os.listdir(self.root), ["small"])  # no temp or old directories left
 
+    def test_a_reader_loads_the_old_or_the_new_while_it_is_retrained(self):
+        # Another process loads the tokenizer by name again and again while it is replaced, in
+        # turn, by two trainings: every load finds it, and each is wholly one of the two
+        # (its identity is one of theirs: never one training's manifest with the other's ranks).
+        import subprocess
+        import sys
+        import nfn
+        other_root = os.path.join(self.root, "other")
+        other = bpe.train(corpus(2000, seed=3).splitlines(), 280, "small", other_root)
+        versions = []
+        for d in (self.dir, other):
+            files = {}
+            for name in (bpe.MANIFEST, bpe.RANKS_FILE):
+                with open(os.path.join(d, name), encoding="utf-8", newline="") as f:
+                    files[name] = f.read()
+            versions.append(files)
+        known = sorted(bpe.load_trained(d).identity()["sha256"] for d in (self.dir, other))
+        stop = os.path.join(self.root, "other", "stop")
+        reader = ("import json, os, sys\nfrom nfn import tokenizers\nfrom nfn.errors import UserError\n"
+                  "loads, errors, seen = 0, [], set()\n"
+                  "tokenizers.load('small')\nprint('ready', flush=True)\n"
+                  "while not os.path.exists(sys.argv[1]):\n"
+                  "    try:\n        seen.add(tokenizers.load('small').identity()['sha256'])\n        loads += 1\n"
+                  "    except UserError as e:\n        errors.append(str(e))\n"
+                  "print(json.dumps({'loads': loads, 'errors': errors[:3], 'seen': sorted(seen)}))\n")
+        env = dict(os.environ, NFN_TOKENIZERS_DIR=self.root,
+                   PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(nfn.__file__))))
+        proc = subprocess.Popen([sys.executable, "-c", reader, stop], env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(proc.stdout.readline(), "ready\n")
+            for i in range(300):
+                bpe.save_atomically(self.root, "small", versions[i % 2], quiet=True)
+        finally:
+            open(stop, "w").close()
+            got = json.loads(proc.communicate(timeout=60)[0])
+        self.assertGreater(got["loads"], 0)
+        self.assertEqual(got["errors"], [])
+        self.assertLessEqual(set(got["seen"]), set(known))
+        self.assertEqual(sorted(os.listdir(self.root)), ["other", "small"])
+
     def test_small_corpus_gives_the_vocabulary_it_can(self):
         # Fewer distinct pairs than requested merges: the manifest states the real size.
         d = bpe.train(["abab abab"], 300, "tiny", self.root)
