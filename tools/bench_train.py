@@ -43,7 +43,10 @@ def parse_args(argv):
     p.add_argument("--peak-tflops", type=float, default=989.4,
                    help="dense bf16 peak for MFU (H100/H200 SXM: 989.4, as the trainer's cc/train/mfu.h)")
     p.add_argument("--timeout", type=int, default=None,
-                   help="cuda: seconds allowed to each run (nfn per mode, the reference; default 130)")
+                   help="seconds each run may take (one that takes longer is stopped and reported as an error): cuda: "
+                        "nfn per mode, the reference (default 130); cpu: each trainer run, the reference's start "
+                        "(every mode built and warmed up) and each of its answers (one mode's steps of a round) "
+                        "(default 600)")
     p.add_argument("--modes", default="cudnn,cudnn+graphs",
                    help="cuda: nfn runs, comma-separated, each the trainer's --attention path (cudnn, "
                         "flash_mma, thunderkittens, flash) with +graphs (--graphs on), +tune "
@@ -215,16 +218,20 @@ def main(argv=None):
     if args.accum < 1:
         print(f"bench_train: --accum {args.accum} must be at least 1", file=sys.stderr)
         return 2
+    if args.timeout is not None and args.timeout < 1:
+        print(f"bench_train: --timeout {args.timeout} must be at least 1 second", file=sys.stderr)
+        return 2
     if args.steps is None:
         args.steps = 10 if args.backend == "cpu" else 30
     if args.backend == "cpu":
-        # The CPU benchmark's geometry is fixed (bench_train_cpu.py), and its sides run untimed-out.
+        # The CPU benchmark's geometry is fixed (bench_train_cpu.py).
         given = [f for f, v in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
-                                ("--timeout", args.timeout), ("--accum", args.accum if args.accum != 1 else None))
+                                ("--accum", args.accum if args.accum != 1 else None))
                  if v is not None]
         if given:
             print(f"bench_train: {', '.join(given)}: cuda only (the cpu benchmark's geometry is fixed)", file=sys.stderr)
             return 2
+        args.timeout = 600 if args.timeout is None else args.timeout
         import bench_train_cpu
         with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
             result = bench_train_cpu.run(args, workdir)

@@ -5,14 +5,23 @@ Both sides are timed the same way: the median of --steps timed steps (nfn's per-
 times come from its report's "step_seconds", after 3 untimed steps in each fresh trainer; the
 reference warms and compiles each mode once, in one long-lived process), in short rounds that
 alternate the two sides (--rounds); the ratio is the median of the rounds' ratios.
+
+Each side has --timeout seconds a step of its own: a trainer run, the reference's start (every
+mode built and warmed up) and each of its answers (one mode's steps of a round). A trainer run
+past it is killed and reported as its mode's error; a reference past it is killed with the
+processes it started (torch.compile's workers), and its modes report the error from then on.
 """
+import contextlib
 import json
 import os
+import queue
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 
 from bench_train import timed_steps, write_shard_tokens
 from bench_train_torch_cpu import MODES as TORCH_MODES  # standard library only at import
@@ -26,13 +35,14 @@ def nfn_modes(args, workdir, matmuls, threads):
     out = {}
     for matmul in matmuls:
         try:
-            out[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps)
+            out[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps,
+                                               getattr(args, "timeout", None))
         except (RuntimeError, OSError, ValueError, KeyError) as e:
             out[f"matmul_{matmul}"] = {"error": str(e)}
     return out
 
 
-def nfn_rate(trainer, workdir, matmul, threads, steps):
+def nfn_rate(trainer, workdir, matmul, threads, steps, timeout=None):
     g = GEOMETRY
     data = os.path.join(workdir, "data")
     if not os.path.isdir(data):
@@ -47,7 +57,10 @@ def nfn_rate(trainer, workdir, matmul, threads, steps):
            "--eval-batches", "0", "--backend", "cpu", "--matmul", matmul, "--threads", str(threads),
            "--output-dir", os.path.join(workdir, f"out_{matmul}"), "--json"]
     shutil.rmtree(os.path.join(workdir, f"out_{matmul}"), ignore_errors=True)  # a fresh run every round
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:  # killed
+        raise RuntimeError(f"trainer ran past {timeout} s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
     report = json.loads(proc.stdout)
@@ -58,20 +71,39 @@ def nfn_rate(trainer, workdir, matmul, threads, steps):
 
 class TorchReference:
     """tools/bench_train_torch_cpu.py --serve: every mode built and compiled once, then asked
-    for `steps` more steps per round, so rounds stay short enough to alternate with nfn's."""
+    for `steps` more steps per round, so rounds stay short enough to alternate with nfn's. Its
+    start and each answer have `timeout` seconds (None: no limit); past them it is killed."""
 
-    def __init__(self, threads, modes, workdir):
+    def __init__(self, threads, modes, workdir, timeout=None):
         cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--serve", "--threads", str(threads),
                "--warmup", str(WARMUP_STEPS), "--modes", ",".join(modes)]
         cmd += [f"--{k.replace('_', '-')}={v}" for k, v in GEOMETRY.items()]
+        self.timeout = timeout
+        self.stopped = None  # why it was killed, once it was
         # stderr to a file: compiler warnings must never fill a pipe nobody reads mid-run
         self.log = open(os.path.join(workdir, "reference.log"), "w+")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        # A session of its own: stopped, it is stopped with every process it started.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     start_new_session=True)
+        # Its lines through a queue, so that waiting for one can stop at the timeout.
+        self.lines = queue.Queue()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
         hello = self._read()
         self.errors = hello.get("errors", {}) if "ready" in hello else {m: hello for m in modes}
 
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # end of its output
+
     def _read(self):
-        line = self.proc.stdout.readline()
+        try:
+            line = self.lines.get(timeout=self.timeout)
+        except queue.Empty:
+            self._kill()
+            self.stopped = f"reference ran past {self.timeout} s"
+            return {"error": self.stopped}
         if not line:
             self.proc.wait()
             self.log.seek(0)
@@ -85,19 +117,39 @@ class TorchReference:
             if mode in self.errors:
                 out[mode] = self.errors[mode]
                 continue
+            if self.stopped:
+                out[mode] = {"error": self.stopped}
+                continue
             if self.proc.poll() is not None:
                 out[mode] = {"error": f"reference exited {self.proc.returncode}"}
                 continue
-            self.proc.stdin.write(f"{mode} {steps}\n")
-            self.proc.stdin.flush()
+            try:
+                self.proc.stdin.write(f"{mode} {steps}\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:  # it ended meanwhile: _read says how
+                pass
             out[mode] = self._read()
             out[mode].pop("mode", None)
         return out
 
+    def _kill(self):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
     def close(self):
         if self.proc.poll() is None:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()  # its cue to end
+            try:
+                self.proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                self._kill()
+        with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.close()
-            self.proc.wait()
+        self.pump.join(timeout=5)  # at the end of its output
+        if not self.pump.is_alive():
+            self.proc.stdout.close()
         self.log.close()
 
 
@@ -133,7 +185,7 @@ def run(args, workdir):
     threads = os.cpu_count()
     nfn_all = ["f32", "bf16"]
     torch_all = list(TORCH_MODES)
-    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir)
+    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir, getattr(args, "timeout", None))
     rounds = []
     try:
         for i in range(max(1, args.rounds)):

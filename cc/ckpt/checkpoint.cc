@@ -258,7 +258,11 @@ std::vector<int> complete_steps(const std::string& dir) {
   for (const std::string& name : list_dir(dir)) {
     int step = 0;
     char tail = 0;
-    if (name.size() != 13 || std::sscanf(name.c_str(), "DONE_%8d%c", &step, &tail) != 1) continue;
+    // DONE_ and 8 digits, as the markers are named (and py/nfn/infer/checkpoint.py reads them):
+    // not "DONE_+0000003" or "DONE_ 0000003", which %8d would take for step 3.
+    if (name.size() != 13 || name.find_first_not_of("0123456789", 5) != std::string::npos ||
+        std::sscanf(name.c_str(), "DONE_%8d%c", &step, &tail) != 1)
+      continue;
     if (path_exists(join_path(dir, model_file_name(step))) && path_exists(join_path(dir, state_file_name(step))))
       steps.push_back(step);
   }

@@ -50,6 +50,7 @@ void GPT::release() {
   act_block_ = param_block_ = nullptr;
   delete acts_;
   acts_ = nullptr;
+  have_inputs_ = have_targets_ = false;
 }
 
 bool GPT::check(nfn_status s, const char* what, std::string* error) const {
@@ -217,17 +218,41 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
   if (B == B_ && T == T_ && acts_ != nullptr) return true;
   if (!check_sequence_length(T, error)) return false;
   // Another shape than init reserved (or none reserved): a block of its own, the reserved
-  // slots in the model's block left unused.
-  if (act_block_) ops_->free(ctx_, act_block_);
-  act_block_ = nullptr;
-  if (!alloc_arena(*ops_, ctx_, activation_slots(B, T),
-                   "allocating the activations of micro-batch " + std::to_string(B) + " x " + std::to_string(T),
-                   &act_block_, error))
+  // slots in the model's block left unused. It is asked for beside the current shape's block,
+  // so a shape the op library refuses leaves the model as it was, running that shape. Only
+  // where it fits in place of that block alone is the current block given up for it; if it
+  // does not fit even then, the model holds no activations and the next upload (of any shape)
+  // allocates them again.
+  Acts* fresh = new Acts();
+  void* block = nullptr;
+  const std::string what = "allocating the activations of micro-batch " + std::to_string(B) + " x " + std::to_string(T);
+  bool ok = alloc_arena(*ops_, ctx_, activation_plan(config_, B, T, esize(), fresh), what, &block, error);
+  if (!ok && act_block_ != nullptr) {
+    release_activations();
+    ok = alloc_arena(*ops_, ctx_, activation_plan(config_, B, T, esize(), fresh), what, &block, error);
+  }
+  if (!ok) {
+    delete fresh;
     return false;
+  }
+  release_activations();
+  act_block_ = block;
+  acts_ = fresh;
   B_ = B;
   T_ = T;
-  ++activations_version_;
   return true;
+}
+
+// Gives up the current shape's own activation block (not the slots init reserved in the
+// model's block): no activations, no tokens, and a new version (a recorded step records again).
+void GPT::release_activations() {
+  if (act_block_) ops_->free(ctx_, act_block_);
+  act_block_ = nullptr;
+  delete acts_;
+  acts_ = nullptr;
+  B_ = T_ = 0;
+  have_inputs_ = have_targets_ = false;
+  ++activations_version_;
 }
 
 // The model's state: parameters and gradients in `dtype`, the f32 master copy (the parameters
@@ -297,20 +322,24 @@ size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T)
 bool GPT::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {
   if (!ensure_activations(B, T, error)) return false;
   const size_t N = static_cast<size_t>(B) * T;
-  have_targets_ = true;
-  return check(ops_->copy(ctx_, acts_->window, window, (N + 1) * 2, NFN_HOST_TO_DEVICE), "uploading tokens", error) &&
-         check(ops_->widen_tokens(ctx_, acts_->inputs, acts_->window, N), "widening inputs", error) &&
-         check(ops_->widen_tokens(ctx_, acts_->targets, acts_->window + 1, N), "widening targets", error);
+  have_inputs_ = have_targets_ =
+      check(ops_->copy(ctx_, acts_->window, window, (N + 1) * 2, NFN_HOST_TO_DEVICE), "uploading tokens", error) &&
+      check(ops_->widen_tokens(ctx_, acts_->inputs, acts_->window, N), "widening inputs", error) &&
+      check(ops_->widen_tokens(ctx_, acts_->targets, acts_->window + 1, N), "widening targets", error);
+  return have_inputs_;
 }
 
 bool GPT::upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) {
   if (!ensure_activations(B, T, error)) return false;
   const size_t N = static_cast<size_t>(B) * T;
-  have_targets_ = targets != nullptr;
+  have_inputs_ = have_targets_ = false;
   if (!check(ops_->copy(ctx_, acts_->inputs, inputs, N * 4, NFN_HOST_TO_DEVICE), "uploading inputs", error))
     return false;
-  return targets == nullptr ||
-         check(ops_->copy(ctx_, acts_->targets, targets, N * 4, NFN_HOST_TO_DEVICE), "uploading targets", error);
+  have_inputs_ = true;
+  if (targets == nullptr) return true;
+  have_targets_ =
+      check(ops_->copy(ctx_, acts_->targets, targets, N * 4, NFN_HOST_TO_DEVICE), "uploading targets", error);
+  return have_targets_;
 }
 
 bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* error) {
@@ -433,7 +462,11 @@ bool GPT::step_forward_backward(bool backward, float grad_scale, std::string* er
 }
 
 bool GPT::logits_for_row(int row, std::vector<float>* logits, std::string* error) {
-  if (acts_ == nullptr || row < 0 || row >= B_ * T_) {
+  if (acts_ == nullptr || !have_inputs_) {
+    *error = "logits: no tokens uploaded";
+    return false;
+  }
+  if (row < 0 || row >= B_ * T_) {
     *error = "logits: row out of range";
     return false;
   }

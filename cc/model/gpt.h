@@ -25,7 +25,10 @@ class GPT {
 
   // One op-library allocation holds the parameters, gradients, f32 master copy, AdamW
   // moments and, when B and T are given, the activations of a (B, T) micro-batch; another
-  // shape later gets an activation block of its own.
+  // shape later gets an activation block of its own. An upload whose shape the op library
+  // cannot give activations fails and leaves the model running the shape it had; only if
+  // that shape's own block had to be given up to try is it left without activations (the
+  // next upload allocates them).
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
             std::string* error, int B = 0, int T = 0);
   const GPTConfig& config() const { return config_; }
@@ -81,6 +84,7 @@ class GPT {
   // The device address of elements [offset, offset + count) of `which`, checked in range.
   bool stored_range(Stored which, size_t offset, size_t count, float** at, std::string* error) const;
   bool ensure_activations(int B, int T, std::string* error);
+  void release_activations();
   bool check_sequence_length(int T, std::string* error) const;
   std::vector<ArenaSlot> activation_slots(int B, int T);
   static std::vector<ArenaSlot> state_plan(size_t P, nfn_dtype dtype, void** params, void** grads, float** master,
@@ -114,7 +118,8 @@ class GPT {
   int B_ = 0, T_ = 0;
   uint64_t activations_version_ = 0;
   Acts* acts_ = nullptr;
-  bool have_targets_ = false;
+  bool have_inputs_ = false;   // tokens uploaded into the current activations
+  bool have_targets_ = false;  // and targets with them
 };
 
 }  // namespace nfn

@@ -1,5 +1,7 @@
 #include "cc/train/manifest.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 
@@ -35,7 +37,10 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   training.set("learning_rate", c.learning_rate);
   training.set("weight_decay", c.weight_decay);
   training.set("warmup_steps", c.warmup_steps);
-  training.set("seed", static_cast<uint64_t>(c.seed));
+  // The seed as --seed gave it (an int64; the run uses its bits as a uint64), written exactly:
+  // `nfn train` passes it back as --seed when resuming, and read_marker compares it with
+  // --seed to tell whether the data position applies.
+  training.set("seed", static_cast<int64_t>(c.seed));
   m.set("training", training);
   return m;
 }
@@ -90,9 +95,9 @@ Marker read_marker(const std::string& dir, int step) {
   out.run_id = run_id_of(m);
   if (const Json* shards = field("dataset", "train_shards"); shards != nullptr && shards->is_string())
     out.shards = shards->as_string();
-  if (const Json* seed = field("training", "seed"); seed != nullptr && seed->is_number() && seed->as_number() >= 0) {
+  if (const Json* seed = field("training", "seed"); seed != nullptr && seed->is_integer()) {
     out.has_seed = true;
-    out.seed = static_cast<uint64_t>(seed->as_number());
+    out.seed = static_cast<uint64_t>(seed->as_integer());  // as the --seed flag takes it
   }
   return out;
 }
@@ -112,13 +117,13 @@ ResumeChoice choose_resume(const std::string& dir) {
   const Json m = read_object(join_path(dir, "manifest.json"));
   const Json* step = m.is_object() ? m.find("step") : nullptr;
   r.run_id = run_id_of(m);
-  if (r.run_id.empty() || step == nullptr || !step->is_number() || !(step->as_number() >= 0) ||
-      step->as_number() > 2147483647.0) {
+  // As py/nfn/infer/checkpoint.py takes it too: a step is a whole non-negative number.
+  if (r.run_id.empty() || step == nullptr || !step->is_integer() || step->as_integer() < 0) {
     r.run_id.clear();
     r.step = r.newest_any;  // no manifest, or one from before run ids
     return r;
   }
-  r.manifest_step = static_cast<int>(step->as_number());
+  r.manifest_step = static_cast<int>(std::min<int64_t>(step->as_integer(), INT32_MAX));  // past any step
   r.step = newest_step_of_run(dir, r.run_id, r.manifest_step);
   return r;
 }

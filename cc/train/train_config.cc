@@ -347,7 +347,7 @@ Json plan_json(const TrainConfig& c) {
   p.set("op_library", lib);
   p.set("output_dir", c.output_dir);
   p.set("resume", c.resume);
-  p.set("seed", static_cast<uint64_t>(c.seed));
+  p.set("seed", static_cast<int64_t>(c.seed));  // as --seed gave it (the manifest's too)
   return p;
 }
 

@@ -1,9 +1,11 @@
 #include "cc/train/trainer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -318,14 +320,32 @@ bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int*
   return attention_runs(c, backend, *setup, code, error);
 }
 
-// Whether `dir` can be made and written (its nearest existing ancestor is a writable
-// directory), without making it.
+// Whether `dir` can be made and written, without making it: a file created and removed in it,
+// or where it does not exist yet in its nearest existing ancestor, where the run's first
+// write goes (access(W_OK) says yes to root on /proc and /sys, where nothing can be made). The
+// probe's name is a temp file's (NAME.tmp.PID): one a killed check left in the output
+// directory is removed by the next run there.
 bool output_dir_writable(const std::string& dir, std::string* error) {
   std::string at = dir;
   while (!at.empty() && !path_exists(at)) at = dir_name(at) == at ? "" : dir_name(at);
   if (at.empty()) at = ".";
-  if (!is_directory(at) || ::access(at.c_str(), W_OK | X_OK) != 0) {
-    *error = "--output-dir " + dir + ": " + at + (is_directory(at) ? " is not writable" : " is not a directory");
+  if (!is_directory(at)) {
+    *error = "--output-dir " + dir + ": " + at + " is not a directory";
+    return false;
+  }
+  const std::string probe = join_path(at, ".nfn_write_check.tmp." + std::to_string(::getpid()));
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
+  int fd = ::open(probe.c_str(), flags, 0600);
+  if (fd < 0 && errno == EEXIST && ::unlink(probe.c_str()) == 0) fd = ::open(probe.c_str(), flags, 0600);  // a stale one
+  if (fd < 0) {
+    *error = "--output-dir " + dir + ": " + at + " is not writable (creating a file there: " + std::strerror(errno) +
+             ")";
+    return false;
+  }
+  ::close(fd);
+  if (::unlink(probe.c_str()) != 0) {
+    *error = "--output-dir " + dir + ": " + probe + ": cannot remove the file made to check the directory: " +
+             std::strerror(errno);
     return false;
   }
   return true;
@@ -428,9 +448,9 @@ int run_training(const TrainConfig& c) {
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),
                             into_model(model, GPT::Stored::kSecondMoment), &error) ||
         (start.state.has_master &&
-         !read_state_master(start.state_path, start.state, into_model(model, GPT::Stored::kMaster), &error)) ||
-        (!other_data && !train.seek(pos, &error)))
+         !read_state_master(start.state_path, start.state, into_model(model, GPT::Stored::kMaster), &error)))
       return fail(error);
+    if (!other_data && !train.seek(pos, &error)) return fail(start.state_path + ": " + error);
   } else if (!c.weights.empty()) {
     GPTConfig g;
     int version = 0;

@@ -1,5 +1,6 @@
 #include "cc/util/json.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -63,9 +64,11 @@ void Json::dump_to(std::string* out, int indent, int depth) const {
     case Type::Null: *out += "null"; break;
     case Type::Bool: *out += bool_ ? "true" : "false"; break;
     case Type::Number: {
-      if (!std::isfinite(num_)) {
+      if (is_int_) {
+        *out += std::to_string(int_);
+      } else if (!std::isfinite(num_)) {
         *out += "null";  // JSON has no NaN or infinity
-      } else if (is_int_ || (num_ == std::floor(num_) && std::fabs(num_) < 1e15)) {
+      } else if (num_ == std::floor(num_) && std::fabs(num_) < 1e15) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.0f", num_);
         *out += buf;
@@ -271,8 +274,15 @@ struct Parser {
       char* end = nullptr;
       double v = std::strtod(num.c_str(), &end);
       if (end == nullptr || *end != '\0') return i = start, fail("bad number");
-      bool integral = num.find_first_of(".eE") == std::string::npos;
-      *out = integral ? Json(static_cast<int64_t>(v)) : Json(v);
+      if (num.find_first_of(".eE") == std::string::npos) {  // an integer: exact where int64 holds it
+        errno = 0;
+        const long long exact = std::strtoll(num.c_str(), &end, 10);
+        if (errno == 0 && *end == '\0') {
+          *out = Json(static_cast<int64_t>(exact));
+          return true;
+        }
+      }
+      *out = Json(v);
       return true;
     }
     return fail("unexpected character");

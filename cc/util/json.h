@@ -18,9 +18,12 @@ class Json {
   Json() = default;
   Json(std::nullptr_t) {}
   Json(bool b) : type_(Type::Bool), bool_(b) {}
-  Json(int v) : type_(Type::Number), num_(v), is_int_(true) {}
-  Json(int64_t v) : type_(Type::Number), num_(static_cast<double>(v)), is_int_(true) {}
-  Json(uint64_t v) : type_(Type::Number), num_(static_cast<double>(v)), is_int_(true) {}
+  // Integers are kept exactly (written as their digits, read back as the same value); a
+  // uint64 past INT64_MAX is a double, as is an integer literal outside int64's range.
+  Json(int v) : type_(Type::Number), num_(v), int_(v), is_int_(true) {}
+  Json(int64_t v) : type_(Type::Number), num_(static_cast<double>(v)), int_(v), is_int_(true) {}
+  Json(uint64_t v)
+      : type_(Type::Number), num_(static_cast<double>(v)), int_(static_cast<int64_t>(v)), is_int_(v <= INT64_MAX) {}
   Json(double v) : type_(Type::Number), num_(v) {}
   Json(const char* s) : type_(Type::String), str_(s) {}
   Json(std::string s) : type_(Type::String), str_(std::move(s)) {}
@@ -36,6 +39,9 @@ class Json {
   bool is_array() const { return type_ == Type::Array; }
   bool as_bool() const { return bool_; }
   double as_number() const { return num_; }
+  // A number written without fraction or exponent within int64's range, or made from an integer.
+  bool is_integer() const { return type_ == Type::Number && is_int_; }
+  int64_t as_integer() const { return int_; }  // exact, where is_integer()
   const std::string& as_string() const { return str_; }
   const std::vector<Json>& items() const { return items_; }
   const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
@@ -56,6 +62,7 @@ class Json {
   Type type_ = Type::Null;
   bool bool_ = false;
   double num_ = 0;
+  int64_t int_ = 0;  // the exact value, where is_int_
   bool is_int_ = false;
   std::string str_;
   std::vector<Json> items_;

@@ -1,0 +1,30 @@
+// Integers through nfn::Json exactly: written as their digits and read back as the same int64
+// (a seed past 2^53 once came back rounded, and one past int64 was cast out of range).
+#include "cc/util/json.h"
+
+#include <cstdint>
+#include <string>
+
+#include "tests/cc/expect.h"
+
+int main() {
+  std::string error;
+  for (int64_t v : {int64_t{0}, int64_t{-1}, int64_t{9007199254740993}, INT64_MAX, INT64_MIN}) {
+    const std::string text = nfn::Json(v).dump();
+    EXPECT(text == std::to_string(v), "dump %s", text.c_str());
+    nfn::Json back;
+    EXPECT(nfn::Json::parse("{\"seed\": " + text + "}", &back, &error) && back.find("seed")->is_integer() &&
+               back.find("seed")->as_integer() == v,
+           "%s reads back as itself: %s", text.c_str(), error.c_str());
+  }
+  EXPECT(nfn::Json(uint64_t{1} << 60).dump() == "1152921504606846976", "a uint64 within int64");
+  nfn::Json j;
+  // Numbers that are no int64: doubles, as before, never cast out of range.
+  for (const char* text : {"9223372036854775808", "-9223372036854775809", "18446744073709551616", "3.0", "1e3"}) {
+    EXPECT(nfn::Json::parse(text, &j, &error) && j.is_number() && !j.is_integer(), "%s is a double", text);
+  }
+  EXPECT(nfn::Json::parse("18446744073709551616", &j, &error) && j.as_number() == 18446744073709551616.0, "its value");
+  EXPECT(nfn::Json(1.5).dump() == "1.5" && nfn::Json(3.0).dump() == "3" && nfn::Json(0.1).dump() == "0.1",
+         "doubles as before");
+  return nfn_test::finish("json_test");
+}
