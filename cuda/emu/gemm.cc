@@ -111,6 +111,7 @@ nfn_status gemm(nfn_ctx* ctx, const char* op, const GemmArgs& g) {
   // The product runs on the context's stream: now, or when a graph that captured it runs.
   const cudaError_t err = nfn_emu::enqueue(ctx->stream, op, [g, c, with_bias, with_aux] {
     product(g, c, with_bias, with_aux);
+    nfn_emu::check_device_canaries("the emulated GEMM (cuda/emu/gemm.cc)");
   });
   return err == cudaSuccess ? NFN_OK : fail(ctx, NFN_ERR_BACKEND, "%s: %s", op, cudaGetErrorString(err));
 }

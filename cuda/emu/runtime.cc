@@ -6,10 +6,22 @@
 // between sees stale or poisoned data (cp.async copies land late or early, see cp_async).
 // Threads stuck at different rendezvous are reported as a deadlock.
 //
-// Device memory is host memory with a PROT_NONE page right after each allocation (rounded
-// to 32 bytes), poisoned with 0xff bytes (NaN in f32 and bf16), so reading past the end or
-// reading what nothing wrote shows up; each block's shared memory is poisoned the same way.
-// A fault names the kernel, block and thread.
+// Device memory is host memory poisoned with 0xff bytes (NaN in f32 and bf16), so reading
+// what nothing wrote shows up. Each allocation is rounded up to 32 bytes and ends at a
+// PROT_NONE page; the rounding and the 64 bytes before its start hold a canary (NaN when
+// read, like the poison, but not the bytes a stray store of -1 or NaN leaves), checked over
+// every live allocation after each kernel, emulated GEMM and sort, and at cudaFree. So a
+// write up to 64 bytes before an allocation or into its rounding stops the run naming the
+// kernel, the allocation, its size and the first offset changed, and any access further
+// past the end faults. Each block's shared memory is poisoned the same way and laid out
+// alike (SharedArena): the dynamic shared memory, 256-byte aligned, ends at most 255 bytes
+// before a PROT_NONE page, the static variables (aligned as declared) lie below it, and
+// every byte from 64 below the lowest up to the guard page that no variable holds is
+// canary, checked when the block ends. A fault names the kernel, block and thread; a
+// changed canary the kernel (and block, for shared memory). Not seen: a write further
+// before a buffer, or far enough to land in another buffer or variable, or one that stores
+// the canary's own bytes; which thread wrote a canary; and a kernel running on another host
+// thread at the same time may be named for a device canary.
 //
 // Blocks run first to last, or last to first (nfn_emu_reverse_order, which also schedules
 // each block's threads from the other end): a result that differs between the two orders
@@ -49,6 +61,60 @@ constexpr size_t kMaxSharedOptIn = 227u << 10;  // sm_90's per-block opt-in limi
 // another (sm_120's 99 KiB, say).
 size_t max_shared_optin = kMaxSharedOptIn;
 constexpr size_t kDefaultSharedLimit = 48u << 10;
+// Canary bytes right before each device allocation and each shared-memory variable: wide
+// enough for the widest access (32 bytes) at index -1 and -2.
+constexpr size_t kCanaryBytes = 64;
+// Room below a block's dynamic shared memory for its static variables (48 KiB at most) with
+// the canaries and alignment padding between them.
+constexpr size_t kStaticRoom = 64u << 10;
+
+size_t page_size() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The canary: 0xa5 at even addresses, 0xff at odd ones. An aligned f32 or bf16 read of it is
+// a NaN, as the 0xff poison is, yet a stray store of -1 or of NaN's 0xff bytes changes it.
+unsigned char canary_byte(const char* at) { return reinterpret_cast<uintptr_t>(at) & 1 ? 0xff : 0xa5; }
+
+void fill_canary(char* begin, const char* end) {
+  for (char* c = begin; c < end; ++c) *c = static_cast<char>(canary_byte(c));
+}
+
+// The first byte of [begin, end) that is no longer the canary, or null. Compares 8 bytes at a
+// time (8 is even, so one word of the pattern fits every step): it runs after every launch.
+const char* first_changed(const char* begin, const char* end) {
+  uint64_t want = 0;
+  for (int k = 0; k < 8; ++k) want |= uint64_t{canary_byte(begin + k)} << (8 * k);
+  const char* c = begin;
+  for (uint64_t got; end - c >= 8; c += 8) {
+    std::memcpy(&got, c, 8);
+    if (got != want) break;
+  }
+  for (; c < end; ++c)
+    if (static_cast<unsigned char>(*c) != canary_byte(c)) return c;
+  return nullptr;
+}
+
+// A mapping whose last page is PROT_NONE, so running off the end of what lies right before
+// `guard` faults.
+struct Guarded {
+  char* map;
+  size_t bytes;
+  char* guard;
+};
+
+// Maps at least `usable` bytes before a PROT_NONE page; false if it cannot.
+bool map_guarded(size_t usable, Guarded* g) {
+  const size_t page = page_size(), bytes = round_up(usable, page) + page;
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return false;
+  *g = Guarded{static_cast<char*>(m), bytes, static_cast<char*>(m) + bytes - page};
+  mprotect(g->guard, page, PROT_NONE);
+  return true;
+}
 
 enum class Wait { none, block, warp, done };
 
@@ -80,6 +146,13 @@ struct Warp {
   const char* rows[2][32];  // ldmatrix row addresses
 };
 
+// A block's dynamic shared memory (key null) or one of its static __shared__ variables.
+struct SharedVariable {
+  const void* key;
+  char* start;
+  size_t bytes;
+};
+
 struct Block {
   const char* kernel = "";
   uint3 index{0, 0, 0};
@@ -95,8 +168,11 @@ struct Block {
   char* shared = nullptr;  // dynamic shared memory, shared_bytes of it
   size_t shared_bytes = 0;
   bool pdl_ready = false;  // launched by launch_kernel: pdl_begin comes first (LaunchConfig)
-  std::vector<std::pair<const void*, size_t>> statics;  // static __shared__ variable -> offset
-  size_t static_used = 0;
+  // The dynamic shared memory, then each static __shared__ variable in the order the block
+  // declared them, each lower in the arena than the one before (see SharedArena).
+  std::vector<SharedVariable> variables;
+  char* shared_low = nullptr;  // the lowest canary byte below them
+  size_t static_used = 0;  // static bytes as nvcc lays them out, for the 48 KiB limits
 };
 
 thread_local Block* running = nullptr;
@@ -121,9 +197,18 @@ struct Capture {
 std::unique_ptr<Capture> capture;
 bool replaying = false;
 thread_local std::vector<char*> stacks;  // kStackBytes each, a guard page below
-thread_local std::vector<char> shared_buffer;
-alignas(256) thread_local char static_buffer[kDefaultSharedLimit];
-thread_local size_t static_dirty = kDefaultSharedLimit;  // bytes of it written since poisoned
+// One host thread's shared memory, for the blocks it runs one after another: room for the
+// static variables, placed downward as a block declares them, each with canaries below and
+// above; canaries; the dynamic shared memory, 256-byte aligned and ending as near the guard
+// page as that allows; canaries up to the guard page. Every byte from the lowest canary to
+// the guard that no variable holds is canary, checked when each block ends.
+struct SharedArena {
+  Guarded m{};
+  ~SharedArena() {
+    if (m.map != nullptr) munmap(m.map, m.bytes);
+  }
+};
+thread_local SharedArena arena;
 std::mutex shared_limits_mutex;
 std::map<std::string, size_t> shared_limits;  // kernel name -> raised dynamic shared limit
 
@@ -175,7 +260,8 @@ void on_fault(int sig) {
   const char* what = sig == SIGILL ? "illegal instruction" : sig == SIGSEGV ? "segmentation fault" : "bus error";
   const char* why = sig == SIGILL ? "a sanitizer trap: a misaligned vector access, an index past a fixed-size "
                                     "array, signed overflow or a bad shift"
-                                  : "an access out of bounds of its allocation, or to host memory";
+                                  : "an access out of bounds of its allocation or of its block's shared memory, "
+                                    "or to host memory";
   char msg[512];
   int n;
   if (running != nullptr && running->current >= 0) {
@@ -326,6 +412,75 @@ void run_block(Block& b) {
   b.current = -1;
 }
 
+// Where a launch's `bytes` of dynamic shared memory start, the arena mapped anew if it is
+// too small to hold them with the static room below.
+char* dynamic_start(size_t bytes) {
+  const size_t need = round_up(bytes, 256) + kStaticRoom;
+  if (arena.m.map == nullptr || static_cast<size_t>(arena.m.guard - arena.m.map) < need) {
+    if (arena.m.map != nullptr) munmap(arena.m.map, arena.m.bytes);
+    arena.m = Guarded{};
+    if (!map_guarded(need, &arena.m)) die("cannot map %zu bytes for shared memory", need);
+  }
+  return arena.m.guard - round_up(bytes, 256);
+}
+
+// Before each block: its dynamic shared memory poisoned, canaries around it, no static
+// variables yet (each is placed, poisoned and guarded when the block first declares it).
+void reset_shared(Block& b) {
+  std::memset(b.shared, 0xff, b.shared_bytes);
+  fill_canary(b.shared + b.shared_bytes, arena.m.guard);
+  b.shared_low = b.shared - kCanaryBytes;
+  fill_canary(b.shared_low, b.shared);
+  b.variables.assign(1, SharedVariable{nullptr, b.shared, b.shared_bytes});
+  b.static_used = 0;
+}
+
+// Places a static variable under everything placed so far, with canaries in the alignment
+// padding above it and kCanaryBytes below it, and poisons it.
+char* place_static(Block& b, const void* key, size_t bytes, size_t align) {
+  const uintptr_t top = reinterpret_cast<uintptr_t>(b.shared_low);
+  if (top - reinterpret_cast<uintptr_t>(arena.m.map) < bytes + align + kCanaryBytes)
+    die("static __shared__ variables with their canaries past the emulator's %zu bytes for them", kStaticRoom);
+  char* start = reinterpret_cast<char*>((top - bytes) / align * align);
+  fill_canary(start + bytes, b.shared_low);
+  std::memset(start, 0xff, bytes);
+  b.shared_low = start - kCanaryBytes;
+  fill_canary(b.shared_low, start);
+  b.variables.push_back(SharedVariable{key, start, bytes});
+  return start;
+}
+
+// "offset 100 of the 100-byte dynamic shared memory", or of a static variable.
+std::string offset_in(const SharedVariable& v, const char* at) {
+  char s[128];
+  std::snprintf(s, sizeof s, "offset %td of %s %zu-byte %s", at - v.start, v.key ? "a" : "the", v.bytes,
+                v.key ? "static __shared__ variable" : "dynamic shared memory");
+  return s;
+}
+
+// A changed canary byte between the variables `below` and `above` (null: none there, or the
+// guard page): either may have run over (an empty one cannot).
+[[noreturn]] void shared_written_outside(const Block& b, const char* at, const SharedVariable* below,
+                                         const SharedVariable* above) {
+  std::string where = below != nullptr ? offset_in(*below, at) : offset_in(*above, at);
+  if (below != nullptr && above != nullptr && above->bytes > 0) where += " (or " + offset_in(*above, at) + ")";
+  die("kernel %s, block (%u,%u,%u) wrote shared memory outside its variables: %s changed", b.kernel, b.index.x,
+      b.index.y, b.index.z, where.c_str());
+}
+
+// After each block: every byte from the lowest canary to the guard page that no variable
+// holds must still be canary.
+void check_shared_canaries(const Block& b) {
+  const char* top = arena.m.guard;
+  const SharedVariable* above = nullptr;
+  for (const SharedVariable& v : b.variables) {
+    if (const char* at = first_changed(v.start + v.bytes, top)) shared_written_outside(b, at, &v, above);
+    top = v.start;
+    above = &v;
+  }
+  if (const char* at = first_changed(b.shared_low, top)) shared_written_outside(b, at, nullptr, above);
+}
+
 }  // namespace
 
 bool valid_launch(const char* name, const LaunchConfig& cfg) {
@@ -363,8 +518,7 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   if (running != nullptr) die("kernel %s launched from inside a kernel", name);
   trace("%s %u,%u,%u %u,%u,%u %zu %s", replaying ? "replay" : "launch", g.x, g.y, g.z, k.x, k.y, k.z,
         cfg.shared_bytes, name);
-  shared_buffer.resize(cfg.shared_bytes + 256);
-  char* shared = shared_buffer.data() + (256 - reinterpret_cast<uintptr_t>(shared_buffer.data()) % 256) % 256;
+  char* shared = dynamic_start(cfg.shared_bytes);
   Block b;
   b.kernel = name;
   b.block_dim = k;
@@ -380,14 +534,12 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
     const unsigned long long i = reversed ? blocks - 1 - n : n;
     b.index = uint3{static_cast<unsigned>(i % g.x), static_cast<unsigned>(i / g.x % g.y),
                     static_cast<unsigned>(i / g.x / g.y)};
-    std::memset(shared, 0xff, cfg.shared_bytes);
-    std::memset(static_buffer, 0xff, static_dirty);
-    static_dirty = 0;
-    b.statics.clear();
-    b.static_used = 0;
+    reset_shared(b);
     run_block(b);
+    check_shared_canaries(b);
   }
   running = nullptr;
+  check_device_canaries(("kernel " + std::string(name)).c_str());
 }
 
 void* dynamic_shared() {
@@ -398,19 +550,17 @@ void* dynamic_shared() {
 void* static_shared(const void* key, size_t bytes, size_t align) {
   if (running == nullptr) die("__shared__ variable used outside a kernel");
   Block& b = *running;
-  for (const auto& s : b.statics)
-    if (s.first == key) return static_buffer + s.second;
-  const size_t at = (b.static_used + align - 1) / align * align;
+  for (const SharedVariable& v : b.variables)
+    if (v.key == key) return v.start;
+  const size_t at = round_up(b.static_used, align);
   if (at + bytes > kDefaultSharedLimit)
     die("static shared memory of %zu bytes, over the 48 KiB a block may declare", at + bytes);
   // Without a raised limit, a block's static and dynamic shared memory share the 48 KiB.
   if (shared_limit(b.kernel) == kDefaultSharedLimit && at + bytes + b.shared_bytes > kDefaultSharedLimit)
     die("%zu bytes of static and %zu of dynamic shared memory, over 48 KiB without cudaFuncSetAttribute "
         "raising the kernel's limit", at + bytes, b.shared_bytes);
-  b.statics.emplace_back(key, at);
   b.static_used = at + bytes;
-  static_dirty = std::max(static_dirty, b.static_used);
-  return static_buffer + at;
+  return place_static(b, key, bytes, align);
 }
 
 void pdl_begin() {
@@ -439,11 +589,12 @@ Warp& full_warp(const char* what) {
   return w;
 }
 
-// Whether [p, p + bytes) lies in the running block's static or dynamic shared memory.
+// Whether [p, p + bytes) lies in the running block's dynamic shared memory or in one of its
+// static variables.
 bool in_shared(const char* p, size_t bytes) {
-  const Block& b = *running;
-  return (p >= static_buffer && p + bytes <= static_buffer + kDefaultSharedLimit) ||
-         (p >= b.shared && p + bytes <= b.shared + b.shared_bytes);
+  for (const SharedVariable& v : running->variables)
+    if (p >= v.start && p + bytes <= v.start + v.bytes) return true;
+  return false;
 }
 
 }  // namespace
@@ -570,14 +721,29 @@ cudaError_t set_max_dynamic_shared(const char* kernel, int bytes) {
 
 namespace {
 
+// A device allocation: kCanaryBytes of canary, what was asked for (poisoned), canary up to
+// the next 32 bytes, then the mapping's guard page.
 struct Allocation {
-  char* map;          // the mapping (data, then one PROT_NONE page)
-  size_t map_bytes;
-  size_t bytes;       // what was asked for
+  nfn_emu::Guarded mapping;
+  size_t bytes;  // what was asked for
 };
 
 std::mutex allocations_mutex;
 std::map<uintptr_t, Allocation> allocations;  // by data address
+
+// Bytes from an allocation's start to its guard page: what was asked for, rounded up to 32.
+size_t rounded(size_t bytes) { return nfn_emu::round_up(std::max<size_t>(bytes, 1), 32); }
+
+// The first changed canary byte around the allocation at p, or null.
+const char* changed_canary(const char* p, size_t bytes) {
+  if (const char* at = nfn_emu::first_changed(p - nfn_emu::kCanaryBytes, p)) return at;
+  return nfn_emu::first_changed(p + bytes, p + rounded(bytes));
+}
+
+[[noreturn]] void written_outside(const char* by, const char* p, size_t bytes, const char* at) {
+  nfn_emu::die("%s wrote outside a device allocation: offset %td of the %zu-byte allocation at %p changed", by,
+               at - p, bytes, static_cast<const void*>(p));
+}
 
 // The entry of `m` (start address -> allocation) whose [start, start + size) holds
 // [p, p + bytes), or null.
@@ -601,6 +767,14 @@ bool is_device(const void* p) { return device_range(p, 0) != nullptr; }
 }  // namespace
 
 bool nfn_emu::inside_device(const void* p, size_t bytes) { return device_range(p, bytes) != nullptr; }
+
+void nfn_emu::check_device_canaries(const char* by) {
+  std::lock_guard<std::mutex> lock(allocations_mutex);
+  for (const auto& [start, a] : allocations) {
+    const char* p = reinterpret_cast<const char*>(start);
+    if (const char* at = changed_canary(p, a.bytes)) written_outside(by, p, a.bytes, at);
+  }
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
@@ -654,6 +828,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
@@ -679,24 +854,21 @@ bool refused_in_capture(const char* what) {
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (refused_in_capture("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
   nfn_emu::trace("malloc %zu", bytes);
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   // 32-byte aligned and ending as close to the guard page as that allows. cudaMalloc gives
   // 256; the widest access of ours is 32 bytes (Pack<float, 8>), so an offset misaligned for
   // it is misaligned here as it would be on a GPU, and a 16-byte alignment would fault on
   // one that a GPU runs (scratch carved at 256-byte offsets).
   if (bytes > SIZE_MAX / 2) return nfn_emu::last_error = cudaErrorMemoryAllocation;  // rounding would wrap
-  const size_t data = (std::max<size_t>(bytes, 1) + 31) / 32 * 32;
-  const size_t map_bytes = (data + page - 1) / page * page + page;
-  void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return nfn_emu::last_error = cudaErrorMemoryAllocation;
-  char* base = static_cast<char*>(m);
-  char* guard = base + map_bytes - page;
-  mprotect(guard, page, PROT_NONE);
-  char* p = guard - data;
-  std::memset(p, 0xff, data);
+  nfn_emu::Guarded m;
+  if (!nfn_emu::map_guarded(rounded(bytes) + nfn_emu::kCanaryBytes, &m))
+    return nfn_emu::last_error = cudaErrorMemoryAllocation;
+  char* p = m.guard - rounded(bytes);
+  nfn_emu::fill_canary(p - nfn_emu::kCanaryBytes, p);
+  std::memset(p, 0xff, bytes);
+  nfn_emu::fill_canary(p + bytes, m.guard);
   {
     std::lock_guard<std::mutex> lock(allocations_mutex);
-    allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{base, map_bytes, bytes};
+    allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{m, bytes};
   }
   *ptr = p;
   return cudaSuccess;
@@ -718,7 +890,10 @@ cudaError_t cudaFree(void* ptr) {
     a = it->second;
     allocations.erase(it);
   }
-  munmap(a.map, a.map_bytes);  // later use of the pointer faults (until the range is reused)
+  // What ran since the last check, which follows every kernel, GEMM and sort: host code.
+  const char* p = static_cast<const char*>(ptr);
+  if (const char* at = changed_canary(p, a.bytes)) written_outside("host code (found at cudaFree)", p, a.bytes, at);
+  munmap(a.mapping.map, a.mapping.bytes);  // later use of the pointer faults (until the range is reused)
   return cudaSuccess;
 }
 

@@ -154,10 +154,11 @@ void launch(const char* name, const LaunchConfig& cfg, F&& body) {
   enqueue(cfg.stream, name, [name, cfg, thunk, b = Body(body)]() mutable { run_kernel(name, cfg, thunk, &b); });
 }
 
-// This block's dynamic shared memory (the launch's shared_bytes, poisoned per block).
+// This block's dynamic shared memory (the launch's shared_bytes, poisoned per block, 256-byte
+// aligned, a guard page at most 255 bytes past its end and canaries between, runtime.cc).
 void* dynamic_shared();
-// This block's copy of the static __shared__ variable `key` (poisoned per block; the
-// static shared memory of a block is limited to 48 KiB, as nvcc enforces).
+// This block's copy of the static __shared__ variable `key` (poisoned per block, canaries
+// around it; the static shared memory of a block is limited to 48 KiB, as nvcc enforces).
 void* static_shared(const void* key, size_t bytes, size_t align);
 
 // griddepcontrol.wait and .launch_dependents (cuda/ops/launch.h's pdl_begin): the launches
@@ -202,6 +203,9 @@ T shuffle(T v, int (*source)(int, int), int arg) {
 
 // Whether [p, p + bytes) lies inside one device allocation.
 bool inside_device(const void* p, size_t bytes);
+// Stops the run, naming `by` as the writer, if a canary around a live device allocation has
+// changed (runtime.cc). Called after each kernel, emulated GEMM and sort.
+void check_device_canaries(const char* by);
 
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), with the
 // kernel named as its launches name it (rewrite_cu.py passes the same text): later launches

@@ -3,7 +3,8 @@
 // fragment loads, whose addressing tests/cuda:mma_layout_test checks against the PTX ISA),
 // launch limits, copy bounds, CUB's sort, the two block orders, capture across streams (fork
 // and join); and that it stops with a
-// message naming the kernel on a deadlock, an access past an allocation, a shuffle after lanes
+// message naming the kernel on a deadlock, an access past an allocation, a write just outside
+// an allocation or a block's shared memory (and not for one just inside), a shuffle after lanes
 // exited, an ldmatrix row address that is misaligned or not in shared memory, and cp.async
 // copies never waited for or aimed outside shared memory. Independent references: closed-form
 // expectations, a naive matrix product, std::stable_sort.
@@ -194,6 +195,19 @@ void check_capture_fork() {
   EXPECT(unjoined == 904, "a fork never joined: end %d (want 904)", unjoined);
 }
 
+// In-bounds work up to every edge raises nothing; reads outside an allocation see NaN.
+void check_bounds() {
+  int sig = 0;
+  const std::string err = run_in_child(emu_probe::in_bounds, &sig);
+  EXPECT(sig == 0 && err.empty(), "in-bounds launches: signal %d, '%s'", sig, err.c_str());
+  const std::vector<uint32_t> got = emu_probe::read_outside();
+  auto f32_nan = [](uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu) != 0; };
+  const bool bf16_nan = (got[1] & 0x7f80u) == 0x7f80u && (got[1] & 0x7fu) != 0;
+  EXPECT(f32_nan(got[0]) && bf16_nan && f32_nan(got[2]),
+         "reads outside a 33-byte allocation: f32 at 36 %#x, bf16 at 34 %#x, f32 at -4 %#x (want NaNs)", got[0],
+         got[1], got[2]);
+}
+
 void check_failures_are_reported() {
   const Failure failures[] = {
       {"deadlock", emu_probe::deadlock, SIGABRT, "deadlock_kernel",
@@ -224,6 +238,23 @@ void check_failures_are_reported() {
        "had not yet read (64 bytes): wait for the stream before reusing the buffer"},
       {"page-locked upload rewritten after an earlier event", emu_probe::pinned_rewritten_after_an_earlier_event,
        SIGABRT, "the host wrote page-locked memory", "issued before the synchronize had not yet read (64 bytes)"},
+      {"a write one byte past a 33-byte allocation", emu_probe::write_past_allocation, SIGABRT,
+       "kernel store_byte_kernel wrote outside a device allocation", "offset 33 of the 33-byte allocation"},
+      {"a write 4 bytes before an allocation", emu_probe::write_before_allocation, SIGABRT,
+       "kernel store_float_kernel wrote outside a device allocation", "offset -4 of the 256-byte allocation"},
+      {"a host write past an allocation", emu_probe::host_write_past_allocation, SIGABRT,
+       "host code (found at cudaFree) wrote outside a device allocation", "offset 40 of the 33-byte allocation"},
+      {"a write past 100 bytes of dynamic shared memory", emu_probe::write_past_dynamic_shared, SIGABRT,
+       "kernel dynamic_store_kernel, block (1,0,0) wrote shared memory outside its variables",
+       "offset 100 of the 100-byte dynamic shared memory changed"},
+      {"a write past 256 bytes of dynamic shared memory", emu_probe::write_past_dynamic_shared_page, SIGSEGV,
+       "segmentation fault in kernel dynamic_store_kernel, block (0,0,0), thread (0,0,0)", "shared memory"},
+      {"a write before dynamic shared memory", emu_probe::write_before_dynamic_shared, SIGABRT,
+       "kernel dynamic_store_kernel, block (0,0,0) wrote shared memory outside its variables",
+       "offset -4 of the 100-byte dynamic shared memory changed"},
+      {"a write past a static shared array", emu_probe::write_past_static_shared, SIGABRT,
+       "kernel static_store_kernel, block (0,0,0) wrote shared memory outside its variables",
+       "offset 32 of a 32-byte static __shared__ variable"},
   };
   for (const Failure& f : failures) {
     int sig = 0;
@@ -246,6 +277,7 @@ int main() {
   check_block_order();
   check_capture_fork();
   check_launch_kernel();
+  check_bounds();
   check_failures_are_reported();
   return nfn_test::finish("emu_test");
 }

@@ -128,6 +128,53 @@ __global__ void deadlock_kernel() {
 
 __global__ void oob_kernel(float* p) { p[64 + 16] = 1.f; }
 
+__global__ void store_byte_kernel(char* p, int offset) { p[offset] = 1; }
+__global__ void store_float_kernel(float* p, int index) { p[index] = 1.f; }
+
+// Block `block`'s thread 0 stores 1 at dynamic shared index `index`.
+__global__ void dynamic_store_kernel(unsigned block, int index) {
+  extern __shared__ float dyn[];
+  if (blockIdx.x == block && threadIdx.x == 0) dyn[index] = 1.f;
+}
+
+// Stores through a pointer, which the bounds sanitizer cannot follow, into an 8-float static array.
+__global__ void static_store_kernel(int index) {
+  __shared__ float s[8];
+  float* q = s;
+  q[index] = 1.f;
+}
+
+// Every thread writes its bytes of a 33-byte allocation, all of a static array and all of its
+// block's dynamic shared memory (floats), then reads them back after a barrier.
+__global__ void in_bounds_kernel(char* p, int dynamic_floats, int* sum) {
+  extern __shared__ float dyn[];
+  __shared__ float s[8];
+  const int t = threadIdx.x;
+  for (int i = t; i < 33; i += blockDim.x) p[i] = static_cast<char>(i);
+  for (int i = t; i < 8; i += blockDim.x) s[i] = 1.f;
+  for (int i = t; i < dynamic_floats; i += blockDim.x) dyn[i] = 2.f;
+  __syncthreads();
+  if (t == 0 && blockIdx.x == 0) {
+    float total = 0.f;
+    for (int i = 0; i < 8; ++i) total += s[i];
+    for (int i = 0; i < dynamic_floats; ++i) total += dyn[i];
+    sum[0] = static_cast<int>(total) + p[32];
+  }
+}
+
+// The bits of an f32 at byte 36 of a 33-byte allocation, a bf16 at byte 34 and an f32 4
+// bytes before its start.
+__global__ void read_outside_kernel(const char* p, uint32_t* out) {
+  uint32_t f = 0;
+  uint16_t h = 0;
+  std::memcpy(&f, p + 36, 4);
+  std::memcpy(&h, p + 34, 2);
+  out[0] = f;
+  out[1] = h;
+  std::memcpy(&f, p - 4, 4);
+  out[2] = f;
+}
+
 // A kernel for launch_kernel: pdl_begin first (mode 0), never (1), or after a barrier (2).
 __global__ void pdl_kernel(int* out, int mode) {
   if (mode == 0) nfn::cuda::pdl_begin();
@@ -381,6 +428,53 @@ void out_of_bounds() {
   void* p = nullptr;
   cudaMalloc(&p, 64 * sizeof(float));
   oob_kernel<<<1, 1>>>(static_cast<float*>(p));
+}
+
+void write_past_allocation() {
+  void* p = nullptr;
+  cudaMalloc(&p, 33);
+  store_byte_kernel<<<1, 1>>>(static_cast<char*>(p), 33);
+}
+
+void write_before_allocation() {
+  float* p = device_copy(std::vector<float>(64, 0.f));
+  store_float_kernel<<<1, 1>>>(p, -1);
+}
+
+void host_write_past_allocation() {
+  void* p = nullptr;
+  cudaMalloc(&p, 33);
+  static_cast<char*>(p)[40] = 1;
+  cudaFree(p);
+}
+
+void write_past_dynamic_shared() { dynamic_store_kernel<<<2, 32, 100>>>(1u, 25); }
+void write_past_dynamic_shared_page() { dynamic_store_kernel<<<1, 32, 256>>>(0u, 64); }
+void write_before_dynamic_shared() { dynamic_store_kernel<<<1, 32, 100>>>(0u, -1); }
+void write_past_static_shared() { static_store_kernel<<<1, 1>>>(8); }
+
+void in_bounds() {
+  void* p = nullptr;
+  cudaMalloc(&p, 33);
+  int* sum = device_copy(std::vector<int>(1, 0));
+  const int big = 60000 / 4;  // over 48 KiB: the arena grows
+  cudaFuncSetAttribute(in_bounds_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, big * 4);
+  for (int floats : {25, big, 0}) {
+    in_bounds_kernel<<<2, 64, floats * 4>>>(static_cast<char*>(p), floats, sum);
+    if (take(sum, 1)[0] != 8 + 2 * floats + 32) std::abort();
+    sum = device_copy(std::vector<int>(1, 0));
+  }
+  cudaFree(sum);
+  cudaFree(p);
+}
+
+std::vector<uint32_t> read_outside() {
+  void* p = nullptr;
+  cudaMalloc(&p, 33);
+  uint32_t* out = device_copy(std::vector<uint32_t>(3, 0));
+  read_outside_kernel<<<1, 1>>>(static_cast<const char*>(p), out);
+  cudaFree(p);
+  return take(out, 3);
 }
 
 void shuffle_after_exit() {

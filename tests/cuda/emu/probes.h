@@ -79,6 +79,14 @@ void pinned_download(int* before, int* after, int* query_before, int* query_afte
 // the event is waited for, then the source rewritten.
 int pinned_upload_event(bool record_after_upload);
 
+// Launches that stay in bounds, to the last byte of a 33-byte allocation, of a static
+// __shared__ array and of dynamic shared memory of 100 bytes, over 48 KiB and none; it
+// aborts if a result is wrong, and the emulator must report nothing.
+void in_bounds();
+// What a kernel reads outside a 33-byte allocation: the bits of an f32 at byte 36 and of a
+// bf16 at byte 34 (the rounding to 32 bytes), and of an f32 at byte -4.
+std::vector<uint32_t> read_outside();
+
 // These end the process (run them in a child): lanes 0..15 of a warp wait at __syncthreads
 // while 16..31 wait at a shuffle; a kernel ("oob_kernel") writes 64 bytes past a 256-byte
 // allocation; half a warp exits and the rest shuffle; a kernel declares 48 KiB + 4 bytes of
@@ -95,6 +103,15 @@ void cp_async_never_waited();   // a thread exits with two cp.async groups in fl
 void cp_async_to_global();      // a cp.async whose destination is global memory
 void pinned_rewritten_before_sync();  // a page-locked upload's source rewritten before a synchronize
 void pinned_rewritten_after_an_earlier_event();  // ... after waiting for an event recorded before it
+void write_past_allocation();       // "store_byte_kernel" writes byte 33 of a 33-byte allocation
+void write_before_allocation();     // "store_float_kernel" writes the f32 before a 256-byte allocation
+void host_write_past_allocation();  // the host writes byte 40 of a 33-byte allocation, then frees it
+// "dynamic_store_kernel" writes the f32 right past its block's dynamic shared memory: block 1
+// of 2 with 100 bytes, or with 256 bytes (the guard page), or the f32 before 100 bytes.
+void write_past_dynamic_shared();
+void write_past_dynamic_shared_page();
+void write_before_dynamic_shared();
+void write_past_static_shared();  // "static_store_kernel" writes the f32 past a static float[8]
 
 // cub::DeviceRadixSort::SortPairs of (keys, 0..n-1).
 void sort_pairs(const std::vector<int32_t>& keys, std::vector<int32_t>* sorted_keys, std::vector<int32_t>* values);

@@ -29,6 +29,7 @@ struct DeviceRadixSort {
     // The sort runs on the stream: now, or when a graph that captured it runs.
     return nfn_emu::enqueue(stream, "cub::DeviceRadixSort::SortPairs", [=] {
       sort(keys_in, keys_out, values_in, values_out, n, begin_bit, end_bit);
+      nfn_emu::check_device_canaries("cub::DeviceRadixSort::SortPairs");
     });
   }
 
