@@ -36,7 +36,7 @@ def nfn_modes(args, workdir, matmuls, threads):
     for matmul in matmuls:
         try:
             out[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps,
-                                               getattr(args, "timeout", None))
+                                               args.timeout)
         except (RuntimeError, OSError, ValueError, KeyError) as e:
             out[f"matmul_{matmul}"] = {"error": str(e)}
     return out
@@ -185,7 +185,7 @@ def run(args, workdir):
     threads = os.cpu_count()
     nfn_all = ["f32", "bf16"]
     torch_all = list(TORCH_MODES)
-    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir, getattr(args, "timeout", None))
+    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir, args.timeout)
     rounds = []
     try:
         for i in range(max(1, args.rounds)):

@@ -222,28 +222,27 @@ bool TokenBatchSampler::open(std::vector<TokenShard> shards, int B, int T, uint6
   }
   order_ = shard_order(static_cast<int64_t>(shards_.size()), seed_, 0);
   pos_ = Position{};
-  advance(&pos_, &order_);  // within epoch 0, which holds a window
+  skip_to_valid_window();
   window_.assign(static_cast<size_t>(window_tokens()) * token_bytes(), 0);
   return true;
 }
 
-bool TokenBatchSampler::fits(const std::vector<int64_t>& order, int64_t shard_index_in_order, int64_t offset) const {
-  return offset + window_tokens() <= shards_[order[shard_index_in_order]].num_tokens;
+bool TokenBatchSampler::fits(int64_t shard_index_in_order, int64_t offset) const {
+  return offset + window_tokens() <= shards_[order_[shard_index_in_order]].num_tokens;
 }
 
-bool TokenBatchSampler::advance(Position* p, std::vector<int64_t>* order) const {
-  // Ends: open() checked that at least one shard holds a window, so each epoch has one.
+void TokenBatchSampler::skip_to_valid_window() {
+  // Terminates: open() checked that at least one shard holds a window.
   while (true) {
-    if (p->shard >= static_cast<int64_t>(order->size())) {
-      if (p->epoch == INT64_MAX) return false;
-      ++p->epoch;
-      p->shard = 0;
-      p->offset = 0;
-      *order = shard_order(static_cast<int64_t>(shards_.size()), seed_, p->epoch);
+    if (pos_.shard >= static_cast<int64_t>(order_.size())) {
+      ++pos_.epoch;
+      pos_.shard = 0;
+      pos_.offset = 0;
+      order_ = shard_order(static_cast<int64_t>(shards_.size()), seed_, pos_.epoch);
     }
-    if (fits(*order, p->shard, p->offset)) return true;
-    ++p->shard;
-    p->offset = 0;
+    if (fits(pos_.shard, pos_.offset)) return;
+    ++pos_.shard;
+    pos_.offset = 0;
   }
 }
 
@@ -269,16 +268,6 @@ bool TokenBatchSampler::next(int32_t* inputs, int32_t* targets, std::string* err
   const TokenShard& s = shards_[shard];
   if (!ensure_open(shard, error)) return false;
   const int64_t n = window_tokens();
-  if (pos_.epoch == INT64_MAX) {  // the last epoch the counter holds: not read to its end
-    Position after = pos_;
-    after.offset += n - 1;
-    std::vector<int64_t> order = order_;
-    if (!advance(&after, &order))
-      return fail(error, "data position",
-                  "epoch " + std::to_string(pos_.epoch) + " is the last one the epoch counter holds, and this "
-                  "batch (shard " + std::to_string(pos_.shard) + ", offset " + std::to_string(pos_.offset) +
-                  ") is its last");
-  }
   if (!read_exact(fd_, window_.data(), window_.size(), kShardHeaderBytes + pos_.offset * s.token_bytes))
     return fail(error, s.path, "truncated: could not read tokens " + std::to_string(pos_.offset) + ".." +
                                    std::to_string(pos_.offset + n) + " (the file changed after it was validated?)");
@@ -301,14 +290,16 @@ bool TokenBatchSampler::next(int32_t* inputs, int32_t* targets, std::string* err
     if (i > 0) targets[i - 1] = static_cast<int32_t>(id);
   }
   pos_.offset += n - 1;
-  advance(&pos_, &order_);  // within the counter's range: checked above
+  skip_to_valid_window();
   return true;
 }
 
 bool TokenBatchSampler::seek(const Position& p, std::string* error) {
   if (shards_.empty()) return fail(error, "batch", "sampler is not open");
   const int64_t n = static_cast<int64_t>(shards_.size());
-  if (p.epoch < 0 || p.shard < 0 || p.shard >= n || p.offset < 0) {
+  // Epochs past kMaxEpoch come only from a damaged or hand-made position: refused, so that the
+  // epoch counter never wraps (2^62 more epochs would be needed).
+  if (p.epoch < 0 || p.epoch > kMaxEpoch || p.shard < 0 || p.shard >= n || p.offset < 0) {
     return fail(error, "data position", "epoch " + std::to_string(p.epoch) + ", shard " + std::to_string(p.shard) +
                                             ", offset " + std::to_string(p.offset) + " is out of range for " +
                                             std::to_string(n) + " shards");
@@ -319,13 +310,9 @@ bool TokenBatchSampler::seek(const Position& p, std::string* error) {
     return fail(error, s.path, "data position offset " + std::to_string(p.offset) + " is past the shard's " +
                                    std::to_string(s.num_tokens) + " tokens");
   }
-  Position at = p;
-  if (!advance(&at, &order))
-    return fail(error, "data position", "epoch " + std::to_string(p.epoch) + ", shard " + std::to_string(p.shard) +
-                                            ", offset " + std::to_string(p.offset) + " is the end of epoch " +
-                                            std::to_string(p.epoch) + ", the last one the epoch counter holds");
   order_ = std::move(order);
-  pos_ = at;
+  pos_ = p;
+  skip_to_valid_window();
   return true;
 }
 

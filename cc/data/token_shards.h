@@ -71,19 +71,17 @@ class TokenBatchSampler {
   // Raw bytes of the last window (B*T+1 tokens of token_bytes each), for device upload.
   const std::vector<uint8_t>& last_window() const { return window_; }
   Position position() const { return pos_; }  // where the NEXT batch starts
-  // Restore; validates ranges (the epoch counter's included: no position reads past the end
-  // of epoch INT64_MAX, where next() refuses the epoch's last batch).
+  // Restore; validates ranges (an epoch up to kMaxEpoch, so that the counter never wraps).
   bool seek(const Position& p, std::string* error);
+  static constexpr int64_t kMaxEpoch = INT64_MAX / 2;
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int token_bytes() const { return shards_.empty() ? 2 : shards_[0].token_bytes; }
   const std::vector<TokenShard>& shards() const { return shards_; }
 
  private:
   int64_t window_tokens() const { return static_cast<int64_t>(B_) * T_ + 1; }
-  bool fits(const std::vector<int64_t>& order, int64_t shard_index_in_order, int64_t offset) const;
-  // Moves *p forward past shards too short for a window, into the next epoch (and *order to
-  // its shard order) after the last shard. false where that epoch would be past INT64_MAX.
-  bool advance(Position* p, std::vector<int64_t>* order) const;
+  bool fits(int64_t shard_index_in_order, int64_t offset) const;
+  void skip_to_valid_window();  // moves pos_ forward past shards too short for a window
   bool ensure_open(int64_t shard, std::string* error);
 
   std::vector<TokenShard> shards_;

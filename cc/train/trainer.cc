@@ -323,8 +323,8 @@ bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int*
 // Whether `dir` can be made and written, without making it: a file created and removed in it,
 // or where it does not exist yet in its nearest existing ancestor, where the run's first
 // write goes (access(W_OK) says yes to root on /proc and /sys, where nothing can be made). The
-// probe's name is a temp file's (NAME.tmp.PID): one a killed check left in the output
-// directory is removed by the next run there.
+// probe's name is a temp file's (NAME.tmp.PID): one a killed check left in an existing output
+// directory is removed by the next run there (in an ancestor, it stays).
 bool output_dir_writable(const std::string& dir, std::string* error) {
   std::string at = dir;
   while (!at.empty() && !path_exists(at)) at = dir_name(at) == at ? "" : dir_name(at);

@@ -13,14 +13,14 @@ from nfn.errors import UserError
 
 
 @contextlib.contextmanager
-def atomic_open(path, mode="wb", encoding=None, quiet=False):
+def atomic_open(path, mode="wb", encoding=None):
     """Open `path` for writing through a temporary name beside it; it appears only when the
     block ends without an exception, and the temporary file never outlives a failure. The
     temporary file is unfinished work (.nfn-tmp-NAME-XXXXXXXX, locked while written, see
-    WorkDir): one a killed writer left in that directory is removed here first (saying so
-    unless quiet), as by every other writer there."""
+    WorkDir): one a killed writer left in that directory is removed here first, silently (a
+    file's leftovers are not worth a line on every export), as by every other writer there."""
     parent = os.path.dirname(os.path.abspath(path))
-    remove_orphaned_dirs(parent, quiet)
+    remove_orphaned_dirs(parent, quiet=True)
     fd, tmp = _create_work_file(parent, os.path.basename(path))
     try:
         lock_work(fd)  # held until fd closes, after the rename: never taken for a killed writer's
@@ -91,7 +91,10 @@ class WorkDir:
     def close(self):
         if self._fd is None:
             return
-        shutil.rmtree(self.path, ignore_errors=True)  # nothing there once it was renamed into place
+        if os.path.islink(self.path):  # a replaced entry that was a link (install_dir)
+            os.unlink(self.path)
+        else:
+            shutil.rmtree(self.path, ignore_errors=True)  # nothing there once it was renamed into place
         os.close(self._fd)
         self._fd = None
 
@@ -136,7 +139,9 @@ def install_dir(tmp, final):
             os.rename(tmp, final)  # nothing there (or an empty directory)
             return
         except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(final):
+            # A directory there (ENOTEMPTY, EEXIST), or a link to one (ENOTDIR): replaced below.
+            if not ((e.errno in (errno.ENOTEMPTY, errno.EEXIST) and os.path.isdir(final)) or
+                    (e.errno == errno.ENOTDIR and os.path.islink(final))):
                 raise
         swapped = _exchange(tmp, final)
         if swapped:

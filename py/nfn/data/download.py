@@ -69,7 +69,7 @@ def download_file(url, dest, what, quiet=False):
                   end="", file=sys.stderr, flush=True)
 
     try:  # a killed download's part is unfinished work that the next writer there removes
-        with fileio.atomic_open(dest, "wb", quiet=quiet) as out, _open(url, what) as resp:
+        with fileio.atomic_open(dest, "wb") as out, _open(url, what) as resp:
             _copy(resp, out, url, what, progress)
     finally:
         if show:

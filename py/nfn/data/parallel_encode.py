@@ -32,19 +32,27 @@ def _encode(doc_start, text):
     return arr
 
 
-def _serve(conn):
+def _serve(conn, parent_ends):
     """A worker: encode each (doc_start, text) it is sent and send back ("ok", ids) or
-    ("error", message), until it is sent None."""
+    ("error", message), until it is sent None or the parent is gone."""
     # Ctrl-C goes to the whole process group: the parent alone handles it, and kills the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        try:
-            conn.send(("ok", _encode(*job)))
-        except ValueError as e:
-            conn.send(("error", str(e)))
+    # The parent's ends of the pipes, inherited through fork: closed, so that a parent killed
+    # outright (SIGKILL, out of memory) leaves this pipe with no other end and the worker exits,
+    # letting go of what it inherited too (the dataset's build lock among it).
+    for end in parent_ends:
+        end.close()
+    try:
+        while True:
+            job = conn.recv()
+            if job is None:
+                return
+            try:
+                conn.send(("ok", _encode(*job)))
+            except ValueError as e:
+                conn.send(("error", str(e)))
+    except (EOFError, OSError):  # the parent is gone
+        return
 
 
 def default_workers():
@@ -79,7 +87,7 @@ def _encode_on_workers(pieces, workers):
     try:
         for _ in range(workers):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+            proc = ctx.Process(target=_serve, args=(child, conns + [parent]), daemon=True)
             proc.start()
             child.close()
             conns.append(parent)

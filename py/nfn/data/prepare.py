@@ -50,16 +50,17 @@ def _one_builder(root, src, quiet):
     `nfn data prepare`, `nfn train` or `nfn eval`, or a reader that missed the entry while it
     was being replaced) waits here, with a notice unless quiet, and then finds it built.
 
-    A flock on root/.nfn-lock-KEY holding the builder's pid; the holder removes the file before
-    letting go, and a waiter that then holds a file no longer there starts again. One a killed
-    builder left is free to take, and removed as other unfinished work is (fileio)."""
+    A flock on root/.nfn-lock-KEY (opened read-only, so any user of a shared cache can take
+    it); the holder removes the file before letting go, and a waiter that then holds a file no
+    longer there starts again. One a killed builder left is free to take, and removed as other
+    unfinished work is (fileio)."""
     import fcntl
     path = os.path.join(root, f"{fileio.WORK_PREFIX}lock-{src.key}")
     said = quiet
     while True:
         try:
             os.makedirs(root, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except OSError as e:
             raise UserError(f"{root}: dataset cache is not writable ({e.strerror}); "
                             f"set {paths.DATASETS_ENV} to a writable directory") from None
@@ -68,9 +69,8 @@ def _one_builder(root, src, quiet):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not said:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-                    print(f"nfn: waiting for another process{f' (pid {holder})' if holder.isdigit() else ''} "
-                          f"preparing {src.dataset} with {src.tokenizer}", file=sys.stderr, flush=True)
+                    print(f"nfn: waiting for another process preparing {src.dataset} with {src.tokenizer}",
+                          file=sys.stderr, flush=True)
                     said = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -79,8 +79,6 @@ def _one_builder(root, src, quiet):
                 same = False
             if not same:  # its holder removed it as it let go: take the file there now
                 continue
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             try:
                 yield
             finally:

@@ -96,7 +96,7 @@ def _shard_source(name, tokenizer, train_path_or_dir, splits=SPLITS):
             if split in splits and not found[split]:
                 raise UserError(f"{train_path_or_dir}: no {split} shards (*_{split}_*.bin) in this directory")
     else:
-        found["train"] = [train_path_or_dir]
+        found["train"] = [train_path_or_dir] if "train" in splits else []  # not read for val alone
         found["val"] = shard_headers.validation_siblings(train_path_or_dir) if "val" in splits else []
     return Source("shards", name, tokenizer, train=found["train"], val=found["val"])
 

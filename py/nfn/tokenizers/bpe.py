@@ -110,10 +110,12 @@ def load_trained(directory):
     directory, and read again where a retrain replaced it meanwhile (save_atomically), so that
     a tokenizer is never one training's manifest with another's ranks."""
     for _ in range(10):
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
+        try:  # O_PATH: a directory that may be entered but not listed is read as before
+            dir_fd = os.open(directory, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
             dir_fd = None  # named in the manifest's error below
+        except OSError as e:
+            raise UserError(f"{directory}: cannot open ({e.strerror})") from None
         try:
             return _load_trained(directory, dir_fd)
         except _Replaced:

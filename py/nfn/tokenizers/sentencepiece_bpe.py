@@ -22,11 +22,11 @@ def model_path(name):
     return os.path.join(paths.tokenizers_dir(), name, f"{name}.model")
 
 
-def _write_atomically(path, data, quiet=False):
+def _write_atomically(path, data):
     """The model file, whole or not at all; what a killed writer left there is removed first
     (fileio.atomic_open)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with fileio.atomic_open(path, "wb", quiet=quiet) as f:
+    with fileio.atomic_open(path, "wb") as f:
         f.write(data)
 
 
@@ -82,7 +82,7 @@ class SentencePieceTokenizer:
                     print(f"nfn: training tokenizer {name} on the default corpus (once)", file=sys.stderr)
                 data = train_model(_default_corpus_lines(quiet), vocab_size)
             try:
-                _write_atomically(path, data, quiet)
+                _write_atomically(path, data)
             except OSError as e:
                 raise UserError(f"{os.path.dirname(path)}: cannot write tokenizer {name} ({e.strerror}); "
                                 f"set {paths.TOKENIZERS_ENV} to a writable directory") from None

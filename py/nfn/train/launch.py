@@ -189,7 +189,7 @@ def write_sample(report, tokenizer_name, quiet=False):
         return None
     from nfn import tokenizers
     text = tokenizers.load(tokenizer_name, quiet).decode(ids)
-    with fileio.atomic_open(path, "w", encoding="utf-8", quiet=quiet) as f:
+    with fileio.atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
     report["sample_text"] = text
     report["sample_file"] = path
@@ -223,8 +223,11 @@ def run(args):
     from_manifest = resume_data(args, manifest)
     training = (manifest or {}).get("training")
     resumed_seed = training.get("seed") if isinstance(training, dict) else None
-    if args.seed is None and isinstance(resumed_seed, int) and not isinstance(resumed_seed, bool):
-        args.seed = resumed_seed  # the resumed run's data order (another --seed starts the data over)
+    # The resumed run's data order (another --seed starts the data over); a seed outside int64
+    # is an older trainer's rounding of a negative one, which the trainer no longer reads either.
+    if (args.seed is None and isinstance(resumed_seed, int) and not isinstance(resumed_seed, bool) and
+            -2**63 <= resumed_seed < 2**63):
+        args.seed = resumed_seed
     named_tokenizer = args.tokenizer
     args.tokenizer = tokenizer_of(args, manifest, graph)
     planning = args.print_command or args.dry_run or args.print_plan

@@ -1,7 +1,7 @@
 // The trainer binary (cc/bin:nfn_gpt_native_train) on what it must refuse before it trains:
 // an --output-dir nothing can be written in, though access(W_OK) says otherwise (root on /proc
 // and /sys), found by --check without leaving anything behind; and a resumed checkpoint whose
-// data position is the end of the last epoch the sampler's counter holds.
+// data position is past the last epoch the sampler's counter takes.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -96,7 +96,7 @@ void test_check_finds_an_unwritable_output_dir() {
   std::printf("%d of /proc, /sys and /sys/kernel writable to access() here\n", tried);
 }
 
-void test_resume_at_the_last_epoch_is_refused() {
+void test_resume_past_the_last_epoch_is_refused() {
   const std::string data = tmp + "/data", out = tmp + "/resume";
   mkdir(data.c_str(), 0755);
   write_shard(data + "/tiny_train_000000.bin", 200);  // 8-token windows: offsets 0, 8, .., 184
@@ -122,10 +122,10 @@ void test_resume_at_the_last_epoch_is_refused() {
   for (const char* a : {"--max-steps", "2", "--checkpoint-every", "1", "--resume", "auto"}) args.push_back(a);
   r = run(args);
   const std::string want = "nfn_gpt_native_train: error: " + state +
-                           ": data position: epoch 9223372036854775807, shard 0, offset 192 is the end of epoch "
-                           "9223372036854775807, the last one the epoch counter holds\n";
+                           ": data position: epoch 9223372036854775807, shard 0, offset 192 is out of range for 1 "
+                           "shards\n";
   EXPECT(r.code == 1 && r.err.size() >= want.size() && r.err.compare(r.err.size() - want.size(), want.size(), want) == 0,
-         "resumed at the last epoch's end: exit %d: %s", r.code, r.err.c_str());
+         "resumed past the last epoch: exit %d: %s", r.code, r.err.c_str());
   EXPECT(!nfn::path_exists(out + "/DONE_00000002"), "no step 2 written");
 }
 
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   test_check_finds_an_unwritable_output_dir();
-  test_resume_at_the_last_epoch_is_refused();
+  test_resume_past_the_last_epoch_is_refused();
   test_resume_keeps_the_data_order_of_any_seed();
   return nfn_test::finish("trainer_binary_test");
 }

@@ -211,7 +211,7 @@ class PrepareTest(unittest.TestCase):
         self.assertEqual(first.communicate(timeout=120)[0], "False\n")
         out, err = second.communicate(timeout=120)
         self.assertEqual((second.returncode, said + err),
-                         (0, f"nfn: waiting for another process (pid {first.pid}) preparing {path} with gpt2\n"))
+                         (0, f"nfn: waiting for another process preparing {path} with gpt2\n"))
         entry = cache.find_cached(pretraining_file=path)["dir"]
         self.assertEqual(out.splitlines()[0], f"{path} (gpt2, vocab 50257): cached in {entry}")
         self.assertEqual(os.listdir(self.env["NFN_DATASETS_DIR"]), [os.path.basename(entry)])  # no lock left
@@ -310,6 +310,43 @@ class PrepareTest(unittest.TestCase):
             self.fail("nfn data prepare hung after Ctrl-C")
         self.assertEqual((proc.returncode, err), (130, "nfn data: interrupted\n"))
         self.assertEqual([n for n in os.listdir(root) if n.startswith(".")], [])
+
+    def test_workers_of_a_killed_prepare_exit_and_leave_its_lock(self):
+        # A prepare killed outright (SIGKILL: out of memory) while its workers wait for pieces:
+        # they exit (they once kept their inherited pipe ends, and with them the dataset's build
+        # lock, forever), and the next prepare of the dataset is not kept waiting.
+        import signal
+        import time
+        path = self.write("corpus.txt", TEXT * 4)
+        code = ("import sys, time\n"
+                "from nfn.data import parallel_encode, prepare, text_pieces\n"
+                "real = parallel_encode._encode_on_workers\n"
+                "def stalled(pieces, workers):\n"
+                "    def stall():\n"
+                "        yield next(iter(pieces))\n"
+                "        print('stalled', flush=True)\n"
+                "        time.sleep(600)\n"
+                "    return real(stall(), workers)\n"
+                "parallel_encode._encode_on_workers = stalled\n"
+                "prepare.prepare_dataset(pretraining_file=sys.argv[1], quiet=True, workers=3)\n")
+        proc = subprocess.Popen([sys.executable, "-c", code, path], env=dict(os.environ, PYTHONPATH=PY_ROOT),
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.assertEqual(proc.stdout.readline(), "stalled\n")
+        workers = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+        self.assertEqual(len(workers), 3)
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") and
+                                                  open(f"/proc/{w}/stat").read().split()[2] != "Z" for w in workers):
+            time.sleep(0.05)
+        alive = [w for w in workers if os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
+        for w in alive:
+            os.kill(w, signal.SIGKILL)
+        self.assertEqual(alive, [], "workers outlived their killed parent")
+        self.assertFalse(prepare_dataset(pretraining_file=path, quiet=True, workers=1)["cached"])
 
     def test_a_text_on_one_line_is_split_at_a_word(self):
         tok = load("gpt2")

@@ -139,10 +139,10 @@ class SentencePieceTest(EnvTest):
         self.assertEqual(len(left), 1, left)
         old = time.time() - 3600
         os.utime(os.path.join(folder, left[0]), (old, old))
-        said, mask = io.StringIO(), os.umask(0o022)
+        said, mask = io.StringIO(), os.umask(0o022)  # removed silently
         try:
             with contextlib.redirect_stderr(said):
-                sentencepiece_bpe._write_atomically(path, self.model, quiet=True)
+                sentencepiece_bpe._write_atomically(path, self.model)
         finally:
             os.umask(mask)
         self.assertEqual((os.listdir(folder), said.getvalue()), (["sp1024.model"], ""))
