@@ -1,10 +1,11 @@
 """Generates the op registry (JSON) behind `nfn kernels list` from the op ABI's own table.
 
 Inputs are the files the C++ builds expand: cc/ops/nfn_ops.def (every op, its category and
-dtypes) and one support file per backend listing the cells it does not implement, with why.
-The listing therefore cannot drift from the ABI: both are made from the same lines.
+dtypes), nfn_tile_ops.h (NFN_ABI_VERSION, which the trainer asks each op library for) and one
+support file per backend listing the cells it does not implement, with why. The listing
+therefore cannot drift from the ABI: both are made from the same lines.
 
-usage: gen_op_registry.py --ops nfn_ops.def --backend cpu=cpu/support.def ... --out FILE
+usage: gen_op_registry.py --ops nfn_ops.def --abi nfn_tile_ops.h --backend cpu=cpu/support.def ... --out FILE
 """
 import argparse
 import json
@@ -12,6 +13,7 @@ import re
 import sys
 
 OP_RE = re.compile(r'NFN_OP\(\s*(\w+)\s*,\s*(\w+)\s*,\s*"([^"]*)"\s*,')
+ABI_RE = re.compile(r"^#define NFN_ABI_VERSION (\d+)$", re.M)
 UNSUPPORTED_RE = re.compile(r'NFN_UNSUPPORTED\(\s*(\w+)\s*,\s*(\w+|\*)\s*,\s*"([^"]+)"\s*\)')
 
 
@@ -37,6 +39,13 @@ def parse_ops(path):
     return ops
 
 
+def parse_abi_version(path):
+    found = ABI_RE.findall(open(path, encoding="utf-8").read())
+    if len(found) != 1:
+        raise SystemExit(f"{path}: expected one '#define NFN_ABI_VERSION N' line, found {len(found)}")
+    return int(found[0])
+
+
 def parse_support(path, ops):
     text = strip_comments(open(path, encoding="utf-8").read())
     by_name = {op["name"]: op for op in ops}
@@ -56,7 +65,7 @@ def parse_support(path, ops):
     return gaps
 
 
-def build_registry(ops, backends):
+def build_registry(ops, backends, abi_version):
     rows = []
     for op in ops:
         support = {}
@@ -68,12 +77,13 @@ def build_registry(ops, backends):
             }
         implemented = [b for b in backends if any(c["supported"] for c in support[b].values())]
         rows.append({**op, "backends": implemented, "support": support})
-    return {"schema": 1, "backends": list(backends), "ops": rows}
+    return {"schema": 1, "abi_version": abi_version, "backends": list(backends), "ops": rows}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", required=True)
+    parser.add_argument("--abi", required=True, help="nfn_tile_ops.h, for NFN_ABI_VERSION")
     parser.add_argument("--backend", action="append", default=[], metavar="NAME=SUPPORT_FILE")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -83,7 +93,7 @@ def main(argv=None):
         name, _, path = spec.partition("=")
         backends[name] = parse_support(path, ops)
     with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(build_registry(ops, backends), f, indent=1)
+        json.dump(build_registry(ops, backends, parse_abi_version(args.abi)), f, indent=1)
         f.write("\n")
     return 0
 

@@ -108,6 +108,21 @@ class DoctorTest(unittest.TestCase):
         self.assertIn("auto loads   cuda: libnfn_native_train_tile_ops.so loads", kernels.format_report(
             dict(r, auto_backend=kernels.auto_backend(emulated, None))))
 
+    def test_a_library_built_for_another_abi_version_is_passed_over(self):
+        # As the trainer's load_op_library refuses it: the registry records the header's version.
+        from nfn.kernels import registry
+        self.library(kernels.CUDA_LIB, "emulated")
+        self.library(kernels.CPU_LIB, "cpu")
+        real = registry.load()
+        self.assertIsInstance(real["abi_version"], int)
+        stale = dict(real, abi_version=real["abi_version"] + 1)
+        with mock.patch.object(registry, "load", lambda: stale):
+            r = self.doctor()
+        self.assertIsNone(r["auto_backend"]["would_load"])  # both libraries are the other version
+        for name in (kernels.CUDA_LIB, kernels.CPU_LIB):
+            self.assertIn(f"{os.path.join(self.libs, name)}: op ABI version {real['abi_version']}, this build "
+                          f"expects {real['abi_version'] + 1}", r["auto_backend"]["reason"])
+
     def test_doctor_json_keys_and_light_imports(self):
         # Asking the libraries goes through ctypes: no numpy, no native module; the keys stay.
         from nfn_probe import run_nfn

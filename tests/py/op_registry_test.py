@@ -28,13 +28,14 @@ def write(tmp, name, text):
 
 
 class GeneratorTest(unittest.TestCase):
-    def generate(self, ops_text, support_text):
+    def generate(self, ops_text, support_text, abi_text="#define NFN_ABI_VERSION 42\n"):
         with tempfile.TemporaryDirectory() as tmp:
             ops = write(tmp, "ops.def", ops_text)
             sup = write(tmp, "cuda.def", support_text)
             cpu = write(tmp, "cpu.def", "")
+            abi = write(tmp, "abi.h", abi_text)
             out = os.path.join(tmp, "out.json")
-            gen_op_registry.main(["--ops", ops, "--backend", f"cpu={cpu}",
+            gen_op_registry.main(["--ops", ops, "--abi", abi, "--backend", f"cpu={cpu}",
                                   "--backend", f"cuda={sup}", "--out", out])
             with open(out) as f:
                 return json.load(f)
@@ -42,6 +43,7 @@ class GeneratorTest(unittest.TestCase):
     def test_rows_and_reasons(self):
         reg = self.generate(OPS, 'NFN_UNSUPPORTED(fill, bf16, "no bf16 fill yet")\n'
                                  'NFN_UNSUPPORTED(attn, *, "needs sm_90")\n')
+        self.assertEqual(reg["abi_version"], 42)
         fill, attn = reg["ops"]
         self.assertEqual((fill["name"], fill["category"], fill["dtypes"]), ("fill", "memory", ["f32", "bf16"]))
         self.assertEqual(fill["support"]["cuda"]["bf16"], {"supported": False, "reason": "no bf16 fill yet"})
@@ -61,6 +63,12 @@ class GeneratorTest(unittest.TestCase):
             self.generate(OPS, 'NFN_UNSUPPORTED(attn, f32, "x")\n')
         self.assertIn("op attn has no dtype 'f32'", str(cm.exception))
 
+    def test_the_abi_version_must_be_defined_once(self):
+        for text in ("", "#define NFN_ABI_VERSION 1\n#define NFN_ABI_VERSION 2\n"):
+            with self.assertRaises(SystemExit) as cm:
+                self.generate(OPS, "", text)
+            self.assertIn("expected one '#define NFN_ABI_VERSION N' line", str(cm.exception))
+
     def test_malformed_op_line_is_rejected(self):
         with self.assertRaises(SystemExit) as cm:
             self.generate("NFN_OP(fill, memory, (nfn_ctx* ctx))\n", "")
@@ -72,6 +80,8 @@ class BuiltRegistryTest(unittest.TestCase):
         lib_path = os.environ["NFN_CPU_OPS_LIB"]
         lib = ctypes.CDLL(os.path.abspath(lib_path))
         reg = registry.load()
+        lib.nfn_abi_version.restype = ctypes.c_int
+        self.assertEqual(reg["abi_version"], lib.nfn_abi_version())  # the header's, as the library says
         self.assertGreater(len(reg["ops"]), 0)
         for op in reg["ops"]:
             if "cpu" in op["backends"]:

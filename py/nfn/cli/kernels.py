@@ -184,33 +184,39 @@ OP_TABLE_SYMBOLS = ("nfn_abi_version", "nfn_backend_name", "nfn_ctx_create", "nf
                     "nfn_ctx_last_error", "nfn_synchronize", "nfn_ctx_configure")
 
 
-def _op_symbols():
-    """Every entry point the trainer resolves: the table's, then each op's (from the registry;
-    the table's alone where no registry was generated)."""
+def _op_table():
+    """(every entry point the trainer resolves: the table's, then each op's; the op ABI version
+    it expects), from the registry, generated from the same header and table as the trainer;
+    the table's symbols alone and no version where no registry was generated."""
     from nfn.errors import UserError
     from nfn.kernels import registry
     try:
-        ops = [f"nfn_{op['name']}" for op in registry.load()["ops"]]
-    except (UserError, KeyError, TypeError):
-        ops = []
-    return list(OP_TABLE_SYMBOLS) + ops
+        reg = registry.load()
+        ops, version = [f"nfn_{op['name']}" for op in reg["ops"]], reg.get("abi_version")
+    except (UserError, KeyError, TypeError, AttributeError):
+        ops, version = [], None
+    return list(OP_TABLE_SYMBOLS) + ops, version if isinstance(version, int) else None
 
 
 def open_op_library(path, device=0):
     """Whether the trainer's open_backend (cc/train/backend.cc) would take the op library at
     path, asked of the library the same way: it loads, has every entry point, and makes a
     context on the device. {"opens": True, "backend", "device"} (the device's name where the
-    library tells it) or {"opens": False, "reason"}, the reason as the trainer words it. The
-    op ABI version, which the trainer also checks, is not: no number here to compare it with."""
+    library tells it) or {"opens": False, "reason"}, the reason as the trainer words it."""
     import ctypes
 
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
         return {"opens": False, "reason": f"{path}: cannot load op library: {e}"}
-    for symbol in _op_symbols():
+    symbols, version = _op_table()
+    for symbol in symbols:
         if not hasattr(lib, symbol):
             return {"opens": False, "reason": f"{path}: missing symbol {symbol}"}
+    lib.nfn_abi_version.restype = ctypes.c_int
+    if version is not None and lib.nfn_abi_version() != version:
+        return {"opens": False, "reason": f"{path}: op ABI version {lib.nfn_abi_version()}, this build expects "
+                                          f"{version}"}
     lib.nfn_backend_name.restype = ctypes.c_char_p
     lib.nfn_ctx_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
     lib.nfn_ctx_last_error.restype = ctypes.c_char_p
