@@ -255,7 +255,7 @@ std::vector<std::tuple<const char*, const char*, const std::string*>> backend_op
 }
 
 // Whether the library runs attention at the model's geometry (the CUDA library's kernels
-// cover head sizes 16, 32, 64 and 128, and B*NH up to 65535), asked of the library itself
+// cover head sizes up to 128, and B*NH up to 65535), asked of the library itself
 // with one position of each row of a micro-batch, so that a run (and --check, before `nfn
 // train` prepares data) learns at once what its first step would. false with the message and
 // the exit code: 2 where attention refuses the geometry, 1 where the probe itself fails.

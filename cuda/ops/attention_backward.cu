@@ -17,21 +17,24 @@ namespace {
 
 // delta[b,h,t] = sum_d dout * out over the head's channels (the softmax-gradient row term).
 // L adjacent lanes share a row, V elements a load, so a warp's loads cover whole rows; their
-// sums are combined by shuffles.
-template <typename T, int HD, int V>
+// sums are combined by shuffles. Rows of hd = head_size<HD, kTail>(head_dim) channels (a whole
+// number of V-element loads): the loads past hd are skipped.
+template <typename T, int HD, int V, bool kTail>
 __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, QkvIndex ix,
-                                       size_t total) {
+                                       int head_dim, size_t total) {
   nfn::cuda::pdl_begin();
   constexpr int L = HD / V < 32 ? HD / V : 32, kLoads = HD / V / L;  // lanes a row, loads a lane
+  const int hd = head_size<HD, kTail>(head_dim);
   const size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x, i = g / L;
   const int part = static_cast<int>(g % L);
   float sum = 0.f;
   if (i < total) {
     const int t = static_cast<int>(i % ix.T), bh = static_cast<int>(i / ix.T);
     const int b = bh / ix.NH, h = bh % ix.NH;
-    const size_t off = (static_cast<size_t>(b) * ix.T + t) * ix.C + static_cast<size_t>(h) * HD;
+    const size_t off = (static_cast<size_t>(b) * ix.T + t) * ix.C + static_cast<size_t>(h) * hd;
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) {
+      if (kTail && (part + k * L) * V >= hd) continue;  // past the head
       float d[V], o[V];
       load_pack(dout + off, part + k * L, d);
       load_pack(out + off, part + k * L, o);
@@ -43,11 +46,11 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
   if (part == 0 && i < total) delta[i] = sum;
 }
 
-template <typename T, int HD, int V>
-void launch_delta(nfn_ctx* ctx, float* delta, const T* dout, const T* out, QkvIndex ix, size_t rows) {
+template <typename T, int HD, int V, bool kTail>
+void launch_delta(nfn_ctx* ctx, float* delta, const T* dout, const T* out, QkvIndex ix, int hd, size_t rows) {
   constexpr int L = HD / V < 32 ? HD / V : 32;
-  nfn::cuda::launch_kernel(ctx, attention_delta_kernel<T, HD, V>, (rows * L + 255) / 256, 256, 0, delta, dout, out,
-                           ix, rows);
+  nfn::cuda::launch_kernel(ctx, attention_delta_kernel<T, HD, V, kTail>, (rows * L + 255) / 256, 256, 0, delta, dout,
+                           out, ix, hd, rows);
 }
 
 // Shared-memory layout of both backward kernels: the block's own rows (padded so each thread
@@ -59,13 +62,15 @@ struct BackwardSmem {
       sizeof(float) * (2 * kRows * (HD + 1) + 2 * kStreamed * HD + 2 * kStreamed);
 };
 
-// One thread per key j: dv_j = sum_i p_ij dout_i, dk_j = scale * sum_i ds_ij q_i.
-template <typename T, int HD>
+// One thread per key j: dv_j = sum_i p_ij dout_i, dk_j = scale * sum_i ds_ij q_i. HD wide, for
+// heads of hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
+template <typename T, int HD, bool kTail>
 __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dout, const T* qkv,
                                                            const float* lse, const float* delta,
-                                                           QkvIndex ix, float scale) {
+                                                           QkvIndex ix, float scale, int head_dim) {
   nfn::cuda::pdl_begin();
   constexpr int BQ = BackwardSmem<HD>::kStreamed;
+  const int hd = head_size<HD, kTail>(head_dim);
   extern __shared__ float smem[];
   float(*ks)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem);
   float(*vs)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem + kRows * (HD + 1));
@@ -79,9 +84,9 @@ __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dou
   const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
   for (int i = threadIdx.x; i < kRows * HD; i += kRows) {
     const int r = i / HD, d = i % HD, t = k0 + r;
-    const bool in = t < ix.T;
-    ks[r][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + ix.C + d]) : 0.f;
-    vs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + 2 * ix.C + d]) : 0.f;
+    const bool in = t < ix.T && (!kTail || d < hd);
+    ks[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + ix.C + d]) : 0.f;
+    vs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + 2 * ix.C + d]) : 0.f;
   }
   float dk[HD], dv[HD];
 #pragma unroll
@@ -90,10 +95,10 @@ __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dou
     __syncthreads();
     for (int i = threadIdx.x; i < BQ * HD; i += kRows) {
       const int r = i / HD, d = i % HD, t = i0 + r;
-      const bool in = t < ix.T;
-      qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + d]) : 0.f;
+      const bool in = t < ix.T && (!kTail || d < hd);
+      qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + d]) : 0.f;
       dos[r][d] = in ? to_f32(dout[(static_cast<size_t>(b) * ix.T + t) * ix.C +
-                                   static_cast<size_t>(h) * HD + d])
+                                   static_cast<size_t>(h) * hd + d])
                      : 0.f;
     }
     for (int r = threadIdx.x; r < BQ; r += kRows) {
@@ -122,21 +127,24 @@ __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dou
     }
   }
   if (!active) return;
-  T* krow = dqkv + ix.q(b, h, j, HD) + ix.C;
+  T* krow = dqkv + ix.q(b, h, j, hd) + ix.C;
 #pragma unroll
   for (int d = 0; d < HD; ++d) {
+    if (kTail && d >= hd) continue;
     krow[d] = from_f32<T>(dk[d] * scale);
     krow[ix.C + d] = from_f32<T>(dv[d]);
   }
 }
 
-// One thread per query i: dq_i = scale * sum_j ds_ij k_j.
-template <typename T, int HD>
+// One thread per query i: dq_i = scale * sum_j ds_ij k_j. HD wide, for heads of
+// hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
+template <typename T, int HD, bool kTail>
 __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout, const T* qkv,
                                                          const float* lse, const float* delta,
-                                                         QkvIndex ix, float scale) {
+                                                         QkvIndex ix, float scale, int head_dim) {
   nfn::cuda::pdl_begin();
   constexpr int BC = BackwardSmem<HD>::kStreamed;
+  const int hd = head_size<HD, kTail>(head_dim);
   extern __shared__ float smem[];
   float(*qs)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem);
   float(*dos)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem + kRows * (HD + 1));
@@ -147,10 +155,10 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
   const bool active = i < ix.T;
   for (int e = threadIdx.x; e < kRows * HD; e += kRows) {
     const int r = e / HD, d = e % HD, t = q0 + r;
-    const bool in = t < ix.T;
-    qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + d]) : 0.f;
+    const bool in = t < ix.T && (!kTail || d < hd);
+    qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + d]) : 0.f;
     dos[r][d] = in ? to_f32(dout[(static_cast<size_t>(b) * ix.T + t) * ix.C +
-                                 static_cast<size_t>(h) * HD + d])
+                                 static_cast<size_t>(h) * hd + d])
                    : 0.f;
   }
   const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
@@ -163,9 +171,9 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
     __syncthreads();
     for (int e = threadIdx.x; e < BC * HD; e += kRows) {
       const int r = e / HD, d = e % HD, t = k0 + r;
-      const bool in = t < ix.T;
-      ks[r][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + ix.C + d]) : 0.f;
-      vs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + 2 * ix.C + d]) : 0.f;
+      const bool in = t < ix.T && (!kTail || d < hd);
+      ks[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + ix.C + d]) : 0.f;
+      vs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + 2 * ix.C + d]) : 0.f;
     }
     __syncthreads();
     if (!active) continue;
@@ -182,28 +190,32 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
     }
   }
   if (!active) return;
-  T* qrow = dqkv + ix.q(b, h, i, HD);
+  T* qrow = dqkv + ix.q(b, h, i, hd);
 #pragma unroll
-  for (int d = 0; d < HD; ++d) qrow[d] = from_f32<T>(dq[d] * scale);
+  for (int d = 0; d < HD; ++d)
+    if (!kTail || d < hd) qrow[d] = from_f32<T>(dq[d] * scale);
 }
 
-template <typename S, int HD>
+template <typename S, int HD, bool kTail>
 nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv, const void* out,
                     const float* lse, int B, int T, int C, int NH) {
   const char* op = "attention_backward";
   const QkvIndex ix{T, C, NH};
+  const int hd = C / NH;  // HD where !kTail; the tensor-core paths and the scale go by it
   void* buf = nullptr;
   NFN_TRY(nfn::cuda::scratch(ctx, sizeof(float) * static_cast<size_t>(B) * NH * T, &buf, op));
   float* delta = static_cast<float*>(buf);
   const size_t rows = static_cast<size_t>(B) * NH * T;
   const auto *d = static_cast<const S*>(dout), *o = static_cast<const S*>(out);
-  if (nfn::cuda::aligned16({dout, out}))  // every row then starts 16-byte aligned (C, HD: whole packs)
-    launch_delta<S, HD, nfn::cuda::Pack<S>::n>(ctx, delta, d, o, ix, rows);
+  // Every row then starts 16-byte aligned: C and hd are whole packs (always where !kTail).
+  constexpr int kPack = nfn::cuda::Pack<S>::n;
+  if (nfn::cuda::aligned16({dout, out}) && hd % kPack == 0)
+    launch_delta<S, HD, kPack, kTail>(ctx, delta, d, o, ix, hd, rows);
   else
-    launch_delta<S, HD, 1>(ctx, delta, d, o, ix, rows);
+    launch_delta<S, HD, 1, kTail>(ctx, delta, d, o, ix, hd, rows);
   const nfn_dtype dtype = std::is_same_v<S, float> ? NFN_F32 : NFN_BF16;
-  if (use_mma(ctx, dtype, HD, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  if (use_tk(ctx, dtype, HD, T, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs
+  if (use_mma(ctx, dtype, hd, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
+  if (use_tk(ctx, dtype, hd, T, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs
     return nfn::cuda::check(ctx,
                             static_cast<cudaError_t>(
                                 nfn_tk_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH, ctx->stream)),
@@ -212,14 +224,16 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   // Above 48 KiB a kernel must opt in to more dynamic shared memory. The setting belongs to
   // the current device, so it is made on every call (a host call of microseconds): once per
   // process would have covered only the first device a process used.
-  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dkdv_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), op);
-  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dq_kernel<S, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), op);
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dkdv_kernel<S, HD, kTail>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem), op);
+  NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dq_kernel<S, HD, kTail>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem), op);
   dim3 grid((T + kRows - 1) / kRows, B * NH);
-  const float scale = 1.f / sqrtf(HD);
-  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD>, grid, kRows, smem, static_cast<S*>(dqkv),
-                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
-  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD>, grid, kRows, smem, static_cast<S*>(dqkv),
-                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale);
+  const float scale = 1.f / sqrtf(static_cast<float>(hd));
+  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD, kTail>, grid, kRows, smem, static_cast<S*>(dqkv),
+                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale, hd);
+  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD, kTail>, grid, kRows, smem, static_cast<S*>(dqkv),
+                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale, hd);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }

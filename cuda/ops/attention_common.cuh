@@ -13,6 +13,17 @@
 namespace nfn::cuda::attention {
 
 constexpr int kRows = 64;  // queries (forward, dq) or keys (dk, dv) per block: one per thread
+constexpr int kMaxHeadDim = 128;  // the widest flash_simt instantiation
+
+// The flash_simt kernels are instantiated for a width HD of 16, 32, 64 or 128 (the size of
+// their per-thread register arrays and shared-memory rows); a head of hd channels runs the
+// smallest at least hd. Where hd < HD (kTail) the kernels take hd at run time: the dims past
+// it are zero in registers and shared memory, so they add exactly zero to every dot product
+// and accumulate zeros, and they are never loaded or stored in global memory. Where hd == HD
+// (!kTail) head_size<HD, false> folds to the constant and the code is that of a kernel of one
+// head size only.
+template <int HD, bool kTail>
+__host__ __device__ constexpr int head_size(int hd) { return kTail ? hd : HD; }
 
 // Keys per shared-memory tile; smaller for wide heads so the register arrays fit.
 template <int HD>
@@ -26,7 +37,7 @@ struct QkvIndex {
   }
 };
 
-// Rejects bad shapes and head sizes without a kernel; *head_dim = C / NH.
+// Rejects bad shapes and head sizes above 128 without a kernel; *head_dim = C / NH.
 inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, int NH,
                              nfn_dtype dtype, int* head_dim) {
   NFN_CHECK_DTYPE(ctx, dtype, op);
@@ -39,9 +50,9 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
     return nfn::cuda::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: B*NH=%ld exceeds 65535", op,
                            static_cast<long>(B) * NH);
   *head_dim = C / NH;
-  if (*head_dim != 16 && *head_dim != 32 && *head_dim != 64 && *head_dim != 128)
-    return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED,
-                           "%s: head size C/NH=%d is not one of 16, 32, 64, 128", op, *head_dim);
+  if (*head_dim > kMaxHeadDim)
+    return nfn::cuda::fail(ctx, NFN_ERR_UNSUPPORTED, "%s: head size C/NH=%d exceeds %d", op, *head_dim,
+                           kMaxHeadDim);
   return NFN_OK;
 }
 
@@ -78,15 +89,20 @@ nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int
 nfn_status mma_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv, const float* lse,
                         const float* delta, int B, int T, int C, int NH);
 
-// Calls fn<T, HD> for the run-time dtype and head size (checked beforehand).
+// Calls fn<T, HD, kTail> for the run-time dtype and head size hd (checked beforehand: 1 to
+// 128): HD the smallest of 16, 32, 64, 128 at least hd, kTail where hd falls short of it.
 #define NFN_ATTENTION_DISPATCH(fn, dtype, hd, ...)                   \
   NFN_DISPATCH(dtype, E, {                                           \
     switch (hd) {                                                    \
-      case 16: return fn<E, 16>(__VA_ARGS__);                        \
-      case 32: return fn<E, 32>(__VA_ARGS__);                        \
-      case 64: return fn<E, 64>(__VA_ARGS__);                        \
-      default: return fn<E, 128>(__VA_ARGS__);                       \
+      case 16: return fn<E, 16, false>(__VA_ARGS__);                 \
+      case 32: return fn<E, 32, false>(__VA_ARGS__);                 \
+      case 64: return fn<E, 64, false>(__VA_ARGS__);                 \
+      case 128: return fn<E, 128, false>(__VA_ARGS__);               \
     }                                                                \
+    if ((hd) < 16) return fn<E, 16, true>(__VA_ARGS__);              \
+    if ((hd) < 32) return fn<E, 32, true>(__VA_ARGS__);              \
+    if ((hd) < 64) return fn<E, 64, true>(__VA_ARGS__);              \
+    return fn<E, 128, true>(__VA_ARGS__);                            \
   })
 
 }  // namespace nfn::cuda::attention

@@ -12,29 +12,31 @@ using nfn::cuda::to_f32;
 
 namespace {
 
-template <typename T, int HD>
+// HD wide, for heads of hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
+template <typename T, int HD, bool kTail>
 __global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse, const T* qkv,
-                                                              QkvIndex ix, float scale) {
+                                                              QkvIndex ix, float scale, int head_dim) {
   nfn::cuda::pdl_begin();
   constexpr int BC = tile_keys<HD>();
+  const int hd = head_size<HD, kTail>(head_dim);
   __shared__ float ks[BC][HD], vs[BC][HD];
   const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, row = q0 + threadIdx.x;  // the longest rows start first
   const bool active = row < ix.T;
   float q[HD], acc[HD];
   if (active) {
-    const T* qrow = qkv + ix.q(b, h, row, HD);
+    const T* qrow = qkv + ix.q(b, h, row, hd);
 #pragma unroll
-    for (int d = 0; d < HD; ++d) q[d] = to_f32(qrow[d]) * scale, acc[d] = 0.f;
+    for (int d = 0; d < HD; ++d) q[d] = (!kTail || d < hd) ? to_f32(qrow[d]) * scale : 0.f, acc[d] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
   const int kv_end = min(ix.T, q0 + kRows);
   for (int k0 = 0; k0 < kv_end; k0 += BC) {
     for (int i = threadIdx.x; i < BC * HD; i += kRows) {
       const int j = i / HD, d = i % HD, t = k0 + j;
-      const bool in = t < ix.T;
-      ks[j][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + ix.C + d]) : 0.f;
-      vs[j][d] = in ? to_f32(qkv[ix.q(b, h, t, HD) + 2 * ix.C + d]) : 0.f;
+      const bool in = t < ix.T && (!kTail || d < hd);
+      ks[j][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + ix.C + d]) : 0.f;
+      vs[j][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + 2 * ix.C + d]) : 0.f;
     }
     __syncthreads();
     if (active && k0 <= row) {
@@ -64,18 +66,21 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(T* out, float* lse
     __syncthreads();
   }
   if (!active) return;
-  T* orow = out + (static_cast<size_t>(b) * ix.T + row) * ix.C + static_cast<size_t>(h) * HD;
+  T* orow = out + (static_cast<size_t>(b) * ix.T + row) * ix.C + static_cast<size_t>(h) * hd;
   const float inv_l = 1.f / l;
 #pragma unroll
-  for (int d = 0; d < HD; ++d) orow[d] = from_f32<T>(acc[d] * inv_l);
+  for (int d = 0; d < HD; ++d)
+    if (!kTail || d < hd) orow[d] = from_f32<T>(acc[d] * inv_l);
   lse[(static_cast<size_t>(b) * ix.NH + h) * ix.T + row] = m + logf(l);
 }
 
-template <typename S, int HD>
+template <typename S, int HD, bool kTail>
 nfn_status forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
   dim3 grid((T + kRows - 1) / kRows, B * NH);
-  nfn::cuda::launch_kernel(ctx, flash_forward_kernel<S, HD>, grid, kRows, 0, static_cast<S*>(out), lse,
-                           static_cast<const S*>(qkv), QkvIndex{T, C, NH}, 1.f / sqrtf(HD));
+  const int hd = C / NH;  // the scale is the real head size's
+  const float scale = 1.f / sqrtf(static_cast<float>(hd));
+  nfn::cuda::launch_kernel(ctx, flash_forward_kernel<S, HD, kTail>, grid, kRows, 0, static_cast<S*>(out), lse,
+                           static_cast<const S*>(qkv), QkvIndex{T, C, NH}, scale, hd);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "attention_forward");
   return NFN_OK;
 }

@@ -351,6 +351,10 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
     check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback
     check_attention_shape(cpu, gpu, dt, 2, 1, 128, 2, path);  // one position (cudnn: fallback)
+    // hd 48 and 96: flash_simt's 64- and 128-wide kernels with the tail masked, never the
+    // tensor-core kernels of the width they run at
+    check_attention_shape(cpu, gpu, dt, 2, 70, 96, 2, path);
+    check_attention_shape(cpu, gpu, dt, 1, 70, 192, 2, path);
   } else {
     check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
   }
@@ -378,6 +382,14 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
   for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
     check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
+  // Head sizes between the kernels' widths (16, 32, 64, 128) run the next wider one with the
+  // real head size at run time: hd 1, 8, 24 and 36 (odd in packs: bf16's delta loads an element
+  // at a time), 48, 65, 80 (GPT-3 2.7B's), 96 (GPT-3 Large's) and 100 (odd in bf16 packs).
+  for (Shape s : {Shape{2, 20, 3, 3}, Shape{2, 37, 16, 2}, Shape{1, 70, 72, 3}, Shape{2, 33, 72, 2},
+                  Shape{2, 65, 96, 2}, Shape{1, 40, 130, 2}, Shape{1, 77, 160, 2}, Shape{1, 130, 192, 2},
+                  Shape{1, 50, 100, 1}})
+    check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
+  check_attention_shape(cpu, gpu, dt, 2, 40, 96, 2, "flash", " (dout, out misaligned)", true);  // hd 48
   check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, "flash_mma", " (dout, out misaligned)", true);
   check_attention_path(cpu, gpu, dt, "flash_mma");
   // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
@@ -394,9 +406,14 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 
 void check_kv_cached(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, Tq, pos, maxT, C, NH; };
-  for (Shape s : {Shape{2, 3, 5, 16, 64, 4}, Shape{1, 1, 40, 48, 96, 3}, Shape{2, 9, 0, 9, 32, 2}}) {
+  // Head sizes 16, 32 and 64, then 8, 24, 36, 48, 80, 96 and 100 (any head size: the kernel
+  // loops over it at run time).
+  for (Shape s : {Shape{2, 3, 5, 16, 64, 4}, Shape{1, 1, 40, 48, 96, 3}, Shape{2, 9, 0, 9, 32, 2},
+                  Shape{2, 2, 3, 8, 16, 2}, Shape{1, 2, 7, 12, 48, 2}, Shape{2, 1, 6, 8, 72, 2},
+                  Shape{1, 3, 9, 12, 144, 3}, Shape{1, 3, 4, 8, 80, 1}, Shape{2, 1, 20, 24, 96, 1},
+                  Shape{1, 2, 5, 9, 100, 1}}) {
     const int B = s.B, Tq = s.Tq, pos = s.pos, maxT = s.maxT, C = s.C, NH = s.NH;
-    const std::string dims = " Tq" + std::to_string(Tq) + " pos" + std::to_string(pos);
+    const std::string dims = " Tq" + std::to_string(Tq) + " pos" + std::to_string(pos) + " hd" + std::to_string(C / NH);
     compare(cpu, gpu, Case{"attention_kv_cached" + dims,
                            {output("out", B * Tq * C), accumulated("k_cache", random_floats(B * maxT * C, rng)),
                             accumulated("v_cache", random_floats(B * maxT * C, rng)),
@@ -761,6 +778,17 @@ void check_errors(const Backend& gpu) {
   const std::string msg = gpu.ops().ctx_last_error(gpu.ctx);
   expect(s == NFN_ERR_INVALID_ARGUMENT && msg.find("attention_forward") != std::string::npos,
          "attention_forward with C % NH != 0: status " + std::to_string(s) + " '" + msg + "'");
+  // Head sizes up to 128 run (flash_simt's widest kernel); 129 is refused before anything is read.
+  for (bool fwd : {true, false}) {
+    const nfn_op_table& o = gpu.ops();
+    const nfn_status wide = fwd ? o.attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 258, 2, NFN_F32)
+                                : o.attention_backward(gpu.ctx, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 258,
+                                                       2, NFN_BF16);
+    const std::string why = gpu.ops().ctx_last_error(gpu.ctx);
+    const std::string op = fwd ? "attention_forward" : "attention_backward";
+    expect(wide == NFN_ERR_UNSUPPORTED && why == op + ": head size C/NH=129 exceeds 128",
+           op + " at head size 129: status " + std::to_string(wide) + " '" + why + "'");
+  }
   expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "warp-speed") == NFN_ERR_INVALID_ARGUMENT,
          "configure attention=warp-speed is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "maybe") == NFN_ERR_INVALID_ARGUMENT,

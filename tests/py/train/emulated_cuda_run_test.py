@@ -244,25 +244,27 @@ class EmulatedCudaRunTest(unittest.TestCase):
 
     def test_check_asks_the_library_for_the_geometry(self):
         # --check (what `nfn train` runs before preparing data) finds what the first step would,
-        # and a run finds it before its first step: the CUDA library has no attention kernels at
-        # head size 48 (the CPU library has), nor grids of more than 65535 rows and heads.
+        # and a run finds it before its first step: the CUDA library has no attention kernels past
+        # head size 128 (the CPU library has), nor grids of more than 65535 rows and heads; head
+        # sizes below 128 that are not 16, 32 or 64 (48 here) run flash_simt.
         def trainer(backend, lib, heads, channels, *more):
             out = os.path.join(self.tmp, "checked" if "--check" in more else "ran")  # --check writes nothing
             geometry = ["--num-heads", str(heads), "--model-dim", str(channels), "--output-dir", out]
             return subprocess.run([TRAINER] + self.common + ["--backend", backend, "--tile-ops-lib", lib, *geometry,
                                                              *more], capture_output=True, text=True, timeout=120)
         for more in (["--check"], []):
-            proc = trainer("cuda", EMULATED_LIB, 2, 96, *more)
+            proc = trainer("cuda", EMULATED_LIB, 2, 512, *more)
             self.assertEqual((proc.returncode, proc.stderr), (2, "nfn_gpt_native_train: error: the model (2 heads of "
-                             "96 channels, micro-batch 2): attention_forward: head size C/NH=48 is not one of 16, 32, "
-                             "64, 128\n"), more)
+                             "512 channels, micro-batch 2): attention_forward: head size C/NH=256 exceeds 128\n"),
+                             more)
         for more in (["--check"], ["--train-seq-len", "1", "--eval-batches", "0"]):  # a run: one position a row
             seq = int(more[1]) if len(more) > 1 else 64
             proc = trainer("cuda", EMULATED_LIB, 32, 2048, "--batch-size", "2048", "--train-batch-tokens",
                            str(2048 * seq), *more)
             self.assertEqual(proc.returncode, 2, proc.stderr)
             self.assertIn("micro-batch 2048): attention_forward: B*NH=65536 exceeds 65535", proc.stderr)
-        for backend, lib, heads, channels in [("cuda", EMULATED_LIB, 2, 128), ("cpu", CPU_LIB, 2, 96)]:
+        for backend, lib, heads, channels in [("cuda", EMULATED_LIB, 2, 128), ("cuda", EMULATED_LIB, 2, 96),
+                                              ("cpu", CPU_LIB, 2, 512)]:
             proc = trainer(backend, lib, heads, channels, "--check")
             self.assertEqual((proc.returncode, proc.stderr), (0, ""), (backend, heads, channels))
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "checked")))
