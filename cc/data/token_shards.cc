@@ -299,7 +299,10 @@ bool TokenBatchSampler::seek(const Position& p, std::string* error) {
   const int64_t n = static_cast<int64_t>(shards_.size());
   // Epochs past kMaxEpoch come only from a damaged or hand-made position: refused, so that the
   // epoch counter never wraps (2^62 more epochs would be needed).
-  if (p.epoch < 0 || p.epoch > kMaxEpoch || p.shard < 0 || p.shard >= n || p.offset < 0) {
+  if (p.epoch > kMaxEpoch)
+    return fail(error, "data position", "epoch " + std::to_string(p.epoch) + " is past the last one the sampler "
+                                            "takes (" + std::to_string(kMaxEpoch) + ")");
+  if (p.epoch < 0 || p.shard < 0 || p.shard >= n || p.offset < 0) {
     return fail(error, "data position", "epoch " + std::to_string(p.epoch) + ", shard " + std::to_string(p.shard) +
                                             ", offset " + std::to_string(p.offset) + " is out of range for " +
                                             std::to_string(n) + " shards");

@@ -15,13 +15,14 @@
 // kernel, the allocation, its size and the first offset changed, and any access further
 // past the end faults. Each block's shared memory is poisoned the same way and laid out
 // alike (SharedArena): the dynamic shared memory, 256-byte aligned, ends at most 255 bytes
-// before a PROT_NONE page, the static variables (aligned as declared) lie below it, and
+// before a PROT_NONE page, the static variables (aligned as declared and no more) lie below it, and
 // every byte from 64 below the lowest up to the guard page that no variable holds is
 // canary, checked when the block ends. A fault names the kernel, block and thread; a
-// changed canary the kernel (and block, for shared memory). Not seen: a write further
-// before a buffer, or far enough to land in another buffer or variable, or one that stores
-// the canary's own bytes; which thread wrote a canary; and a kernel running on another host
-// thread at the same time may be named for a device canary.
+// changed canary the kernel (and block, for shared memory), or host code where it changed
+// before a launch. Not seen: a write further before a buffer, or far enough to land in
+// another buffer or variable, or one that stores the canary's own bytes; which thread wrote
+// a canary; and a kernel running on another host thread at the same time may be named for a
+// device canary.
 //
 // Blocks run first to last, or last to first (nfn_emu_reverse_order, which also schedules
 // each block's threads from the other end): a result that differs between the two orders
@@ -66,7 +67,7 @@ constexpr size_t kDefaultSharedLimit = 48u << 10;
 constexpr size_t kCanaryBytes = 64;
 // Room below a block's dynamic shared memory for its static variables (48 KiB at most) with
 // the canaries and alignment padding between them.
-constexpr size_t kStaticRoom = 64u << 10;
+constexpr size_t kStaticRoom = 1u << 20;  // only the pages touched cost memory
 
 size_t page_size() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -436,18 +437,24 @@ void reset_shared(Block& b) {
 }
 
 // Places a static variable under everything placed so far, with canaries in the alignment
-// padding above it and kCanaryBytes below it, and poisons it.
+// padding above it and kCanaryBytes below it, and poisons it. Its start is aligned exactly as
+// declared and no more (an odd multiple of the alignment, up to 256), whatever its size and
+// the variables before it, so a kernel relying on more alignment than it declares always
+// traps (a vector access to a float array, say), as it may fault on a GPU.
 char* place_static(Block& b, const void* key, size_t bytes, size_t align) {
   const uintptr_t top = reinterpret_cast<uintptr_t>(b.shared_low);
-  if (top - reinterpret_cast<uintptr_t>(arena.m.map) < bytes + align + kCanaryBytes)
+  const uintptr_t floor = reinterpret_cast<uintptr_t>(b.shared) - kStaticRoom;  // mapped (dynamic_start)
+  uintptr_t start = top >= bytes ? (top - bytes) / align * align : 0;
+  if (align < 256 && start % (2 * align) == 0) start -= align;
+  if (start < floor + kCanaryBytes || start > top)
     die("static __shared__ variables with their canaries past the emulator's %zu bytes for them", kStaticRoom);
-  char* start = reinterpret_cast<char*>((top - bytes) / align * align);
-  fill_canary(start + bytes, b.shared_low);
-  std::memset(start, 0xff, bytes);
-  b.shared_low = start - kCanaryBytes;
-  fill_canary(b.shared_low, start);
-  b.variables.push_back(SharedVariable{key, start, bytes});
-  return start;
+  char* at = reinterpret_cast<char*>(start);
+  fill_canary(at + bytes, b.shared_low);
+  std::memset(at, 0xff, bytes);
+  b.shared_low = at - kCanaryBytes;
+  fill_canary(b.shared_low, at);
+  b.variables.push_back(SharedVariable{key, at, bytes});
+  return at;
 }
 
 // "offset 100 of the 100-byte dynamic shared memory", or of a static variable.
@@ -518,6 +525,8 @@ void run_kernel(const char* name, const LaunchConfig& cfg, void (*thunk)(void*),
   if (running != nullptr) die("kernel %s launched from inside a kernel", name);
   trace("%s %u,%u,%u %u,%u,%u %zu %s", replaying ? "replay" : "launch", g.x, g.y, g.z, k.x, k.y, k.z,
         cfg.shared_bytes, name);
+  // What the host wrote outside an allocation since the last check is the host's, not this kernel's.
+  check_device_canaries(("host code (found at the launch of kernel " + std::string(name) + ")").c_str());
   char* shared = dynamic_start(cfg.shared_bytes);
   Block b;
   b.kernel = name;

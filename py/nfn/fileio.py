@@ -186,10 +186,15 @@ def remove_orphaned_dirs(parent, quiet=False):
     removed = 0
     for name in names:
         path = os.path.join(parent, name)
+        if os.path.islink(path):  # an entry that was a link, replaced (install_dir): the link alone goes
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed += 1
+            continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
-            continue  # a link, or gone
+            continue  # gone
         try:
             if not orphaned(fd):
                 continue

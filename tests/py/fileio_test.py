@@ -164,6 +164,11 @@ class InstallDirTest(unittest.TestCase):
             self.assertEqual((self.read(), os.listdir(self.dir)), ("new", ["entry"]))
             self.assertEqual(os.listdir(elsewhere), ["meta"])
             shutil.rmtree(self.final)
+        # A writer killed between the exchange and its cleanup leaves the link under a work
+        # name: the next writer there removes the link, never what it points to.
+        os.symlink(elsewhere, os.path.join(self.dir, ".nfn-tmp-entry-deadbeef"))
+        self.assertEqual(fileio.remove_orphaned_dirs(self.dir, quiet=True), 1)
+        self.assertEqual((os.listdir(self.dir), os.listdir(elsewhere)), ([], ["meta"]))
 
     def test_where_names_cannot_be_swapped_the_old_entry_is_moved_aside(self):
         from unittest import mock

@@ -144,6 +144,18 @@ __global__ void static_store_kernel(int index) {
   q[index] = 1.f;
 }
 
+// A 16-byte (float4-like) read of a static float array, which only promises float alignment:
+// 16 bytes may be misaligned there (the emulator places the array at an odd multiple of 4
+// bytes every time).
+struct alignas(16) Quad {
+  float v[4];
+};
+__global__ void vector_read_static_kernel(float* out) {
+  __shared__ float s[36];
+  for (int i = 0; i < 36; ++i) s[i] = static_cast<float>(i);
+  *out = reinterpret_cast<const Quad*>(s)[1].v[0];
+}
+
 // Every thread writes its bytes of a 33-byte allocation, all of a static array and all of its
 // block's dynamic shared memory (floats), then reads them back after a barrier.
 __global__ void in_bounds_kernel(char* p, int dynamic_floats, int* sum) {
@@ -448,6 +460,18 @@ void host_write_past_allocation() {
   cudaFree(p);
 }
 
+void host_write_then_launch() {
+  void* p = nullptr;
+  cudaMalloc(&p, 33);
+  static_cast<char*>(p)[40] = 1;
+  store_byte_kernel<<<1, 1>>>(static_cast<char*>(p), 0);
+}
+
+void vector_read_of_a_float_array() {
+  float* out = device_copy(std::vector<float>(1, 0.f));
+  vector_read_static_kernel<<<1, 1>>>(out);
+}
+
 void write_past_dynamic_shared() { dynamic_store_kernel<<<2, 32, 100>>>(1u, 25); }
 void write_past_dynamic_shared_page() { dynamic_store_kernel<<<1, 32, 256>>>(0u, 64); }
 void write_before_dynamic_shared() { dynamic_store_kernel<<<1, 32, 100>>>(0u, -1); }
@@ -457,7 +481,7 @@ void in_bounds() {
   void* p = nullptr;
   cudaMalloc(&p, 33);
   int* sum = device_copy(std::vector<int>(1, 0));
-  const int big = 60000 / 4;  // over 48 KiB: the arena grows
+  const int big = 60000 / 4;  // over 48 KiB, to its limit
   cudaFuncSetAttribute(in_bounds_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, big * 4);
   for (int floats : {25, big, 0}) {
     in_bounds_kernel<<<2, 64, floats * 4>>>(static_cast<char*>(p), floats, sum);

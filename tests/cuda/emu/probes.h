@@ -106,6 +106,8 @@ void pinned_rewritten_after_an_earlier_event();  // ... after waiting for an eve
 void write_past_allocation();       // "store_byte_kernel" writes byte 33 of a 33-byte allocation
 void write_before_allocation();     // "store_float_kernel" writes the f32 before a 256-byte allocation
 void host_write_past_allocation();  // the host writes byte 40 of a 33-byte allocation, then frees it
+void host_write_then_launch();  // ... then launches "store_byte_kernel", which writes within it
+void vector_read_of_a_float_array();  // "vector_read_static_kernel": a float4 read of a static float[36]
 // "dynamic_store_kernel" writes the f32 right past its block's dynamic shared memory: block 1
 // of 2 with 100 bytes, or with 256 bytes (the guard page), or the f32 before 100 bytes.
 void write_past_dynamic_shared();
