@@ -56,10 +56,10 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
   return NFN_OK;
 }
 
-// The tensor-core paths (flash_mma, attention_mma_*.cu; cudnn, attention_cudnn.cc;
-// thunderkittens, cuda/tk, which also needs T to be a multiple of 64) cover bf16 with head
-// size 64 or 128 and 16-byte aligned tensors (they move 16-byte pieces); every other call
-// under those options runs the flash_simt kernels.
+// nfn's tensor-core paths (flash_mma, attention_mma_*.cu; thunderkittens, cuda/tk, which also
+// needs T to be a multiple of 64) cover bf16 with head size 64 or 128 and 16-byte aligned
+// tensors (they move 16-byte pieces); cudnn (attention_cudnn.cc) more head sizes, below;
+// every other call under those options runs the flash_simt kernels.
 inline bool tensor_core_call(nfn_dtype dtype, int head_dim, std::initializer_list<const void*> tensors) {
   return dtype == NFN_BF16 && (head_dim == 64 || head_dim == 128) && aligned16(tensors);
 }
@@ -69,11 +69,14 @@ inline bool use_mma(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
   return ctx->attention == nfn_attention_path::flash_mma && tensor_core_call(dtype, head_dim, tensors);
 }
 
-// cuDNN's frontend refuses a sequence of one (T=1) in the backward, and before 9.10 a causal
-// one in the forward: those run flash_simt.
+// cuDNN's SDPA takes bf16 with any head size that is a multiple of 8 up to 128 (its support
+// matrix: 128 for the backward on Ampere and Ada, 256 on Hopper; 8 keeps every head's start
+// 16-byte aligned in qkv) and 16-byte aligned tensors. Its frontend refuses a sequence of one
+// (T=1) in the backward, and before 9.10 a causal one in the forward: those run flash_simt.
 inline bool use_cudnn(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,
                       std::initializer_list<const void*> tensors) {
-  return ctx->attention == nfn_attention_path::cudnn && T > 1 && tensor_core_call(dtype, head_dim, tensors);
+  return ctx->attention == nfn_attention_path::cudnn && T > 1 && dtype == NFN_BF16 && head_dim % 8 == 0 &&
+         head_dim <= 128 && aligned16(tensors);
 }
 
 inline bool use_tk(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,

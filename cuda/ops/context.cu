@@ -265,7 +265,8 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
       if (!ctx->attention_fallback.empty()) return ctx->attention_fallback.c_str();
       return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
     case nfn_attention_path::cudnn:
-      ctx->attention_report = nfn::cuda::cudnn_path_name();
+      ctx->attention_report = std::string(nfn::cuda::cudnn_path_name()) +
+                              "; flash_simt for f32 and head sizes that are not a multiple of 8";
       if (!nfn::cuda::cudnn_deterministic(ctx))
         ctx->attention_report += "; its backward adds dQ with atomics, so runs do not repeat bit for bit";
       else if (!ctx->attention_fallback.empty())

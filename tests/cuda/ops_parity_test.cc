@@ -333,8 +333,9 @@ void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt,
 }
 
 // attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head size 64 or 128
-// (T past one or more 64-row tiles, and not a multiple of 64, which thunderkittens leaves to
-// flash_simt); f32 and other head sizes fall back to flash_simt. cudnn is checked where the
+// (cudnn: any multiple of 8 up to 128) (T past one or more 64-row tiles, and not a multiple of
+// 64, which thunderkittens leaves to flash_simt); f32 and other head sizes fall back to
+// flash_simt. cudnn is checked where the
 // library can load cuDNN (on a GPU machine with libcudnn.so.9), thunderkittens where it was
 // built with a ThunderKittens tree and runs on sm_90; elsewhere the summary says why they
 // were not.
@@ -349,12 +350,14 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
     for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
                     Shape{1, 1024, 64, 1}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
-    check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback
+    check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback (cudnn: its own)
     check_attention_shape(cpu, gpu, dt, 2, 1, 128, 2, path);  // one position (cudnn: fallback)
-    // hd 48 and 96: flash_simt's 64- and 128-wide kernels with the tail masked, never the
-    // tensor-core kernels of the width they run at
+    // hd 48 and 96: cuDNN's (head sizes in 8s), else flash_simt's 64- and 128-wide kernels
+    // with the tail masked, never nfn's tensor-core kernels of the width they run at; hd 36:
+    // flash_simt on every path
     check_attention_shape(cpu, gpu, dt, 2, 70, 96, 2, path);
     check_attention_shape(cpu, gpu, dt, 1, 70, 192, 2, path);
+    check_attention_shape(cpu, gpu, dt, 1, 70, 72, 2, path);
   } else {
     check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
   }
@@ -406,12 +409,12 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 
 void check_kv_cached(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, Tq, pos, maxT, C, NH; };
-  // Head sizes 16, 32 and 64, then 8, 24, 36, 48, 80, 96 and 100 (any head size: the kernel
-  // loops over it at run time).
+  // Head sizes 16, 32 and 64, then 8, 24, 36, 48, 80, 96, 100, 200 and 256 (any head size: the
+  // kernel loops over it at run time; the training kernels stop at 128).
   for (Shape s : {Shape{2, 3, 5, 16, 64, 4}, Shape{1, 1, 40, 48, 96, 3}, Shape{2, 9, 0, 9, 32, 2},
                   Shape{2, 2, 3, 8, 16, 2}, Shape{1, 2, 7, 12, 48, 2}, Shape{2, 1, 6, 8, 72, 2},
                   Shape{1, 3, 9, 12, 144, 3}, Shape{1, 3, 4, 8, 80, 1}, Shape{2, 1, 20, 24, 96, 1},
-                  Shape{1, 2, 5, 9, 100, 1}}) {
+                  Shape{1, 2, 5, 9, 100, 1}, Shape{1, 2, 5, 9, 200, 1}, Shape{1, 1, 3, 4, 256, 1}}) {
     const int B = s.B, Tq = s.Tq, pos = s.pos, maxT = s.maxT, C = s.C, NH = s.NH;
     const std::string dims = " Tq" + std::to_string(Tq) + " pos" + std::to_string(pos) + " hd" + std::to_string(C / NH);
     compare(cpu, gpu, Case{"attention_kv_cached" + dims,

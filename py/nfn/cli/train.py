@@ -69,11 +69,12 @@ def register(sub):
                           "bf16 units, AVX512-BF16 or AMX, else f32)")
     opts.add_argument("--attention", choices=["flash", "flash_mma", "cudnn", "thunderkittens"],
                      help="CUDA attention kernels: cudnn (cuDNN SDPA; the default where cuDNN "
-                          "loads), flash_mma (nfn's tensor-core kernel; the default otherwise), "
-                          "flash (CUDA cores) or thunderkittens (wgmma kernels on "
-                          "ThunderKittens, H100/H200, where the library was built with a "
-                          "ThunderKittens tree; T a multiple of 64) where bf16 and head size 64 or "
-                          "128, flash elsewhere")
+                          "loads; bf16 with a head size in 8s up to 128), flash_mma (nfn's "
+                          "tensor-core kernel; the default otherwise), flash (CUDA cores, any head "
+                          "size up to 128) or thunderkittens (wgmma kernels on ThunderKittens, "
+                          "H100/H200, where the library was built with a ThunderKittens tree; T a "
+                          "multiple of 64); flash_mma and thunderkittens take bf16 with head size "
+                          "64 or 128; every other call runs flash")
     opts.add_argument("--gemm-tune", choices=["on", "off"],
                      help="CUDA: time cuBLASLt's first 8 kernels for each GEMM shape on its first "
                           "call and keep the fastest, in ~/.cache/nfn/gemm_tune/ (or "

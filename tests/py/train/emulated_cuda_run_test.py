@@ -99,6 +99,17 @@ class EmulatedCudaRunTest(unittest.TestCase):
                 val = report["final_validation_loss"]
                 self.assertLess(abs(val - self.cpu["final_validation_loss"]) / val, bound)
 
+    def test_a_head_size_between_the_kernel_widths_tracks_the_cpu(self):
+        # Head size 96 (GPT-3 Large's): flash_simt's 128-wide kernels with the tail masked; f32
+        # against the CPU at the same bound as the widths the kernels are built for.
+        geometry = ["--model-dim", "192", "--eval-batches", "0", "--sample-tokens", "0", "--checkpoint-every", "0"]
+        cpu = run(self.common + geometry + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--threads", "2",
+                                            "--matmul", "f32", "--output-dir", os.path.join(self.tmp, "cpu96")])
+        cuda = run(self.common + geometry + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "f32",
+                                             "--graphs", "off", "--output-dir", os.path.join(self.tmp, "cuda96")])
+        worst = np.max(np.abs(losses(cuda) - losses(cpu)) / losses(cpu))
+        self.assertLess(worst, 1e-5, f"{losses(cuda)} vs cpu {losses(cpu)}")
+
     def test_sample_through_the_kv_cache(self):
         # f32 logits agree with the CPU's to ~1e-6, so the same seeded draws pick the same
         # tokens; bf16 may pick others, but must still produce them all.
