@@ -1,7 +1,7 @@
 // attention=cudnn: causal attention through cuDNN's fused SDPA kernels (cudnn-frontend's
-// graph API), for bf16 with head size 64 or 128; attention_forward/backward send every other
-// call to flash_simt, as under flash_mma. cuDNN is opened at run time (libcudnn.so.9), so
-// the library builds and loads without it. Plain C++ (attention_cudnn.cc is compiled by the
+// graph API), for bf16 with a head size that is a multiple of 8 up to 128;
+// attention_forward/backward send every other call to flash_simt, as under flash_mma. cuDNN
+// is opened at run time (libcudnn.so.9), so the library builds and loads without it. Plain C++ (attention_cudnn.cc is compiled by the
 // host compiler); the CUDA emulator links a stand-in that says cuDNN cannot run there.
 #pragma once
 
@@ -19,7 +19,7 @@ NFN_CUDNN_API const char* cudnn_unavailable_reason();
 NFN_CUDNN_API const char* cudnn_path_name();
 
 // out (B,T,C) and lse (B*NH*T, natural log of the scaled scores' sum of exponentials) from
-// qkv (B,T,3C); bf16, head size 64 or 128, tensors 16-byte aligned.
+// qkv (B,T,3C); bf16, head size a multiple of 8 up to 128, tensors 16-byte aligned.
 NFN_CUDNN_API nfn_status cudnn_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C,
                          int NH);
 

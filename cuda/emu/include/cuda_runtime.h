@@ -204,7 +204,7 @@ T shuffle(T v, int (*source)(int, int), int arg) {
 // Whether [p, p + bytes) lies inside one device allocation.
 bool inside_device(const void* p, size_t bytes);
 // Stops the run, naming `by` as the writer, if a canary around a live device allocation has
-// changed (runtime.cc). Called after each kernel, emulated GEMM and sort.
+// changed (runtime.cc). Called before and after each kernel, and after each emulated GEMM and sort.
 void check_device_canaries(const char* by);
 
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), with the

@@ -4,7 +4,8 @@
   nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
                                 library `--backend auto` would load (asked of the libraries
                                 as the trainer asks them: each must load, have its entry
-                                points and make a context on device 0), the cuBLASLt and cuDNN
+                                points, report the op ABI version this build expects and
+                                make a context on device 0), the cuBLASLt and cuDNN
                                 the CUDA one would open, whether its ThunderKittens attention
                                 runs here, and the CPU: its GEMM features and whether
                                 `--matmul bf16` runs on it

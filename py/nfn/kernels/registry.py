@@ -1,7 +1,7 @@
 """The op registry: which ops exist, on which backend, for which dtypes, and why not.
 
-Reads op_registry.json, which the build generates from cc/ops/nfn_ops.def and each
-backend's support file (tools/gen_op_registry.py). Metadata only: no op library is loaded.
+Reads op_registry.json, which the build generates from cc/ops/nfn_ops.def, NFN_ABI_VERSION in
+cc/ops/nfn_tile_ops.h and each backend's support file (tools/gen_op_registry.py). Metadata only: no op library is loaded.
 """
 import json
 import os
