@@ -238,13 +238,14 @@ class PrepareTest(unittest.TestCase):
         young = work(".nfn-stale-e-x3")
         os.utime(young)  # just made: its writer may not hold it yet
         other = work(".tmp-file-abc-notours")  # not named as nfn's work: never touched
-        os.symlink(other, os.path.join(root, ".nfn-tmp-link"))
+        os.symlink(other, os.path.join(root, ".nfn-tmp-link"))  # the link goes, never what it points to
         try:
             r = prepare_dataset(pretraining_file=self.write("corpus.txt", TEXT), quiet=True)
         finally:
             os.close(holder)
-        self.assertEqual(sorted(os.listdir(root)), sorted([os.path.basename(r["dir"]), ".nfn-tmp-link"] +
+        self.assertEqual(sorted(os.listdir(root)), sorted([os.path.basename(r["dir"])] +
                                                           [os.path.basename(d) for d in (held, young, other)]))
+        self.assertEqual(os.listdir(other), ["train_000000.bin"])
         self.assertFalse(os.path.exists(orphan))
 
     def test_an_entry_records_the_tokenizer_as_it_was_loaded(self):
@@ -333,16 +334,23 @@ class PrepareTest(unittest.TestCase):
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         self.assertEqual(proc.stdout.readline(), "stalled\n")
-        workers = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            workers = [int(p) for p in f.read().split()]
         self.assertEqual(len(workers), 3)
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+        def running(pid):  # not gone, nor a zombie waiting to be reaped
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except FileNotFoundError:
+                return False
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") and
-                                                  open(f"/proc/{w}/stat").read().split()[2] != "Z" for w in workers):
+        while time.monotonic() < deadline and any(running(w) for w in workers):
             time.sleep(0.05)
-        alive = [w for w in workers if os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
+        alive = [w for w in workers if running(w)]
         for w in alive:
             os.kill(w, signal.SIGKILL)
         self.assertEqual(alive, [], "workers outlived their killed parent")
