@@ -318,9 +318,17 @@ class PrepareTest(unittest.TestCase):
         # lock, forever), and the next prepare of the dataset is not kept waiting.
         import signal
         import time
+
+        def parent_of(pid):  # from /proc/PID/stat, after the command name (which may hold spaces)
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError):
+                return None
+
         path = self.write("corpus.txt", TEXT * 4)
         code = ("import sys, time\n"
-                "from nfn.data import parallel_encode, prepare, text_pieces\n"
+                "from nfn.data import parallel_encode, prepare\n"
                 "real = parallel_encode._encode_on_workers\n"
                 "def stalled(pieces, workers):\n"
                 "    def stall():\n"
@@ -334,8 +342,7 @@ class PrepareTest(unittest.TestCase):
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         self.assertEqual(proc.stdout.readline(), "stalled\n")
-        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
-            workers = [int(p) for p in f.read().split()]
+        workers = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_of(pid) == proc.pid]
         self.assertEqual(len(workers), 3)
         proc.kill()
         proc.wait()
