@@ -201,8 +201,8 @@ def _op_table():
 
 def open_op_library(path, device=0):
     """Whether the trainer's open_backend (cc/train/backend.cc) would take the op library at
-    path, asked of the library the same way: it loads, has every entry point, and makes a
-    context on the device. {"opens": True, "backend", "device"} (the device's name where the
+    path, asked of the library the same way: it loads, has every entry point, reports the op
+    ABI version the registry records, and makes a context on the device. {"opens": True, "backend", "device"} (the device's name where the
     library tells it) or {"opens": False, "reason"}, the reason as the trainer words it."""
     import ctypes
 
