@@ -10,6 +10,7 @@
                                 runs here, and the CPU: its GEMM features and whether
                                 `--matmul bf16` runs on it
 """
+import contextlib
 import json
 import os
 import sys
@@ -145,23 +146,14 @@ def cpu_info(cpuinfo="/proc/cpuinfo"):
 
 def cpu_bf16_matmul(cpu_lib):
     """Whether the CPU op library accepts matmul=bf16 here, asked of the library itself."""
-    import ctypes
-
     if not cpu_lib:
         return {"supported": None, "reason": "no CPU op library found"}
     try:
-        lib = ctypes.CDLL(cpu_lib)
-    except OSError as e:
-        return {"supported": None, "reason": f"cannot load {cpu_lib}: {e}"}
-    lib.nfn_ctx_last_error.restype = ctypes.c_char_p
-    ctx = ctypes.c_void_p()
-    if lib.nfn_ctx_create(0, ctypes.byref(ctx)) != 0:
-        return {"supported": None, "reason": "nfn_ctx_create failed"}
-    try:
-        ok = lib.nfn_ctx_configure(ctx, b"matmul", b"bf16") == 0
-        return {"supported": ok, "reason": "" if ok else lib.nfn_ctx_last_error(ctx).decode(errors="replace")}
-    finally:
-        lib.nfn_ctx_destroy(ctx)
+        with _op_context(cpu_lib) as (lib, ctx):
+            ok = lib.nfn_ctx_configure(ctx, b"matmul", b"bf16") == 0
+            return {"supported": ok, "reason": "" if ok else lib.nfn_ctx_last_error(ctx).decode(errors="replace")}
+    except _Refused as e:
+        return {"supported": None, "reason": str(e)}
 
 
 def thunderkittens(cuda_lib):
@@ -199,42 +191,60 @@ def _op_table():
     return list(OP_TABLE_SYMBOLS) + ops, version if isinstance(version, int) else None
 
 
-def open_op_library(path, device=0):
-    """Whether the trainer's open_backend (cc/train/backend.cc) would take the op library at
-    path, asked of the library the same way: it loads, has every entry point, reports the op
-    ABI version the registry records, and makes a context on the device. {"opens": True, "backend", "device"} (the device's name where the
-    library tells it) or {"opens": False, "reason"}, the reason as the trainer words it."""
+class _Refused(Exception):
+    """An op library the trainer would not take; the reason as the trainer words it."""
+
+
+@contextlib.contextmanager
+def _op_context(path, device=0):
+    """(lib, ctx) of the op library at path, asked as the trainer's load_op_library and
+    open_backend ask it: it loads, has every entry point, reports the op ABI version the
+    registry records, and makes a context on the device (destroyed after); else _Refused."""
     import ctypes
 
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        return {"opens": False, "reason": f"{path}: cannot load op library: {e}"}
+        raise _Refused(f"{path}: cannot load op library: {e}") from None
     symbols, version = _op_table()
     for symbol in symbols:
         if not hasattr(lib, symbol):
-            return {"opens": False, "reason": f"{path}: missing symbol {symbol}"}
+            raise _Refused(f"{path}: missing symbol {symbol}")
     lib.nfn_abi_version.restype = ctypes.c_int
     if version is not None and lib.nfn_abi_version() != version:
-        return {"opens": False, "reason": f"{path}: op ABI version {lib.nfn_abi_version()}, this build expects "
-                                          f"{version}"}
+        raise _Refused(f"{path}: op ABI version {lib.nfn_abi_version()}, this build expects {version}")
     lib.nfn_backend_name.restype = ctypes.c_char_p
     lib.nfn_ctx_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
     lib.nfn_ctx_last_error.restype = ctypes.c_char_p
     lib.nfn_ctx_last_error.argtypes = [ctypes.c_void_p]
     lib.nfn_ctx_destroy.argtypes = [ctypes.c_void_p]
+    lib.nfn_ctx_configure.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
     ctx = ctypes.c_void_p()
     if lib.nfn_ctx_create(device, ctypes.byref(ctx)) != 0:
         why = lib.nfn_ctx_last_error(None) or b"unknown error"
-        return {"opens": False, "reason": f"{path}: {why.decode(errors='replace')}"}
+        raise _Refused(f"{path}: {why.decode(errors='replace')}")
     try:
-        name = getattr(lib, "nfn_cuda_device_name", None)
-        if name is not None:
-            name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
-            name = (name(ctx) or b"").decode(errors="replace") or None
-        return {"opens": True, "backend": (lib.nfn_backend_name() or b"").decode(errors="replace"), "device": name}
+        yield lib, ctx
     finally:
         lib.nfn_ctx_destroy(ctx)
+
+
+def open_op_library(path, device=0):
+    """Whether the trainer's open_backend (cc/train/backend.cc) would take the op library at
+    path (_op_context): {"opens": True, "backend", "device"} (the device's name where the
+    library tells it) or {"opens": False, "reason"}, the reason as the trainer words it."""
+    import ctypes
+
+    try:
+        with _op_context(path, device) as (lib, ctx):
+            name = getattr(lib, "nfn_cuda_device_name", None)
+            if name is not None:
+                name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+                name = (name(ctx) or b"").decode(errors="replace") or None
+            return {"opens": True, "backend": (lib.nfn_backend_name() or b"").decode(errors="replace"),
+                    "device": name}
+    except _Refused as e:
+        return {"opens": False, "reason": str(e)}
 
 
 def auto_backend(cuda_lib, cpu_lib):

@@ -2,6 +2,7 @@
 // an --output-dir nothing can be written in, though access(W_OK) says otherwise (root on /proc
 // and /sys), found by --check without leaving anything behind; and a resumed checkpoint whose
 // data position is past the last epoch the sampler's counter takes.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cc/util/files.h"
+#include "tests/cc/child.h"
 #include "tests/cc/expect.h"
 
 namespace {
@@ -25,24 +27,18 @@ struct Run {
   std::string err;  // stderr
 };
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
+// The trainer run with `args` in a child (stdout dropped): its exit status and stderr.
 Run run(const std::vector<std::string>& args) {
-  std::string cmd = quote(trainer);
-  for (const std::string& a : args) cmd += " " + quote(a);
-  const std::string err_path = tmp + "/stderr.txt";
-  cmd += " >/dev/null 2>" + quote(err_path);
-  Run r;
-  const int status = std::system(cmd.c_str());
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::string ignored;
-  nfn::read_file(err_path, &r.err, &ignored);
-  std::remove(err_path.c_str());
-  return r;
+  const nfn_test::ChildResult r = nfn_test::run_in_child([&] {
+    std::vector<char*> argv{const_cast<char*>(trainer.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    execv(trainer.c_str(), argv.data());
+    _exit(127);
+  });
+  return Run{r.signal != 0 ? -1 : r.exit_code, r.err};
 }
 
 std::vector<std::string> names_in(const std::string& dir) { return nfn::list_dir(dir); }
@@ -133,10 +129,10 @@ void test_resume_keeps_the_data_order_of_any_seed() {
   // The marker records the seed exactly (it once held 2^53 + 1 as 2^53, and -1 as 2^64):
   // resumed with the same --seed, the run goes on in its data; with another, the note says it
   // reads from the start.
-  const std::string data = tmp + "/four", out = tmp + "/seeded";
+  const std::string data = tmp + "/four";
   mkdir(data.c_str(), 0755);
   for (int i = 0; i < 4; ++i) write_shard(data + "/x_train_00000" + std::to_string(i) + ".bin", 40);
-  auto args = [&](const std::string& seed, const char* steps) {
+  auto args = [&](const std::string& out, const std::string& seed, const char* steps) {
     return std::vector<std::string>{
         "--train-data", data, "--vocab-size", "64", "--num-layers", "1", "--num-heads", "1", "--model-dim", "16",
         "--train-seq-len", "8", "--batch-size", "1", "--train-batch-tokens", "8", "--eval-batches", "0",
@@ -145,18 +141,18 @@ void test_resume_keeps_the_data_order_of_any_seed() {
   };
   const std::string note = "reading the data from the start";
   for (const std::string seed : {"9007199254740993", "-1"}) {
-    std::system(("rm -rf " + quote(out)).c_str());
-    Run r = run(args(seed, "1"));
+    const std::string out = tmp + "/seeded" + seed;
+    Run r = run(args(out, seed, "1"));
     EXPECT(r.code == 0, "--seed %s: exit %d: %s", seed.c_str(), r.code, r.err.c_str());
     std::string marker, error;
     nfn::read_file(out + "/DONE_00000001", &marker, &error);
     EXPECT(marker.find("\"seed\": " + seed + "\n") != std::string::npos, "--seed %s: the marker: %s", seed.c_str(),
            marker.c_str());
-    r = run(args(seed, "2"));
+    r = run(args(out, seed, "2"));
     EXPECT(r.code == 0 && r.err.find(note) == std::string::npos, "--seed %s resumed: exit %d: %s", seed.c_str(),
            r.code, r.err.c_str());
   }
-  const Run r = run(args("9007199254740992", "3"));  // another seed: another shard order
+  const Run r = run(args(tmp + "/seeded-1", "9007199254740992", "3"));  // another seed: another shard order
   EXPECT(r.code == 0 && r.err.find(note) != std::string::npos, "another seed resumed: exit %d: %s", r.code,
          r.err.c_str());
 }
