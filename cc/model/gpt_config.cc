@@ -76,7 +76,11 @@ struct Preset {
 constexpr Preset kPresets[] = {
     {"gpt2-124m", 12, 12, 768, 1024}, {"gpt2-350m", 24, 16, 1024, 1024},
     {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1558m", 48, 25, 1600, 1024},
-    {"gpt3-125m", 12, 12, 768, 2048},  {"tiny", 4, 4, 128, 128},
+    // GPT-3's sizes that fit one GPU, as the paper's Table 2.1 gives them; XL's heads are 16 of
+    // 128 channels (the table says 24, which does not divide 2048).
+    {"gpt3-125m", 12, 12, 768, 2048},   {"gpt3-350m", 24, 16, 1024, 2048},
+    {"gpt3-760m", 24, 16, 1536, 2048},  {"gpt3-1.3b", 24, 16, 2048, 2048},
+    {"gpt3-2.7b", 32, 32, 2560, 2048},  {"tiny", 4, 4, 128, 128},
 };
 }  // namespace
 

@@ -37,8 +37,8 @@ std::string validate_config(const GPTConfig& c);
 // The vocabulary rounded up to a multiple of 128 (llm.c pads 50257 to 50304).
 int pad_vocab(int vocab_size);
 
-// Named geometries: gpt2-124m/-350m/-774m/-1558m (seq 1024), gpt3-125m (seq 2048) and the
-// CPU demo "tiny". false when the name is unknown.
+// Named geometries: gpt2-124m/-350m/-774m/-1558m (seq 1024), gpt3-125m/-350m/-760m/-1.3b/-2.7b
+// (seq 2048) and the CPU demo "tiny". false when the name is unknown.
 bool preset_config(const std::string& name, GPTConfig* out);
 std::vector<std::string> preset_names();
 

@@ -37,6 +37,7 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   training.set("learning_rate", c.learning_rate);
   training.set("weight_decay", c.weight_decay);
   training.set("warmup_steps", c.warmup_steps);
+  training.set("final_lr_fraction", c.final_lr_fraction);
   // The seed as --seed gave it (an int64; the run uses its bits as a uint64), written exactly:
   // `nfn train` passes it back as --seed when resuming, and read_marker compares it with
   // --seed to tell whether the data position applies.

@@ -24,11 +24,41 @@ int recipe_micro_batch(const GPTConfig& model, int T) {
   while (B > 1 && GPT::memory_bytes(model, NFN_BF16, B, T) > kRecipeMemoryBytes) B /= 2;
   return B;
 }
+
+// Each GPT-2/3 template's optimization, the rest (weight decay 0.1, 20,000 steps, validation
+// every 250 over 20 batches) shared. GPT-2's sizes as llm.c's reproduction scripts train them
+// (124M with 60 warmup steps, as the CPU trainer's issue set it; 350M, 774M and 1558M with
+// 700); GPT-3's as the paper's Table 2.1 gives them (learning rate, tokens a step), warmed up
+// over its first 375M tokens and decayed to 10% of the peak.
+struct Recipe {
+  const char* template_name;
+  double learning_rate;
+  int64_t train_batch_tokens;
+  int warmup_steps;
+  double final_lr_fraction;
+};
+constexpr int64_t kHalfM = 524288, kOneM = 1048576;
+constexpr Recipe kRecipes[] = {
+    {"gpt2-124m", 6e-4, kHalfM, 60, 0.0},     {"gpt2-350m", 3e-4, kHalfM, 700, 0.0},
+    {"gpt2-774m", 2.5e-4, kHalfM, 700, 0.0},  {"gpt2-1558m", 6e-4, kOneM, 700, 0.1},
+    {"gpt3-125m", 6e-4, kHalfM, 715, 0.1},    {"gpt3-350m", 3e-4, kHalfM, 715, 0.1},
+    {"gpt3-760m", 2.5e-4, kHalfM, 715, 0.1},  {"gpt3-1.3b", 2e-4, kOneM, 358, 0.1},
+    {"gpt3-2.7b", 1.6e-4, kOneM, 358, 0.1},
+};
+
+// The template's recipe; GPT-2 124M's for a GPT-2/3 name without one of its own (a manifest
+// written by an older trainer, or a template added without a recipe).
+const Recipe& recipe_of(const std::string& name) {
+  for (const Recipe& r : kRecipes)
+    if (name == r.template_name) return r;
+  return kRecipes[0];
+}
 }  // namespace
 
 void declare_train_flags(Flags* f) {
   f->value("model-family", "gpt, gpt2 or gpt3 (one dense GPT trainer; with --graph-file, its manifest's, which another value contradicts)", "gpt");
-  f->value("template-name", "named geometry: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-125m, tiny");
+  f->value("template-name", "named geometry and its recipe: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-125m, "
+                            "gpt3-350m, gpt3-760m, gpt3-1.3b, gpt3-2.7b, tiny");
   f->value("preset", "same as --template-name");
   f->value("graph-file", "manifest JSON whose geometry is the architecture's source of truth");
   f->value("weights", "model_%08d.bin to start from (its geometry must match)");
@@ -48,7 +78,9 @@ void declare_train_flags(Flags* f) {
   f->value("max-steps", "optimizer steps");
   f->value("learning-rate", "peak learning rate");
   f->value("weight-decay", "AdamW weight decay of matrices and embeddings");
-  f->value("warmup-steps", "linear warmup steps before the cosine decay to zero");
+  f->value("warmup-steps", "linear warmup steps before the cosine decay");
+  f->value("final-lr-fraction", "where the cosine decay ends at --max-steps, a fraction of the peak learning rate "
+                                "(GPT-3 templates and gpt2-1558m: 0.1; else 0)");
   f->value("eval-every-steps", "validate every N steps (and at the end)");
   f->value("eval-batches", "validation micro-batches per validation");
   f->value("checkpoint-every", "also write a checkpoint every N steps (0: only at the end)", "0");
@@ -200,14 +232,17 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
     return false;
   }
 
-  // Schedule defaults: llm.c's GPT-2 124M recipe for GPT-2/3 templates, a CPU demo otherwise.
+  // Schedule defaults: the template's recipe for GPT-2/3 templates, a CPU demo otherwise.
+  c->final_lr_fraction = 0;
   if (recipe) {
+    const Recipe& r = recipe_of(c->template_name);
     c->batch_size = recipe_micro_batch(c->model, c->seq_len);
-    c->train_batch_tokens = 524288;
+    c->train_batch_tokens = r.train_batch_tokens;
     c->max_steps = 20000;
-    c->learning_rate = 6e-4;
+    c->learning_rate = r.learning_rate;
     c->weight_decay = 0.1;
-    c->warmup_steps = 60;
+    c->warmup_steps = r.warmup_steps;
+    c->final_lr_fraction = r.final_lr_fraction;
     c->eval_every_steps = 250;
     c->eval_batches = 20;
   } else {
@@ -236,8 +271,13 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
       !read_int(f, "sample-tokens", &c->sample_tokens, 0, error) ||
       !read_float(f, "learning-rate", &c->learning_rate, error) ||
       !read_float(f, "weight-decay", &c->weight_decay, error) ||
-      !read_float(f, "max-grad-norm", &c->max_grad_norm, error))
+      !read_float(f, "max-grad-norm", &c->max_grad_norm, error) ||
+      !read_float(f, "final-lr-fraction", &c->final_lr_fraction, error))
     return false;
+  if (c->final_lr_fraction > 1) {
+    *error = "--final-lr-fraction " + f.get("final-lr-fraction") + ": must be at most 1 (a fraction of the peak)";
+    return false;
+  }
   if (tbt > 0) c->train_batch_tokens = tbt;
   const int64_t micro = static_cast<int64_t>(c->batch_size) * c->seq_len;
   if (c->train_batch_tokens == 0) c->train_batch_tokens = micro;
@@ -328,7 +368,8 @@ Json plan_json(const TrainConfig& c) {
   s.set("max_steps", c.max_steps);
   s.set("learning_rate", c.learning_rate);
   s.set("warmup_steps", c.warmup_steps);
-  s.set("decay", "cosine to zero");
+  s.set("final_lr_fraction", c.final_lr_fraction);
+  s.set("decay", c.final_lr_fraction == 0 ? "cosine to zero" : "cosine to final_lr_fraction of the peak");
   s.set("weight_decay", c.weight_decay);
   s.set("max_grad_norm", c.max_grad_norm);
   s.set("eval_every_steps", c.eval_every_steps);

@@ -27,6 +27,7 @@ struct TrainConfig {
   int grad_accum_steps = 1;
   int max_steps = 0;
   double learning_rate = 0, weight_decay = 0, max_grad_norm = 1.0;
+  double final_lr_fraction = 0;  // the cosine decay ends at this fraction of learning_rate
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int warmup_steps = 0, eval_every_steps = 0, eval_batches = 0, checkpoint_every = 0;
   uint64_t seed = 1337;
@@ -44,8 +45,8 @@ struct TrainConfig {
 
 // Declares every trainer flag on `flags` (the binary's --help is generated from these).
 void declare_train_flags(Flags* flags);
-// Resolves flags into a config: presets, family defaults, the llm.c recipe for GPT-2/3
-// templates, the CPU demo otherwise. false + one line naming the flag on bad input.
+// Resolves flags into a config: presets, family defaults, each GPT-2/3 template's recipe
+// (llm.c's for GPT-2, the paper's for GPT-3), the CPU demo otherwise. false + one line naming the flag on bad input.
 bool resolve_train_config(const Flags& flags, TrainConfig* out, std::string* error);
 // Whether the dense GPT trainer takes this family (gpt, gpt2 or gpt3), from a flag or a manifest.
 bool dense_gpt_family(const std::string& family);

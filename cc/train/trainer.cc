@@ -604,7 +604,8 @@ int run_training(const TrainConfig& c) {
       ph.forward_backward += seconds_since(t0);
     }
     auto t0 = Clock::now();
-    const float lr = learning_rate_at(step, c.max_steps, c.warmup_steps, static_cast<float>(c.learning_rate));
+    const float lr = learning_rate_at(step, c.max_steps, c.warmup_steps, static_cast<float>(c.learning_rate),
+                                      static_cast<float>(c.final_lr_fraction));
     if (!model.optimizer_step(step + 1, lr, static_cast<float>(c.beta1), static_cast<float>(c.beta2),
                               static_cast<float>(c.eps), static_cast<float>(c.weight_decay),
                               static_cast<float>(c.max_grad_norm), &error) ||

@@ -22,7 +22,8 @@ def register(sub):
     model.add_argument("--model-family", choices=["gpt", "gpt2", "gpt3"],
                        help="dense GPT family; gpt, gpt2 and gpt3 share one trainer")
     model.add_argument("--template-name", "--preset", dest="template_name",
-                       help="named geometry, e.g. gpt2-124m")
+                       help="named geometry and its recipe: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, "
+                            "gpt3-125m, gpt3-350m, gpt3-760m, gpt3-1.3b, gpt3-2.7b (docs/training.md)")
     model.add_argument("--graph-file", help="model manifest JSON: the architecture source of truth")
     model.add_argument("--weights", help="model_%%08d.bin to start from (its geometry must match)")
     model.add_argument("--num-layers", type=int, help="transformer blocks")
@@ -46,6 +47,9 @@ def register(sub):
     sched.add_argument("--learning-rate", type=float, help="peak learning rate")
     sched.add_argument("--weight-decay", type=float, help="AdamW weight decay")
     sched.add_argument("--warmup-steps", type=int, help="linear warmup steps before cosine decay")
+    sched.add_argument("--final-lr-fraction", type=float,
+                       help="where the cosine decay ends, a fraction of the peak learning rate (GPT-3 "
+                            "templates and gpt2-1558m: 0.1; else 0)")
     sched.add_argument("--eval-every-steps", type=int, help="validate every N steps")
     sched.add_argument("--eval-batches", type=int, help="validation micro-batches")
     sched.add_argument("--seed", type=int, help="random seed")

@@ -77,6 +77,50 @@ class DispatcherTest(unittest.TestCase):
         self.assertEqual((s["max_steps"], s["learning_rate"], s["warmup_steps"], s["weight_decay"],
                           s["eval_every_steps"]), (20000, 6e-4, 60, 0.1, 250))
 
+    def test_template_recipes_follow_their_sources(self):
+        # GPT-2's sizes as llm.c's scripts/run_gpt2_{350M,774M,1558M}.sh train them (-l, -d, -u,
+        # -q); GPT-3's from the paper's Table 2.1 (layers, width, head size, learning rate,
+        # tokens a step), a 2048 context, warmup over 375M tokens, cosine decay to 10%.
+        M = 524288
+        table = {  # template: (layers, channels, head size, context, lr, tokens a step, warmup, final, size)
+            "gpt2-124m": (12, 768, 64, 1024, 6e-4, M, 60, 0.0, 124e6),
+            "gpt2-350m": (24, 1024, 64, 1024, 3e-4, M, 700, 0.0, 350e6),
+            "gpt2-774m": (36, 1280, 64, 1024, 2.5e-4, M, 700, 0.0, 774e6),
+            "gpt2-1558m": (48, 1600, 64, 1024, 6e-4, 2 * M, 700, 0.1, 1558e6),
+            "gpt3-125m": (12, 768, 64, 2048, 6e-4, M, 715, 0.1, 125e6),
+            "gpt3-350m": (24, 1024, 64, 2048, 3e-4, M, 715, 0.1, 350e6),
+            "gpt3-760m": (24, 1536, 96, 2048, 2.5e-4, M, 715, 0.1, 760e6),
+            "gpt3-1.3b": (24, 2048, 128, 2048, 2e-4, 2 * M, 358, 0.1, 1.3e9),
+            "gpt3-2.7b": (32, 2560, 80, 2048, 1.6e-4, 2 * M, 358, 0.1, 2.7e9),
+        }
+        proc = run(["--base-model", "gpt", "--template-name", "nope", "--dry-run"])  # the list the trainer knows
+        known = proc.stderr.strip().split("(known: ")[1].rstrip(")").split(", ")
+        self.assertEqual(sorted(known), sorted(list(table) + ["tiny"]))
+        for template, (layers, channels, head, context, lr, tokens, warmup, final, size) in table.items():
+            p = plan(["--base-model", template[:4], "--template-name", template])
+            g, s = p["geometry"], p["schedule"]
+            self.assertEqual((g["num_layers"], g["channels"], g["channels"] // g["num_heads"], g["max_seq_len"]),
+                             (layers, channels, head, context), template)
+            self.assertEqual((s["learning_rate"], p["batch"]["train_batch_tokens"], s["warmup_steps"],
+                              s["final_lr_fraction"]), (lr, tokens, warmup, final), template)
+            self.assertEqual((s["max_steps"], s["weight_decay"]), (20000, 0.1), template)
+            self.assertLess(abs(p["parameters"] / size - 1), 0.03, template)  # the size its name says
+            if template.startswith("gpt3-"):  # warmed up over 375M tokens
+                self.assertEqual(warmup, round(375e6 / tokens), template)
+        # a flag still wins over the recipe
+        s = plan(["--base-model", "gpt3", "--template-name", "gpt3-760m", "--learning-rate", "1e-4",
+                  "--final-lr-fraction", "0"])["schedule"]
+        self.assertEqual((s["learning_rate"], s["final_lr_fraction"], s["decay"]), (1e-4, 0, "cosine to zero"))
+        # a manifest's template brings its recipe (a resumed or exported run trains as it began)
+        graph = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "graph_gpt3_760m.json")
+        with open(graph, "w") as f:
+            json.dump({"format": "nfn.manifest", "version": 1, "model_family": "gpt3", "template": "gpt3-760m",
+                       "geometry": {"max_seq_len": 2048, "vocab_size": 50257, "padded_vocab_size": 50304,
+                                    "num_layers": 24, "num_heads": 16, "channels": 1536}}, f)
+        p = plan(["--base-model", "gpt3", "--graph-file", graph])
+        self.assertEqual((p["template"], p["schedule"]["learning_rate"], p["schedule"]["warmup_steps"]),
+                         ("gpt3-760m", 2.5e-4, 715))
+
     def test_recipe_micro_batch_fits_an_80gb_gpu(self):
         # llm.c's 64 rows, halved until the model's state and the activations take 64 GiB in
         # bf16; the optimizer step stays 524,288 tokens. GPT-2 124M's block at micro-batch 64:
@@ -86,7 +130,8 @@ class DispatcherTest(unittest.TestCase):
         # bytes = 18.0 GiB; 8 values a token more, not per layer (the embedding, the final norm,
         # the backward's scratch), the norms' statistics and the softmax sums make 20.65 GiB.
         for template, batch, accum in (("gpt2-124m", 64, 8), ("gpt2-350m", 64, 8), ("gpt2-774m", 32, 16),
-                                       ("gpt2-1558m", 16, 32), ("gpt3-125m", 64, 4)):
+                                       ("gpt2-1558m", 16, 64), ("gpt3-125m", 64, 4), ("gpt3-350m", 32, 8),
+                                       ("gpt3-760m", 16, 16), ("gpt3-1.3b", 8, 64), ("gpt3-2.7b", 4, 128)):
             p = plan(["--base-model", "gpt2", "--template-name", template])
             self.assertEqual((p["batch"]["batch_size"], p["batch"]["grad_accum_steps"]), (batch, accum), template)
             self.assertLessEqual(p["memory_gib"]["bf16"], 64, template)
@@ -96,7 +141,7 @@ class DispatcherTest(unittest.TestCase):
                          {"bf16": 20.65, "f32": 39.4})
         # the flag still wins, and the size follows it
         p = plan(["--base-model", "gpt2", "--template-name", "gpt2-1558m", "--batch-size", "32"])
-        self.assertEqual((p["batch"]["batch_size"], p["batch"]["grad_accum_steps"]), (32, 16))
+        self.assertEqual((p["batch"]["batch_size"], p["batch"]["grad_accum_steps"]), (32, 32))
         self.assertGreater(p["memory_gib"]["bf16"], 64)
 
     def test_demo_schedule_follows_the_vocabulary(self):

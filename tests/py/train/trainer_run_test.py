@@ -2,6 +2,7 @@
 uninterrupted run, incomplete checkpoints are ignored, and bad input gives one clear line
 and a non-zero exit without losing the last good checkpoint."""
 import json
+import math
 import os
 import re
 import shutil
@@ -127,6 +128,31 @@ class TrainerRunTest(unittest.TestCase):
                 self.assertGreater(x["grad_norm"], 0)
                 self.assertGreater(x["lr"], 0)
                 self.assertAlmostEqual(x["tokens_per_s"] * x["step_ms"] / 1e3, 128, places=6)
+
+    def test_learning_rate_follows_the_schedule(self):
+        # Linear warmup over 2 steps to 3e-3, then cosine over steps 3-6 to a floor that
+        # --final-lr-fraction sets (llm.c's -q): written here from the definition.
+        def expected(n, floor_fraction, peak=3e-3, warmup=2, steps=6):
+            s = n - 1  # the log counts steps from 1
+            if s < warmup:
+                return peak * (s + 1) / warmup
+            floor = peak * floor_fraction
+            return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))
+
+        out = os.path.join(self.tmp, "floor")
+        run(self.common + ["--output-dir", out, "--final-lr-fraction", "0.25"])
+        for where, fraction in ((self.full, 0.0), (out, 0.25)):
+            lrs = [(x["step"], x["lr"]) for x in self.log_lines(where) if "lr" in x]
+            self.assertEqual([n for n, _ in lrs], [1, 2, 3, 4, 5, 6])
+            for n, lr in lrs:
+                self.assertAlmostEqual(lr / expected(n, fraction), 1, delta=1e-6, msg=(where, n))
+        with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+            self.assertEqual(json.load(f)["training"]["final_lr_fraction"], 0.25)
+        for bad, says in (("1.5", "must be at most 1"), ("-0.1", "must not be negative")):
+            proc = run(self.common + ["--output-dir", out, "--final-lr-fraction", bad, "--dry-run"], check=False)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn("--final-lr-fraction", proc.stderr)
+            self.assertIn(says, proc.stderr)
 
     def test_resumed_log_continues_from_the_checkpoint(self):
         # The run being resumed got past its step-3 checkpoint (its log says steps 4-6) and was
