@@ -56,17 +56,15 @@ inline nfn_status check_args(nfn_ctx* ctx, const char* op, int B, int T, int C, 
   return NFN_OK;
 }
 
-// nfn's tensor-core paths (flash_mma, attention_mma_*.cu; thunderkittens, cuda/tk, which also
-// needs T to be a multiple of 64) cover bf16 with head size 64 or 128 and 16-byte aligned
-// tensors (they move 16-byte pieces); cudnn (attention_cudnn.cc) more head sizes, below;
-// every other call under those options runs the flash_simt kernels.
-inline bool tensor_core_call(nfn_dtype dtype, int head_dim, std::initializer_list<const void*> tensors) {
-  return dtype == NFN_BF16 && (head_dim == 64 || head_dim == 128) && aligned16(tensors);
-}
-
+// nfn's tensor-core paths cover bf16 with 16-byte aligned tensors (they move 16-byte pieces):
+// flash_mma (attention_mma_*.cu) head sizes in 16s up to 128 (the m16n8k16 instruction's k
+// is 16), thunderkittens (cuda/tk) 64 and 128 with T a multiple of 64; cudnn
+// (attention_cudnn.cc) head sizes in 8s, below. Every other call under those options runs the
+// flash_simt kernels.
 inline bool use_mma(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim,
                     std::initializer_list<const void*> tensors) {
-  return ctx->attention == nfn_attention_path::flash_mma && tensor_core_call(dtype, head_dim, tensors);
+  return ctx->attention == nfn_attention_path::flash_mma && dtype == NFN_BF16 && head_dim % 16 == 0 &&
+         head_dim <= 128 && aligned16(tensors);
 }
 
 // cuDNN's SDPA takes bf16 with any head size that is a multiple of 8 up to 128 (its support
@@ -81,11 +79,25 @@ inline bool use_cudnn(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,
 
 inline bool use_tk(const nfn_ctx* ctx, nfn_dtype dtype, int head_dim, int T,
                    std::initializer_list<const void*> tensors) {
-  return ctx->attention == nfn_attention_path::thunderkittens && tensor_core_call(dtype, head_dim, tensors) &&
+  return ctx->attention == nfn_attention_path::thunderkittens && dtype == NFN_BF16 && aligned16(tensors) &&
          nfn_tk_attention_applies(T, head_dim);
 }
 
-// out (B,T,C) and lse (B*NH*T) from qkv (B,T,3C), bf16, head size 64 or 128.
+// Returns fn<HD>(args...) for a head size hd in 16s up to 128 (use_mma's: the flash_mma
+// kernels are built for each); falls through for any other.
+#define NFN_MMA_HEAD_DISPATCH(fn, hd, ...)                                                          \
+  switch (hd) {                                                                                     \
+    case 16: return fn<16>(__VA_ARGS__);                                                            \
+    case 32: return fn<32>(__VA_ARGS__);                                                            \
+    case 48: return fn<48>(__VA_ARGS__);                                                            \
+    case 64: return fn<64>(__VA_ARGS__);                                                            \
+    case 80: return fn<80>(__VA_ARGS__);                                                            \
+    case 96: return fn<96>(__VA_ARGS__);                                                            \
+    case 112: return fn<112>(__VA_ARGS__);                                                          \
+    case 128: return fn<128>(__VA_ARGS__);                                                          \
+  }
+
+// out (B,T,C) and lse (B*NH*T) from qkv (B,T,3C), bf16, head size in 16s up to 128.
 nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
 
 // dqkv (B,T,3C, overwritten) from dout, qkv, lse and delta = rowsum(dout * out) (B*NH*T).

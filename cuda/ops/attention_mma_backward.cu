@@ -16,7 +16,7 @@
 namespace nfn::cuda::attention::mma_path {
 namespace {
 
-// Queries per dkdv tile: 32 for head size 128 keeps dK, dV, S^T and dP^T in registers.
+// Queries per dkdv tile: 32 above head size 64 keeps dK, dV, S^T and dP^T in registers.
 template <int HD>
 constexpr int dkdv_query_tile() { return HD <= 64 ? 64 : 32; }
 
@@ -317,8 +317,9 @@ nfn_status mma_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* 
                         const float* delta, int B, int T, int C, int NH) {
   const mma_path::Tensors g{static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                             static_cast<const bf16*>(qkv), lse, delta};
-  return C / NH == 64 ? mma_path::launch_backward<64>(ctx, g, B, T, C, NH)
-                      : mma_path::launch_backward<128>(ctx, g, B, T, C, NH);
+  NFN_MMA_HEAD_DISPATCH(mma_path::launch_backward, C / NH, ctx, g, B, T, C, NH)
+  return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_backward (flash_mma): head size %d is not a multiple of 16 up to 128",
+              C / NH);
 }
 
 }  // namespace nfn::cuda::attention

@@ -153,8 +153,9 @@ nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, 
 namespace nfn::cuda::attention {
 
 nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-  return C / NH == 64 ? mma_path::launch_forward<64>(ctx, out, lse, qkv, B, T, C, NH)
-                      : mma_path::launch_forward<128>(ctx, out, lse, qkv, B, T, C, NH);
+  NFN_MMA_HEAD_DISPATCH(mma_path::launch_forward, C / NH, ctx, out, lse, qkv, B, T, C, NH)
+  return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_forward (flash_mma): head size %d is not a multiple of 16 up to 128",
+              C / NH);
 }
 
 }  // namespace nfn::cuda::attention

@@ -263,7 +263,7 @@ const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
     case nfn_attention_path::thunderkittens: return "thunderkittens (nfn's wgmma kernels on ThunderKittens)";
     case nfn_attention_path::flash_mma:
       if (!ctx->attention_fallback.empty()) return ctx->attention_fallback.c_str();
-      return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes other than 64 and 128)";
+      return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes that are not a multiple of 16)";
     case nfn_attention_path::cudnn:
       ctx->attention_report = std::string(nfn::cuda::cudnn_path_name()) +
                               "; flash_simt for f32 and head sizes that are not a multiple of 8";

@@ -332,10 +332,10 @@ void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt,
           dt);
 }
 
-// attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head size 64 or 128
-// (cudnn: any multiple of 8 up to 128) (T past one or more 64-row tiles, and not a multiple of
-// 64, which thunderkittens leaves to flash_simt); f32 and other head sizes fall back to
-// flash_simt. cudnn is checked where the
+// attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head sizes in 16s
+// up to 128 (cudnn: in 8s; thunderkittens: 64 and 128 only) (T past one or more 64-row
+// tiles, and not a multiple of 64, which thunderkittens leaves to flash_simt); f32 and other
+// head sizes fall back to flash_simt. cudnn is checked where the
 // library can load cuDNN (on a GPU machine with libcudnn.so.9), thunderkittens where it was
 // built with a ThunderKittens tree and runs on sm_90; elsewhere the summary says why they
 // were not.
@@ -350,14 +350,13 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
     for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
                     Shape{1, 1024, 64, 1}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
-    check_attention_shape(cpu, gpu, dt, 2, 20, 64, 4, path);  // hd 16: fallback (cudnn: its own)
     check_attention_shape(cpu, gpu, dt, 2, 1, 128, 2, path);  // one position (cudnn: fallback)
-    // hd 48 and 96: cuDNN's (head sizes in 8s), else flash_simt's 64- and 128-wide kernels
-    // with the tail masked, never nfn's tensor-core kernels of the width they run at; hd 36:
-    // flash_simt on every path
-    check_attention_shape(cpu, gpu, dt, 2, 70, 96, 2, path);
-    check_attention_shape(cpu, gpu, dt, 1, 70, 192, 2, path);
-    check_attention_shape(cpu, gpu, dt, 1, 70, 72, 2, path);
+    // hd 16, 32, 48, 80 (GPT-3 2.7B's), 96 (GPT-3 Large's) and 112: flash_mma's and cuDNN's
+    // own, thunderkittens' fallback (flash_simt); hd 36 and 40: cuDNN's (40 is in 8s), else
+    // flash_simt (never flash_mma's kernels of a wider head)
+    for (Shape s : {Shape{2, 20, 64, 4}, Shape{2, 77, 64, 2}, Shape{2, 70, 96, 2}, Shape{1, 70, 160, 2},
+                    Shape{1, 70, 192, 2}, Shape{1, 130, 224, 2}, Shape{1, 70, 72, 2}, Shape{1, 70, 80, 2}})
+      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
   } else {
     check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
   }

@@ -77,8 +77,8 @@ def register(sub):
                           "tensor-core kernel; the default otherwise), flash (CUDA cores, any head "
                           "size up to 128) or thunderkittens (wgmma kernels on ThunderKittens, "
                           "H100/H200, where the library was built with a ThunderKittens tree; T a "
-                          "multiple of 64); flash_mma and thunderkittens take bf16 with head size "
-                          "64 or 128; every other call runs flash")
+                          "multiple of 64); flash_mma takes bf16 with a head size in 16s up to 128, "
+                          "thunderkittens bf16 with head size 64 or 128; every other call runs flash")
     opts.add_argument("--gemm-tune", choices=["on", "off"],
                      help="CUDA: time cuBLASLt's first 8 kernels for each GEMM shape on its first "
                           "call and keep the fastest, in ~/.cache/nfn/gemm_tune/ (or "

@@ -99,9 +99,13 @@ class EmulatedCudaRunTest(unittest.TestCase):
                 val = report["final_validation_loss"]
                 self.assertLess(abs(val - self.cpu["final_validation_loss"]) / val, bound)
 
-    def test_a_head_size_between_the_kernel_widths_tracks_the_cpu(self):
-        # Head size 96 (GPT-3 Large's): flash_simt's 128-wide kernels with the tail masked; f32
-        # against the CPU at the same bound as the widths the kernels are built for.
+    def test_gpt3_large_head_size_tracks_the_cpu(self):
+        # Head size 96 (GPT-3 Large's). f32: flash_simt's 128-wide kernels with the tail masked,
+        # at the same bound as the widths they are built for. bf16 with flash_mma: its own
+        # 96-wide tensor-core kernels (told apart in the trace by their shared memory: two
+        # buffers of 64-row K and V tiles at 96 + 8 bf16 a row in the forward; the 64 keys'
+        # K and V and two buffers of 32 queries' Q and dO, and their lse and delta, in dkdv;
+        # Q, dO and two buffers of K and V in dq), within bf16 tolerance.
         geometry = ["--model-dim", "192", "--eval-batches", "0", "--sample-tokens", "0", "--checkpoint-every", "0"]
         cpu = run(self.common + geometry + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--threads", "2",
                                             "--matmul", "f32", "--output-dir", os.path.join(self.tmp, "cpu96")])
@@ -109,6 +113,19 @@ class EmulatedCudaRunTest(unittest.TestCase):
                                              "--graphs", "off", "--output-dir", os.path.join(self.tmp, "cuda96")])
         worst = np.max(np.abs(losses(cuda) - losses(cpu)) / losses(cpu))
         self.assertLess(worst, 1e-5, f"{losses(cuda)} vs cpu {losses(cpu)}")
+        trace = os.path.join(self.tmp, "trace96.txt")
+        mma = run(self.common + geometry + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
+                                            "--attention", "flash_mma", "--graphs", "off",
+                                            "--output-dir", os.path.join(self.tmp, "mma96")], {"NFN_EMU_TRACE": trace})
+        self.assertTrue(mma["op_library"]["attention"].startswith("flash_mma"))
+        worst = np.max(np.abs(losses(mma) - losses(cpu)) / losses(cpu))
+        self.assertLess(worst, 1e-2, f"{losses(mma)} vs cpu {losses(cpu)}")
+        row = 2 * (96 + 8)  # bytes of a shared row
+        with open(trace) as f:
+            launched = {(line.split()[4], int(line.split()[3])) for line in f if line.startswith("launch")}
+        attention = {name: smem for name, smem in launched if "kernel<HD" in name}
+        self.assertEqual(attention, {"forward_kernel<HD>": 4 * 64 * row, "dkdv_kernel<HD>": (2 * 64 + 4 * 32) * row
+                                     + 4 * 4 * 32, "dq_kernel<HD,": 6 * 64 * row}, launched)
 
     def test_sample_through_the_kv_cache(self):
         # f32 logits agree with the CPU's to ~1e-6, so the same seeded draws pick the same
