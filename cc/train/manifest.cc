@@ -1,6 +1,7 @@
 #include "cc/train/manifest.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -99,6 +100,31 @@ Marker read_marker(const std::string& dir, int step) {
   if (const Json* seed = field("training", "seed"); seed != nullptr && seed->is_integer()) {
     out.has_seed = true;
     out.seed = static_cast<uint64_t>(seed->as_integer());  // as the --seed flag takes it
+  }
+  if (const Json* t = m.is_object() ? m.find("training") : nullptr; t != nullptr && t->is_object()) out.training = *t;
+  return out;
+}
+
+std::string schedule_differences(const Json& training, const TrainConfig& c) {
+  if (!training.is_object()) return "";
+  const struct {
+    const char* key;
+    double now;
+    double absent;  // what a marker without the key ran with (NaN: unknown)
+  } fields[] = {{"train_batch_tokens", static_cast<double>(c.train_batch_tokens), NAN},
+                {"learning_rate", c.learning_rate, NAN},
+                {"warmup_steps", static_cast<double>(c.warmup_steps), NAN},
+                {"final_lr_fraction", c.final_lr_fraction, 0.0},
+                {"weight_decay", c.weight_decay, NAN},
+                {"max_steps", static_cast<double>(c.max_steps), NAN}};
+  std::string out;
+  for (const auto& f : fields) {
+    const Json* v = training.find(f.key);
+    const double then = v != nullptr && v->is_number() ? v->as_number() : f.absent;
+    if (std::isnan(then) || std::fabs(then - f.now) <= 1e-12 * std::fabs(f.now)) continue;
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%s %.10g -> %.10g", out.empty() ? "" : ", ", f.key, then, f.now);
+    out += line;
   }
   return out;
 }

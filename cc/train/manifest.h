@@ -30,8 +30,14 @@ struct Marker {
   std::string shards;     // the training shards it read, as shard_list ("" where it names none)
   bool has_seed = false;  // and its seed (its data order)
   uint64_t seed = 0;
+  Json training;          // its "training" object (the schedule it ran), null where it has none
 };
 Marker read_marker(const std::string& dir, int step);
+// Where the schedule a marker's run trained with differs from c's ("" where it does not, or
+// the marker records none): "learning_rate 0.0006 -> 0.0003, warmup_steps 60 -> 700", for the
+// tokens a step, learning rate, warmup, final fraction, weight decay and steps. A marker from
+// before final_lr_fraction decayed to zero.
+std::string schedule_differences(const Json& training, const TrainConfig& c);
 // The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
 // from before run ids counts for any run); -1 if none.
 int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);

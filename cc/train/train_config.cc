@@ -173,7 +173,7 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   }
   std::string tmpl = f.has("template-name") ? f.get("template-name") : f.get("preset");
   const bool geometry_flags = f.has("num-layers") || f.has("num-heads") || f.has("model-dim");
-  bool recipe = false;  // llm.c's GPT-2 recipe for the schedule
+  bool recipe = false;  // the schedule is a GPT-2/3 template's recipe (recipe_of)
   // Unset, the tokenizer and end-of-text token are a --graph-file manifest's, else the defaults.
   c->tokenizer = f.has("tokenizer") ? f.get("tokenizer") : "";
   c->eot_token = -1;

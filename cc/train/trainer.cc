@@ -67,6 +67,7 @@ struct Start {
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
+  std::string schedule_changes;  // how its run's schedule differs from this run's ("" when not)
 };
 
 bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
@@ -136,6 +137,7 @@ bool resolve_resume(const TrainConfig& c, Start* s, std::string* error) {
   s->shards = marker.shards;
   s->has_seed = marker.has_seed;
   s->seed = marker.seed;
+  s->schedule_changes = schedule_differences(marker.training, c);
   s->from = model_path;
   s->state_path = join_path(dir, state_file_name(step));
   return true;
@@ -443,6 +445,11 @@ int run_training(const TrainConfig& c) {
                    "%llu): reading the data from the start\n", static_cast<unsigned long long>(c.seed),
                    static_cast<unsigned long long>(start.seed));
     const bool other_data = other_shards || other_order;
+    // Told, not refused: a longer run (max_steps) or a new learning rate is a user's choice,
+    // and a template's recipe may have changed since the checkpoint's run began.
+    if (!start.schedule_changes.empty())
+      std::fprintf(stderr, "nfn: resuming %s, whose run had another schedule: %s (this run's, from its flags or "
+                   "its template's recipe, applies from here)\n", start.from.c_str(), start.schedule_changes.c_str());
     GPTConfig g;
     if (!read_model_file(start.from, &g, into_model(model, GPT::Stored::kMaster), &error) ||
         !read_state_moments(start.state_path, start.state, into_model(model, GPT::Stored::kFirstMoment),

@@ -24,9 +24,10 @@ constexpr int kPad = 8;             // bf16 per shared row past HD: 16-byte rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Shared-memory row stride in bf16 elements. With HD + 8 the row stride is 4 banks mod 32,
-// so both the pair-in-row loads (8 rows x 4 pairs) and the pair-in-column loads
-// (4 row pairs x 8 columns) of a warp fall in distinct banks.
+// Shared-memory row stride in bf16 elements. With HD in 16s, HD + 8 is 4 words (banks) times
+// an odd number, so 8 consecutive rows start in 8 distinct groups of 4 banks: both the
+// pair-in-row loads (8 rows x 4 pairs) and the pair-in-column loads (4 row pairs x 8 columns)
+// of a warp fall in distinct banks (tests/cuda:mma_layout_test).
 template <int HD>
 constexpr int stride() { return HD + kPad; }
 

@@ -284,6 +284,8 @@ nfn_status launch_dq(nfn_ctx* ctx, const Tensors& g, const QkvIndex& ix, dim3 gr
 
 template <int HD>
 nfn_status launch_backward(nfn_ctx* ctx, const Tensors& g, int B, int T, int C, int NH) {
+  static_assert(dkdv_smem_bytes<HD>() <= kSmallestSharedOptIn && dq_smem_bytes<HD, 1>() <= kSmallestSharedOptIn,
+                "flash_mma's backward must fit sm_120's 99 KiB a block (dq single-buffered)");
   const char* op = "attention_backward (flash_mma)";
   // Above 48 KiB a kernel must opt in to more dynamic shared memory, on every call: the
   // setting belongs to the current device (see attention_backward.cu).

@@ -135,9 +135,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int HD>
 nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
   const char* op = "attention_forward (flash_mma)";
-  // Above 48 KiB (head size 128) a kernel must opt in, on every call: the setting belongs to
-  // the current device (see attention_backward.cu).
+  // Above 48 KiB (head sizes 96 and up) a kernel must opt in, on every call: the setting
+  // belongs to the current device (see attention_backward.cu).
   constexpr size_t smem = forward_smem_bytes<HD>();
+  static_assert(smem <= 99 * 1024, "flash_mma's forward must fit sm_120's 99 KiB a block");
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)), op);
   dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);

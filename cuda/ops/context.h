@@ -10,10 +10,10 @@
 
 // Which attention kernels attention_forward/backward run (ctx option "attention"):
 // flash_simt (CUDA cores, every dtype and head size up to 128), flash_mma (tensor cores for
-// bf16 with head size 64 or 128, flash_simt for the rest), cudnn (cuDNN's SDPA for bf16 with
-// a head size that is a multiple of 8 up to 128, flash_simt for the rest), thunderkittens
-// (nfn's wgmma kernels on ThunderKittens, cuda/tk, where they were built, flash_mma applies
-// and T is a multiple of 64; flash_simt for the rest).
+// bf16 with a head size in 16s up to 128, flash_simt for the rest), cudnn (cuDNN's SDPA for
+// bf16 with a head size that is a multiple of 8 up to 128, flash_simt for the rest),
+// thunderkittens (nfn's wgmma kernels on ThunderKittens, cuda/tk, where they were built, for
+// bf16 with head size 64 or 128 and T a multiple of 64; flash_simt for the rest).
 enum class nfn_attention_path { flash_simt, flash_mma, cudnn, thunderkittens };
 
 struct nfn_ctx {

@@ -351,11 +351,13 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
                     Shape{1, 1024, 64, 1}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
     check_attention_shape(cpu, gpu, dt, 2, 1, 128, 2, path);  // one position (cudnn: fallback)
-    // hd 16, 32, 48, 80 (GPT-3 2.7B's), 96 (GPT-3 Large's) and 112: flash_mma's and cuDNN's
-    // own, thunderkittens' fallback (flash_simt); hd 36 and 40: cuDNN's (40 is in 8s), else
-    // flash_simt (never flash_mma's kernels of a wider head)
-    for (Shape s : {Shape{2, 20, 64, 4}, Shape{2, 77, 64, 2}, Shape{2, 70, 96, 2}, Shape{1, 70, 160, 2},
-                    Shape{1, 70, 192, 2}, Shape{1, 130, 224, 2}, Shape{1, 70, 72, 2}, Shape{1, 70, 80, 2}})
+    // hd 16 (one tile, then three), 32, 48, 80 (GPT-3 2.7B's), 96 (GPT-3 Large's) and 112:
+    // flash_mma's and cuDNN's own, thunderkittens' fallback (flash_simt); hd 40: cuDNN's (in
+    // 8s), else flash_simt; hd 36: flash_simt on every path (never flash_mma's kernels of a
+    // wider head)
+    for (Shape s : {Shape{2, 20, 64, 4}, Shape{1, 130, 32, 2}, Shape{2, 77, 64, 2}, Shape{2, 70, 96, 2},
+                    Shape{1, 70, 160, 2}, Shape{1, 70, 192, 2}, Shape{1, 130, 224, 2}, Shape{1, 70, 72, 2},
+                    Shape{1, 70, 80, 2}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
   } else {
     check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
@@ -395,11 +397,12 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, "flash_mma", " (dout, out misaligned)", true);
   check_attention_path(cpu, gpu, dt, "flash_mma");
   // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
-  // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form.
+  // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form;
+  // at 112, the largest double-buffered one (90 KiB), it keeps two buffers.
   const auto optin = emulated_shared_optin(gpu);
   if (optin != nullptr && dt == NFN_BF16) {
     optin(99 * 1024);
-    for (Shape s : {Shape{1, 200, 256, 2}, Shape{1, 64, 128, 1}, Shape{2, 77, 256, 4}})
+    for (Shape s : {Shape{1, 200, 256, 2}, Shape{1, 64, 128, 1}, Shape{2, 77, 256, 4}, Shape{1, 130, 224, 2}})
       check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash_mma", " (99 KiB shared memory)");
     optin(0);
   }

@@ -23,7 +23,7 @@ def register(sub):
                        help="dense GPT family; gpt, gpt2 and gpt3 share one trainer")
     model.add_argument("--template-name", "--preset", dest="template_name",
                        help="named geometry and its recipe: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, "
-                            "gpt3-125m, gpt3-350m, gpt3-760m, gpt3-1.3b, gpt3-2.7b (docs/training.md)")
+                            "gpt3-125m, gpt3-350m, gpt3-760m, gpt3-1.3b, gpt3-2.7b (docs/training.md), tiny")
     model.add_argument("--graph-file", help="model manifest JSON: the architecture source of truth")
     model.add_argument("--weights", help="model_%%08d.bin to start from (its geometry must match)")
     model.add_argument("--num-layers", type=int, help="transformer blocks")

@@ -123,7 +123,7 @@ class DispatcherTest(unittest.TestCase):
 
     def test_recipe_micro_batch_fits_an_80gb_gpu(self):
         # llm.c's 64 rows, halved until the model's state and the activations take 64 GiB in
-        # bf16; the optimizer step stays 524,288 tokens. GPT-2 124M's block at micro-batch 64:
+        # bf16; the optimizer step stays the recipe's (the rest is accumulation). GPT-2 124M's block at micro-batch 64:
         # 124,475,904 parameters x 16 bytes of state (bf16 parameters and gradients, f32 master
         # and moments) is 1.85 GiB; 16 values a token a layer are kept for the backward (ln1,
         # qkv 3, atty, residual2, ln2, fch 4, fch_gelu 4, residual3), 12 x 65,536 x 768 x 16 x 2

@@ -103,12 +103,28 @@ class TrainerRunTest(unittest.TestCase):
 
     def test_resume_is_bitwise_identical(self):
         out = self.interrupted_copy("resumed")
-        report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json"]).stdout)
+        proc = run(self.common + ["--output-dir", out, "--resume", "auto", "--json"])
+        self.assertNotIn("another schedule", proc.stderr)  # the same flags: the same schedule
+        report = json.loads(proc.stdout)
         self.assertEqual(report["resumed_from"], os.path.join(out, "model_00000003.bin"))
         self.assertEqual(report["train_losses"], self.report["train_losses"][3:])
         self.assertEqual(report["final_validation_loss"], self.report["final_validation_loss"])
         for f in ["model_00000006.bin", "state_00000006_00000.bin"]:
             self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(self.full, f)), f)
+
+    def test_resume_with_another_schedule_says_so(self):
+        # The schedule comes from this run's flags (or its template's recipe, which may have
+        # changed since the checkpoint's run began); where it differs from the one the
+        # checkpoint's run recorded, one line names each difference. Other flags are no change.
+        out = self.interrupted_copy("reschedule")
+        flags = list(self.common)
+        flags[flags.index("--learning-rate") + 1] = "1e-3"
+        flags[flags.index("--max-steps") + 1] = "8"
+        proc = run(flags + ["--output-dir", out, "--resume", "auto", "--final-lr-fraction", "0.5", "--threads", "1"])
+        said = [line for line in proc.stderr.splitlines() if "another schedule" in line]
+        self.assertEqual(said, [f"nfn: resuming {os.path.join(out, 'model_00000003.bin')}, whose run had another "
+                                "schedule: learning_rate 0.003 -> 0.001, final_lr_fraction 0 -> 0.5, max_steps 6 -> 8 "
+                                "(this run's, from its flags or its template's recipe, applies from here)"])
 
     def log_lines(self, out):
         with open(os.path.join(out, "log.jsonl"), encoding="utf-8") as f:
