@@ -233,7 +233,6 @@ bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   }
 
   // Schedule defaults: the template's recipe for GPT-2/3 templates, a CPU demo otherwise.
-  c->final_lr_fraction = 0;
   if (recipe) {
     const Recipe& r = recipe_of(c->template_name);
     c->batch_size = recipe_micro_batch(c->model, c->seq_len);

@@ -46,7 +46,8 @@ struct TrainConfig {
 // Declares every trainer flag on `flags` (the binary's --help is generated from these).
 void declare_train_flags(Flags* flags);
 // Resolves flags into a config: presets, family defaults, each GPT-2/3 template's recipe
-// (llm.c's for GPT-2, the paper's for GPT-3), the CPU demo otherwise. false + one line naming the flag on bad input.
+// (llm.c's for GPT-2, the paper's for GPT-3), the CPU demo otherwise. false + one line
+// naming the flag on bad input.
 bool resolve_train_config(const Flags& flags, TrainConfig* out, std::string* error);
 // Whether the dense GPT trainer takes this family (gpt, gpt2 or gpt3), from a flag or a manifest.
 bool dense_gpt_family(const std::string& family);

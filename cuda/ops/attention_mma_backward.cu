@@ -320,8 +320,8 @@ nfn_status mma_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* 
   const mma_path::Tensors g{static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                             static_cast<const bf16*>(qkv), lse, delta};
   NFN_MMA_HEAD_DISPATCH(mma_path::launch_backward, C / NH, ctx, g, B, T, C, NH)
-  return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_backward (flash_mma): head size %d is not a multiple of 16 up to 128",
-              C / NH);
+  return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_backward (flash_mma): head size %d is not a multiple of 16 up to "
+              "128", C / NH);
 }
 
 }  // namespace nfn::cuda::attention

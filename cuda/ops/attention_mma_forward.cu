@@ -155,8 +155,8 @@ namespace nfn::cuda::attention {
 
 nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
   NFN_MMA_HEAD_DISPATCH(mma_path::launch_forward, C / NH, ctx, out, lse, qkv, B, T, C, NH)
-  return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_forward (flash_mma): head size %d is not a multiple of 16 up to 128",
-              C / NH);
+  return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_forward (flash_mma): head size %d is not a multiple of 16 up to "
+              "128", C / NH);
 }
 
 }  // namespace nfn::cuda::attention

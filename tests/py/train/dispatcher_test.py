@@ -111,7 +111,7 @@ class DispatcherTest(unittest.TestCase):
         s = plan(["--base-model", "gpt3", "--template-name", "gpt3-760m", "--learning-rate", "1e-4",
                   "--final-lr-fraction", "0"])["schedule"]
         self.assertEqual((s["learning_rate"], s["final_lr_fraction"], s["decay"]), (1e-4, 0, "cosine to zero"))
-        # a manifest's template brings its recipe (a resumed or exported run trains as it began)
+        # a manifest's template brings its recipe
         graph = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "graph_gpt3_760m.json")
         with open(graph, "w") as f:
             json.dump({"format": "nfn.manifest", "version": 1, "model_family": "gpt3", "template": "gpt3-760m",
@@ -123,7 +123,8 @@ class DispatcherTest(unittest.TestCase):
 
     def test_recipe_micro_batch_fits_an_80gb_gpu(self):
         # llm.c's 64 rows, halved until the model's state and the activations take 64 GiB in
-        # bf16; the optimizer step stays the recipe's (the rest is accumulation). GPT-2 124M's block at micro-batch 64:
+        # bf16; the optimizer step stays the recipe's (the rest is accumulation). GPT-2 124M's
+        # block at micro-batch 64:
         # 124,475,904 parameters x 16 bytes of state (bf16 parameters and gradients, f32 master
         # and moments) is 1.85 GiB; 16 values a token a layer are kept for the backward (ln1,
         # qkv 3, atty, residual2, ln2, fch 4, fch_gelu 4, residual3), 12 x 65,536 x 768 x 16 x 2
