@@ -2,14 +2,15 @@
 #include <cstdio>
 #include <new>
 
+#include "cc/train/train_flags.h"
 #include "cc/train/trainer.h"
 
 int main(int argc, char** argv) {
-  nfn::Flags flags("nfn_gpt_native_train",
-                   "Train a dense GPT-2/GPT-3-style model on llm.c token shards with a native op library\n"
-                   "(CPU or CUDA), writing llm.c-format checkpoints, a manifest and a JSON report.\n"
-                   "With no geometry or template it trains the small CPU demo model.");
-  nfn::declare_train_flags(&flags);
+  nfn::Flags flags = nfn::train_flags(
+      "nfn_gpt_native_train",
+      "Train a dense GPT-2/GPT-3-style model on llm.c token shards with a native op library\n"
+      "(CPU or CUDA), writing llm.c-format checkpoints, a manifest and a JSON report.\n"
+      "With no geometry or template it trains the small CPU demo model.");
   std::string error;
   if (!flags.parse(argc, argv, &error)) {
     std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", error.c_str());
@@ -17,6 +18,10 @@ int main(int argc, char** argv) {
   }
   if (flags.on("help")) {
     std::printf("%s", flags.help().c_str());
+    return 0;
+  }
+  if (flags.on("describe-flags")) {
+    std::printf("%s\n", flags.describe().dump(1).c_str());
     return 0;
   }
   nfn::TrainConfig config;

@@ -1,9 +1,11 @@
-// nfn_native_train: dispatches --base-model NAME to the family's trainer binary, and lists
-// the families with an honest status.
+// nfn_native_train: runs the trainer of the model family that --model-family (or its other
+// spelling --base-model) names, else the --graph-file manifest's, else gpt; and lists the
+// families with an honest status.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -45,29 +47,71 @@ std::string binary_path(const char* binary) {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: nfn_native_train --base-model NAME [trainer flags...]\n"
+               "usage: nfn_native_train [--model-family NAME] [trainer flags...]\n"
                "       nfn_native_train --list-models [--json]\n\n"
-               "Runs the native trainer of a model family; every other flag goes to it\n"
-               "(see nfn_gpt_native_train --help).\n");
+               "Runs the native trainer of a model family (default: the --graph-file manifest's, else\n"
+               "gpt); every flag goes to it (see nfn_gpt_native_train --help).\n");
+}
+
+// The value of `--NAME V` or `--NAME=V` at argv[i] for any of `names`; advances i past it.
+bool flag_value(int argc, char** argv, int* i, std::initializer_list<const char*> names, std::string* spelled,
+                std::string* value) {
+  const std::string a = argv[*i];
+  for (const char* name : names) {
+    const std::string flag = std::string("--") + name;
+    if (a == flag && *i + 1 < argc) {
+      *spelled = flag;
+      *value = argv[++*i];
+      return true;
+    }
+    if (a.rfind(flag + "=", 0) == 0) {
+      *spelled = flag;
+      *value = a.substr(flag.size() + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+// A --graph-file manifest's model_family; "" where it names none or cannot be read (the
+// family's trainer reports the file).
+std::string graph_family(const std::string& path) {
+  std::string text, error;
+  nfn::Json j;
+  if (path.empty() || !nfn::read_file(path, &text, &error) || !nfn::Json::parse(text, &j, &error)) return "";
+  const nfn::Json* family = j.is_object() ? j.find("model_family") : nullptr;
+  return family != nullptr && family->is_string() ? family->as_string() : "";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string base;
-  bool list = false, json = false;
-  std::vector<char*> rest;
+  std::string base, graph;
+  bool list = false, json = false, help = false;
+  std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--list-models") list = true;
-    else if (a == "--help" && base.empty()) return usage(stdout), 0;
-    else if (a == "--base-model" && i + 1 < argc) base = argv[++i];
-    else if (a.rfind("--base-model=", 0) == 0) base = a.substr(13);
-    else {
-      if (a == "--json") json = true;
-      rest.push_back(argv[i]);
+    std::string a = argv[i], spelled, value;
+    if (a == "--list-models") {
+      list = true;
+    } else if (flag_value(argc, argv, &i, {"model-family", "base-model"}, &spelled, &value)) {
+      if (!base.empty() && value != base) {
+        std::fprintf(stderr, "nfn_native_train: error: %s %s contradicts the family %s named before; give one\n",
+                     spelled.c_str(), value.c_str(), base.c_str());
+        return 2;
+      }
+      base = value;
+    } else {
+      if (flag_value(argc, argv, &i, {"graph-file", "graph"}, &spelled, &value)) {
+        graph = value;
+        rest.push_back(spelled + "=" + value);
+        continue;
+      }
+      help |= a == "--help";
+      json |= a == "--json";
+      rest.push_back(a);
     }
   }
+  if (help && base.empty()) return usage(stdout), 0;
   if (list) {
     nfn::Json models = nfn::Json::array();
     for (const auto& f : kFamilies) {
@@ -93,18 +137,19 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (base.empty()) {
-    usage(stderr);
-    std::fprintf(stderr, "nfn_native_train: error: --base-model is required\n");
-    return 2;
-  }
+  // The family named, else the model's (a --graph-file manifest's), else gpt: the same
+  // family the trainer resolves, which refuses a named one its manifest contradicts.
+  const bool named = !base.empty();
+  if (!named) base = graph_family(graph);
+  if (base.empty()) base = "gpt";
+  const std::string where = named ? "--model-family " + base : graph + ": model_family " + base;
   const Family* f = find_family(base);
   if (f == nullptr) {
-    std::fprintf(stderr, "nfn_native_train: error: unknown --base-model %s (see --list-models)\n", base.c_str());
+    std::fprintf(stderr, "nfn_native_train: error: %s: unknown (see --list-models)\n", where.c_str());
     return 2;
   }
   if (!*f->binary) {
-    std::fprintf(stderr, "nfn_native_train: error: --base-model %s: %s\n", base.c_str(), f->note);
+    std::fprintf(stderr, "nfn_native_train: error: %s: %s\n", where.c_str(), f->note);
     return 2;
   }
   std::string path = binary_path(f->binary);
@@ -112,13 +157,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nfn_native_train: error: %s not found beside nfn_native_train\n", f->binary);
     return 1;
   }
+  // gpt, gpt2 and gpt3 are model families of the one trainer; a named one is passed on.
+  if (named) rest.insert(rest.begin(), "--model-family=" + base);
   std::vector<char*> args = {const_cast<char*>(path.c_str())};
-  // gpt, gpt2 and gpt3 are model families of the one trainer; pass the choice on.
-  std::string family_flag = "--model-family=" + base;
-  bool has_family = false;
-  for (char* a : rest) has_family |= std::strncmp(a, "--model-family", 14) == 0;
-  if (!has_family) args.push_back(const_cast<char*>(family_flag.c_str()));
-  args.insert(args.end(), rest.begin(), rest.end());
+  for (std::string& a : rest) args.push_back(a.data());
   args.push_back(nullptr);
   execv(path.c_str(), args.data());
   std::fprintf(stderr, "nfn_native_train: error: cannot run %s\n", path.c_str());

@@ -495,8 +495,7 @@ bool GPT::zero_loss(std::string* error) {
   return check(ops_->fill(ctx_, loss_sum_, NFN_F32, 0.f, 1), "zeroing loss", error);
 }
 
-bool GPT::optimizer_step(int step, float lr, float beta1, float beta2, float eps, float weight_decay,
-                         float max_grad_norm, std::string* error) {
+bool GPT::optimizer_step(const OptimizerStep& s, std::string* error) {
   const void* bufs[kNumParamTensors];
   size_t counts[kNumParamTensors];
   nfn_adamw_group groups[kNumParamTensors];
@@ -509,12 +508,12 @@ bool GPT::optimizer_step(int step, float lr, float beta1, float beta2, float eps
                                 m_ + layout_[i].offset,
                                 v_ + layout_[i].offset,
                                 layout_[i].count,
-                                layout_[i].decay ? weight_decay : 0.f};
+                                layout_[i].decay ? s.weight_decay : 0.f};
   }
   return check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, grad_sumsq_),
                "sum_squares_many", error) &&
-         check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, step, lr, beta1, beta2, eps, grad_sumsq_,
-                                     max_grad_norm, dtype_), "adamw_step_many", error);
+         check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, s.step, s.lr, s.beta1, s.beta2, s.eps,
+                                     grad_sumsq_, s.max_grad_norm, dtype_), "adamw_step_many", error);
 }
 
 bool GPT::read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) {

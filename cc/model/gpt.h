@@ -10,16 +10,17 @@
 
 #include "cc/model/gpt_config.h"
 #include "cc/ops/arena.h"
+#include "cc/model/trainable.h"
 #include "cc/ops/nfn_tile_ops.h"
 
 namespace nfn {
 
 // Device-resident training state. `dtype` is the storage of parameters, gradients and
 // activations; with bf16, an f32 master copy of the parameters is kept for AdamW.
-class GPT {
+class GPT : public TrainableModel {
  public:
   GPT() = default;
-  ~GPT();
+  ~GPT() override;
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
@@ -32,7 +33,7 @@ class GPT {
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
             std::string* error, int B = 0, int T = 0);
   const GPTConfig& config() const { return config_; }
-  size_t num_parameters() const { return num_params_; }
+  size_t num_parameters() const override { return num_params_; }
   // The bytes init(..., B, T) asks of the op library in its one block: the model's state in
   // `dtype` and a B x T micro-batch's activations (the op library's own scratch, such as the
   // CUDA LM head's logits, is not in it).
@@ -45,38 +46,27 @@ class GPT {
   bool get_parameters(std::vector<float>* host, std::string* error);  // f32 (the master)
   // Parameter gradients as f32 (tests compare them with references).
   bool get_gradients(std::vector<float>* host, std::string* error);
-  // The f32 state a checkpoint holds, elements [offset, offset + count) at a time, so a
-  // checkpoint streams through a small host buffer: copied out (or in, the master's range
-  // also converted into the parameters' dtype), and waited for.
-  enum class Stored { kMaster, kFirstMoment, kSecondMoment };
-  bool download(Stored which, size_t offset, size_t count, float* host, std::string* error);
-  bool upload(Stored which, size_t offset, size_t count, const float* host, std::string* error);
+  // The f32 state a checkpoint holds, copied out (or in, the master's range also converted
+  // into the parameters' dtype), and waited for.
+  bool download(Stored which, size_t offset, size_t count, float* host, std::string* error) override;
+  bool upload(Stored which, size_t offset, size_t count, const float* host, std::string* error) override;
 
-  // Tokens for the next forward: one window of B*T+1 uint16 ids (uploaded once, widened on
-  // the device), or explicit int32 inputs and targets (targets may be null: no loss).
-  bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error);
-  bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error);
-
-  // Forward over the uploaded tokens. With targets, adds the summed loss to the device loss
-  // accumulator; with `backward`, also runs the whole backward, accumulating parameter
-  // gradients scaled by grad_scale (1 / tokens per optimizer step for a mean loss).
-  bool step_forward_backward(bool backward, float grad_scale, std::string* error);
+  bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error) override;
+  bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) override;
+  // With targets, adds the summed loss; grad_scale is 1 / tokens per optimizer step for a
+  // mean loss.
+  bool step_forward_backward(bool backward, float grad_scale, std::string* error) override;
   // Forward only up to the final LayerNorm, then logits of row `row` (V floats, host).
   bool logits_for_row(int row, std::vector<float>* logits, std::string* error);
 
-  bool zero_grads(std::string* error);
-  bool zero_loss(std::string* error);
-  // Global gradient norm (computed on the device) and one AdamW step with clipping.
-  bool optimizer_step(int step, float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float max_grad_norm, std::string* error);
-  // Reads the loss accumulator and the last gradient sum of squares (one synchronisation).
-  bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error);
-  // Queues the copy of the same two floats into host[0] and host[1]. Into alloc_host memory
-  // it does not wait: they are there once an event recorded after it is done.
-  bool queue_scalars(float* host, std::string* error);
-  // Changes whenever the activation buffers move (a new micro-batch shape): a recorded step
-  // (StepGraph) holds their addresses and must be recorded again.
-  uint64_t activations_version() const { return activations_version_; }
+  bool zero_grads(std::string* error) override;
+  bool zero_loss(std::string* error) override;
+  // AdamW with clipping; weight decay on matrices and embeddings (ParamTensor::decay).
+  bool optimizer_step(const OptimizerStep& s, std::string* error) override;
+  bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) override;
+  bool queue_scalars(float* host, std::string* error) override;
+  // Changes with a new micro-batch shape (StepGraph holds the activations' addresses).
+  uint64_t activations_version() const override { return activations_version_; }
 
  private:
   struct Acts;

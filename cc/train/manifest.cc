@@ -94,6 +94,7 @@ Marker read_marker(const std::string& dir, int step) {
     return s != nullptr && s->is_object() ? s->find(key) : nullptr;
   };
   Marker out;
+  out.manifest = m;
   out.run_id = run_id_of(m);
   if (const Json* shards = field("dataset", "train_shards"); shards != nullptr && shards->is_string())
     out.shards = shards->as_string();

@@ -31,6 +31,7 @@ struct Marker {
   bool has_seed = false;  // and its seed (its data order)
   uint64_t seed = 0;
   Json training;          // its "training" object (the schedule it ran), null where it has none
+  Json manifest;          // the whole marker, null where it is empty (from before run ids)
 };
 Marker read_marker(const std::string& dir, int step);
 // Where the schedule a marker's run trained with differs from c's ("" where it does not, or

@@ -19,7 +19,7 @@ bool StepReadback::init(std::string* error) {
   return true;
 }
 
-bool StepReadback::queue(GPT& model, int step, std::string* error) {
+bool StepReadback::queue(TrainableModel& model, int step, std::string* error) {
   const int slot = step & 1;
   return model.queue_scalars(static_cast<float*>(host_[slot]), error) &&
          check(ops_.event_record(ctx_, events_[slot]), "step event", error);

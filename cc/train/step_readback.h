@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "cc/model/gpt.h"
+#include "cc/model/trainable.h"
 #include "cc/ops/host_buffers.h"
 #include "cc/ops/nfn_tile_ops.h"
 
@@ -23,7 +23,7 @@ class StepReadback {
   bool init(std::string* error);
   // Queues step `step`'s scalars and records its event. Two steps can be in flight: the
   // caller takes step - 2's values (wait) before queueing `step`.
-  bool queue(GPT& model, int step, std::string* error);
+  bool queue(TrainableModel& model, int step, std::string* error);
   // Whether step `step`'s values have arrived, without waiting.
   bool ready(int step, bool* done, std::string* error);
   // Waits for step `step`'s values: the summed loss and the gradients' sum of squares.

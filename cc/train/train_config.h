@@ -43,9 +43,7 @@ struct TrainConfig {
   bool check_only = false;  // --check: what a run checks before it reads data, then exit
 };
 
-// Declares every trainer flag on `flags` (the binary's --help is generated from these).
-void declare_train_flags(Flags* flags);
-// Resolves flags into a config: presets, family defaults, each GPT-2/3 template's recipe
+// Resolves flags (parsed from train_flag_specs) into a config: presets, family defaults, each GPT-2/3 template's recipe
 // (llm.c's for GPT-2, the paper's for GPT-3), the CPU demo otherwise. false + one line
 // naming the flag on bad input.
 bool resolve_train_config(const Flags& flags, TrainConfig* out, std::string* error);

@@ -10,5 +10,6 @@ void bind_ops(nanobind::module_& m);
 void bind_data(nanobind::module_& m);
 void bind_model(nanobind::module_& m);
 void bind_infer(nanobind::module_& m);
+void bind_train(nanobind::module_& m);
 
 }  // namespace nfn::py

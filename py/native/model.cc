@@ -128,7 +128,7 @@ class NativeGPT {
                        float max_grad_norm) {
     std::string error;
     float loss_sum = 0, sumsq = 0;
-    check(model_.optimizer_step(step, lr, beta1, beta2, eps, weight_decay, max_grad_norm, &error) &&
+    check(model_.optimizer_step({step, lr, beta1, beta2, eps, weight_decay, max_grad_norm}, &error) &&
               model_.read_scalars(&loss_sum, &sumsq, &error),
           error);
     return std::sqrt(sumsq);

@@ -9,4 +9,5 @@ NB_MODULE(_native, m) {
   nfn::py::bind_data(m);
   nfn::py::bind_model(m);
   nfn::py::bind_infer(m);
+  nfn::py::bind_train(m);
 }

@@ -21,7 +21,8 @@ HELP_PATHS = [
 ]
 
 # What a help path may import from nfn: the package, its errors and the parsers.
-ALLOWED_NFN = ("nfn", "nfn.errors", "nfn.cli")
+# nfn.train.flags reads the trainer's flag table, standard library only.
+ALLOWED_NFN = ("nfn", "nfn.errors", "nfn.cli", "nfn.train", "nfn.train.flags")
 
 
 def interpreter_baseline():

@@ -4,6 +4,7 @@ import os
 import sys
 
 from nfn import __version__
+from nfn.cli.common import Parser
 from nfn.cli import data, eval as eval_cmd, infer, kernels, tokenizer, tool, train
 from nfn.errors import UserError
 
@@ -11,20 +12,20 @@ COMMANDS = [train, infer, eval_cmd, data, tokenizer, tool, kernels]
 
 EPILOG = """\
 examples:
-  nfn train --base-model gpt --dataset shakespeare
+  nfn train --model-family gpt --dataset shakespeare
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
   nfn kernels list --json
 
 locations (each moved by its environment variable):
-  artifacts   ~/NeuralFn/artifacts    NEURALFN_ARTIFACTS_DIR
+  artifacts   ~/NeuralFn/artifacts    NFN_ARTIFACTS_DIR
   datasets    ~/.cache/nfn/datasets   NFN_DATASETS_DIR
   tokenizers  ~/.cache/nfn/tokenizers NFN_TOKENIZERS_DIR
 """
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nfn",
         description=__doc__.strip(),
         epilog=EPILOG,

@@ -1,7 +1,9 @@
-"""`nfn train`: resolve the dataset (preparing it only when it is not cached, after the trainer
-has checked its flags with --check), build the native trainer's argv, run it, then decode its
-sample with the dataset's tokenizer.
+"""`nfn train`: resolve the dataset (preparing it only when it is not cached, after the trainer's
+own check of the flags, asked in process), run the native trainer with the flags given and the
+dataset's, then decode its sample with the dataset's tokenizer.
 
+The trainer decides everything about the run: nfn train passes its flags on as given
+(py/nfn/train/flags.py) and asks the trainer's plan only to continue a resumed run's data.
 Standard library only until a dataset must be prepared or a sample decoded, so the dispatch
 path for a cached dataset never imports numpy or the native module.
 """
@@ -12,31 +14,12 @@ import shlex
 import subprocess
 import sys
 
-from nfn import cuda_runtime, fileio, paths
+from nfn import cuda_runtime, fileio
 from nfn.errors import UserError
+from nfn.train import flags
 
 BINARY_ENV = "NFN_NATIVE_BIN_DIR"
 DISPATCHER = "nfn_native_train"
-
-# nfn train flag -> trainer flag, passed through when given.
-PASSTHROUGH = [
-    ("model_family", "--model-family"), ("template_name", "--template-name"),
-    ("graph_file", "--graph-file"), ("weights", "--weights"),
-    ("num_layers", "--num-layers"), ("num_heads", "--num-heads"), ("model_dim", "--model-dim"),
-    ("train_seq_len", "--train-seq-len"), ("batch_size", "--batch-size"),
-    ("train_batch_tokens", "--train-batch-tokens"), ("max_steps", "--max-steps"),
-    ("learning_rate", "--learning-rate"), ("weight_decay", "--weight-decay"),
-    ("warmup_steps", "--warmup-steps"), ("final_lr_fraction", "--final-lr-fraction"),
-    ("eval_every_steps", "--eval-every-steps"),
-    ("eval_batches", "--eval-batches"), ("seed", "--seed"), ("backend", "--backend"),
-    ("tile_ops_lib", "--tile-ops-lib"), ("resume", "--resume"), ("sample_tokens", "--sample-tokens"),
-    ("checkpoint_every", "--checkpoint-every"), ("checkpoint_dtype", "--checkpoint-dtype"),
-    ("max_grad_norm", "--max-grad-norm"), ("dtype", "--dtype"), ("threads", "--threads"),
-    ("matmul", "--matmul"), ("attention", "--attention"), ("graphs", "--graphs"),
-    ("gemm_tune", "--gemm-tune"), ("deterministic", "--deterministic"), ("overlap", "--overlap"),
-    ("pdl", "--pdl"),
-]
-
 
 def trainer_binary():
     """The dispatcher binary: $NFN_NATIVE_BIN_DIR, else Bazel's runfiles beside this package."""
@@ -58,26 +41,22 @@ def trainer_binary():
 DEMO_TOKENIZER = "sp1024"
 
 
+def trainer_plan(args):
+    """The trainer's plan for these flags (--dry-run: no data read, no op library opened)."""
+    proc = subprocess.run([trainer_binary()] + flags.trainer_argv(args, args.trainer_flags) + ["--dry-run"],
+                          stdout=subprocess.PIPE, env=cuda_runtime.child_env())
+    if proc.returncode != 0:
+        raise SystemExit(proc.returncode)  # the trainer said why on stderr
+    return json.loads(proc.stdout)
+
+
 def resumed_manifest(args):
-    """The manifest of the checkpoint that --resume continues, when it has one (else None):
-    the one its DONE marker holds, or the directory's manifest.json for older checkpoints."""
+    """The manifest of the run that --resume continues, as the trainer picks its checkpoint
+    (else None): the checkpoint's own, or its directory's for a run that wrote none yet."""
     if not args.resume:
         return None
-    from nfn.infer import checkpoint  # standard library only
-    where = output_dir(args) if args.resume == "auto" else os.path.abspath(args.resume)
-    try:
-        path = checkpoint.resolve(where, for_resume=True).manifest
-    except UserError:  # no checkpoint there (the trainer says so): the manifest of that directory
-        if os.path.isdir(where):
-            path = os.path.join(where, checkpoint.MANIFEST)
-        elif checkpoint.MODEL_FILE.match(os.path.basename(where)):
-            path = os.path.join(os.path.dirname(where), checkpoint.MANIFEST)
-        else:  # a directory not made yet (a fresh --resume auto) is no other directory's run
-            return None
-    try:
-        manifest = fileio.read_json(path) if path else None
-    except UserError:
-        return None  # the trainer reports a missing or bad checkpoint itself
+    choice = trainer_plan(args).get("resume_checkpoint")
+    manifest = choice.get("manifest") if isinstance(choice, dict) else None
     return manifest if isinstance(manifest, dict) else None
 
 
@@ -155,15 +134,10 @@ def data_path(shards, directory):
     return directory
 
 
-def output_dir(args):
-    return os.path.abspath(args.output_dir or os.path.join(paths.artifacts_dir(), args.base_model))
-
-
 def build_argv(args, info):
-    argv = [trainer_binary(), "--base-model", args.base_model,
-            "--train-data", data_path(info["train_shards"], info["dir"]),
-            "--dataset-name", info["dataset"], "--tokenizer", info["tokenizer"],
-            "--output-dir", output_dir(args)]
+    argv = [trainer_binary()] + flags.trainer_argv(args, args.trainer_flags)
+    argv += ["--train-data", data_path(info["train_shards"], info["dir"]), "--dataset-name", info["dataset"],
+             "--tokenizer", info["tokenizer"]]
     if info["val_shards"]:
         argv += ["--val-data", data_path(info["val_shards"], info["dir"])]
     if info.get("vocab_size") and not args.graph_file:
@@ -171,13 +145,18 @@ def build_argv(args, info):
     eot = eot_of(info)
     if eot is not None:
         argv += ["--eot-token", str(eot)]
-    for attr, flag in PASSTHROUGH:
-        value = getattr(args, attr, None)
-        if value is not None:
-            argv += [flag, str(value)]
-    if args.dry_run or args.print_plan:
-        argv.append("--dry-run")
     return argv
+
+
+def check_flags(argv):
+    """The trainer's check of a run's flags (the op library and its options, attention at
+    the model's geometry, the checkpoint to resume, the output directory), in process: 0, or
+    the exit code the trainer would stop with, after its message."""
+    from nfn import _native
+    code, message = _native.check_train(argv[1:])
+    if code:
+        print(f"nfn_gpt_native_train: error: {message}", file=sys.stderr)
+    return code
 
 
 def write_sample(report, tokenizer_name, quiet=False):
@@ -203,50 +182,59 @@ def graph_manifest(args):
     return graph if isinstance(graph, dict) else {}
 
 
-def run(args):
-    if args.base_model and args.model_family and args.model_family != args.base_model:
-        raise UserError(f"--model-family {args.model_family} contradicts --base-model {args.base_model}; give one")
-    # The family: the flags', else the --graph-file model's; the two must agree.
-    graph = graph_manifest(args)
-    named, family = args.base_model or args.model_family, graph.get("model_family")
-    family = family if isinstance(family, str) and family else None
-    if named and family and named != family:
-        flag = "--base-model" if args.base_model else "--model-family"
-        raise UserError(f"{flag} {named} contradicts {args.graph_file}, whose model_family is {family}; give one")
-    args.base_model = named or family or "gpt"
-    if args.base_model not in ("gpt", "gpt2", "gpt3"):
-        where = f"--base-model {args.base_model}" if named else f"{args.graph_file}: model_family {args.base_model}"
-        raise UserError(f"{where}: no native trainer for this family yet (gpt, gpt2 and gpt3 are ready)")
-    if "" in (args.dataset, args.pretraining_file, args.output_dir, args.graph_file, args.resume):
-        raise UserError("an empty path or name was given (--dataset, --pretraining-file, --output-dir, --graph-file "
-                        "or --resume ''); an unset shell variable?")
-    manifest = resumed_manifest(args)
+def defaults_from_resumed_run(args, manifest):
+    """The resumed run's data and seed where none is named; whether its data was taken."""
     from_manifest = resume_data(args, manifest)
     training = (manifest or {}).get("training")
-    resumed_seed = training.get("seed") if isinstance(training, dict) else None
+    seed = training.get("seed") if isinstance(training, dict) else None
     # The resumed run's data order (another --seed starts the data over); a seed outside int64
     # is an older trainer's rounding of a negative one, which the trainer no longer reads either.
-    if (args.seed is None and isinstance(resumed_seed, int) and not isinstance(resumed_seed, bool) and
-            -2**63 <= resumed_seed < 2**63):
-        args.seed = resumed_seed
-    named_tokenizer = args.tokenizer
-    args.tokenizer = tokenizer_of(args, manifest, graph)
-    planning = args.print_command or args.dry_run or args.print_plan
+    if args.seed is None and isinstance(seed, int) and not isinstance(seed, bool) and -2**63 <= seed < 2**63:
+        args.seed = seed
+    return from_manifest
+
+
+def find_data(args, from_manifest, planning):
+    """The dataset summary (prepared where needed, after the trainer checked the flags) and
+    whether it exists yet; None where the check failed (the trainer said why)."""
     try:
         info, exists = resolve_dataset(args, prepare=False)
         if not exists and not planning:
-            # The trainer checks its flags (--check reads no data) before minutes of download,
-            # tokenizer training or encoding, not after them.
-            checked = subprocess.run(build_argv(args, info) + ["--check"], stdout=subprocess.DEVNULL,
-                                     env=cuda_runtime.child_env())
-            if checked.returncode != 0:
-                return checked.returncode
+            # The trainer checks its flags before minutes of download, tokenizer training or
+            # encoding, not after them.
+            code = check_flags(build_argv(args, info))
+            if code:
+                raise SystemExit(code)
             info, exists = resolve_dataset(args, prepare=True)
     except UserError as e:
         if not from_manifest:
             raise
         raise UserError(f"{e} (the data of the run --resume continues, from its manifest; name other "
                         "data with --dataset or --pretraining-file)") from None
+    return info, exists
+
+
+def print_report(report, text):
+    print(f"final validation loss: {report['final_validation_loss']}   "
+          f"train tokens/s: {report['train_tokens_per_second']:.0f}")
+    print(f"checkpoint: {report['model_file']}\nreport: {report['report_file']}\nlog: {report['log_file']}")
+    if text is not None:
+        print(f"sample ({report['sample_file']}):\n{text}")
+
+
+def run(args):
+    if isinstance(args.trainer_flags, UserError):
+        raise args.trainer_flags
+    flags.resolve_aliases(args, args.trainer_flags)
+    if "" in (args.dataset, args.pretraining_file, args.output_dir, args.graph_file, args.resume):
+        raise UserError("an empty path or name was given (--dataset, --pretraining-file, --output-dir, --graph-file "
+                        "or --resume ''); an unset shell variable?")
+    manifest = resumed_manifest(args)
+    from_manifest = defaults_from_resumed_run(args, manifest)
+    named_tokenizer = args.tokenizer
+    args.tokenizer = tokenizer_of(args, manifest, graph_manifest(args))
+    planning = args.print_command or args.dry_run
+    info, exists = find_data(args, from_manifest, planning)
     if named_tokenizer and info["tokenizer"] != named_tokenizer:  # shards carry their own
         raise UserError(f"--tokenizer {named_tokenizer}: the shards in {info['dir']} are tokenized with "
                         f"{info['tokenizer']}")
@@ -255,19 +243,17 @@ def run(args):
         note = "" if exists else "  # dataset not prepared yet: `nfn train` would prepare it first"
         print(shlex.join(argv) + note)
         return 0
-    proc = subprocess.run(argv, env=cuda_runtime.child_env())
-    if proc.returncode != 0 or args.dry_run or args.print_plan:
+    if args.dry_run:
+        return subprocess.run(argv, env=cuda_runtime.child_env()).returncode
+    # The report comes on stdout (--json); the trainer's progress on stderr, as it runs.
+    proc = subprocess.run(argv + ["--json"], stdout=subprocess.PIPE, env=cuda_runtime.child_env())
+    if proc.returncode != 0:
         return proc.returncode
-    report_path = os.path.join(output_dir(args), "report.json")
-    report = fileio.read_json(report_path)
+    report = json.loads(proc.stdout)
     text = write_sample(report, info["tokenizer"], quiet=args.json)
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(f"final validation loss: {report['final_validation_loss']}   "
-              f"train tokens/s: {report['train_tokens_per_second']:.0f}")
-        print(f"checkpoint: {report['model_file']}\nreport: {report_path}\nlog: {report['log_file']}")
-        if text is not None:
-            print(f"sample ({report['sample_file']}):\n{text}")
+        print_report(report, text)
     return 0

@@ -33,10 +33,10 @@ class DispatcherTest(unittest.TestCase):
     def test_unknown_and_unbuilt_families(self):
         proc = run(["--base-model", "nope"])
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("unknown --base-model nope", proc.stderr)
+        self.assertIn("--model-family nope: unknown", proc.stderr)
         proc = run(["--base-model", "llama", "--dry-run"])
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("--base-model llama: no trainer yet", proc.stderr)
+        self.assertIn("--model-family llama: no trainer yet", proc.stderr)
 
     def test_default_output_dir_is_the_familys(self):
         # As `nfn train` chooses it: $NEURALFN_ARTIFACTS_DIR/<family>.
@@ -54,17 +54,17 @@ class DispatcherTest(unittest.TestCase):
                        "geometry": {"max_seq_len": 64, "vocab_size": 100, "padded_vocab_size": 128, "num_layers": 1,
                                     "num_heads": 2, "channels": 32}}, f)
         env = dict(os.environ, NEURALFN_ARTIFACTS_DIR="/somewhere/artifacts")
-        for base, code in (("gpt2", 0), ("gpt3", 2)):
-            proc = subprocess.run([DISPATCHER, "--base-model", base, "--graph-file", graph, "--dry-run"],
+        for base, code in (("gpt2", 0), ("gpt3", 2), (None, 0)):
+            family = ["--base-model", base] if base else []  # none named: the manifest's
+            proc = subprocess.run([DISPATCHER, *family, "--graph-file", graph, "--dry-run"],
                                   capture_output=True, text=True, timeout=60, env=env)
             self.assertEqual(proc.returncode, code, proc.stderr)
             if code == 0:
                 p = json.loads(proc.stdout)
                 self.assertEqual((p["model_family"], p["output_dir"]), ("gpt2", "/somewhere/artifacts/gpt2"))
             else:
-                self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: the model family gpt3 (--model-family, "
-                                                      f"or nfn_native_train's --base-model) contradicts {graph}, "
-                                                      "whose model_family is gpt2; give one")
+                self.assertEqual(proc.stderr.strip(), f"nfn_gpt_native_train: error: --model-family gpt3 contradicts "
+                                                      f"{graph}, whose model_family is gpt2; give one")
 
     def test_gpt2_124m_follows_llmc(self):
         p = plan(["--base-model", "gpt2", "--template-name", "gpt2-124m"])

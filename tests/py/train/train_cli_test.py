@@ -38,7 +38,7 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(argv[argv.index("--val-data") + 1], os.path.join(self.data, "tiny_val_000000.bin"))
         self.assertEqual(argv[argv.index("--max-steps") + 1], "7")
         self.assertEqual(argv[argv.index("--vocab-size") + 1], "50257")
-        self.assertEqual(argv[argv.index("--output-dir") + 1], os.path.join(self.tmp, "artifacts", "gpt"))
+        self.assertNotIn("--output-dir", argv)  # the trainer's default: its family's artifacts folder
         for heavy in ("numpy", "nfn._native", "tiktoken", "torch"):
             self.assertNotIn(heavy, modules)
 
@@ -186,23 +186,27 @@ class TrainCliTest(unittest.TestCase):
             f.write("a text never tokenized by --print-command\n")
         got = argv("--graph-file", graph, "--pretraining-file", text)
         self.assertEqual((value(got, "--tokenizer"), value(got, "--eot-token")), ("sp1024", "1"))
-        # and its family, which the output folder follows (the trainer refuses another named one)
+        # and its family, which the trainer's output folder follows (it refuses another named one)
         with open(graph, "w", encoding="utf-8") as f:
-            json.dump({"format": "nfn.manifest", "version": 1, "tokenizer": "sp1024", "model_family": "gpt2"}, f)
-        got = argv("--graph-file", graph, "--pretraining-file", text)
-        self.assertEqual((value(got, "--base-model"), value(got, "--output-dir")),
+            json.dump({"format": "nfn.manifest", "version": 1, "tokenizer": "sp1024", "model_family": "gpt2",
+                       "geometry": {"max_seq_len": 64, "vocab_size": 1024, "padded_vocab_size": 1024,
+                                    "num_layers": 1, "num_heads": 2, "channels": 32}}, f)
+        code, out, err, _ = self.nfn(["train", "--graph-file", graph, "--pretraining-file", text, "--dry-run"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual((json.loads(out)["model_family"], json.loads(out)["output_dir"]),
                          ("gpt2", os.path.join(self.tmp, "artifacts", "gpt2")))
         self.assertEqual(value(argv("--graph-file", graph, "--pretraining-file", text, "--base-model", "gpt2"),
-                               "--base-model"), "gpt2")
-        code, _, err, _ = self.nfn(["train", "--print-command", "--graph-file", graph, "--pretraining-file", text,
+                               "--model-family"), "gpt2")
+        code, _, err, _ = self.nfn(["train", "--dry-run", "--graph-file", graph, "--pretraining-file", text,
                                     "--base-model", "gpt3"])
-        self.assertEqual((code, err.strip()), (1, f"nfn train: error: --base-model gpt3 contradicts {graph}, whose "
-                                                  "model_family is gpt2; give one"))
+        self.assertEqual((code, err.strip()), (2, f"nfn_gpt_native_train: error: --model-family gpt3 contradicts "
+                                                  f"{graph}, whose model_family is gpt2; give one"))
         with open(graph, "w", encoding="utf-8") as f:
             json.dump({"format": "nfn.manifest", "version": 1, "model_family": "llama"}, f)
-        code, _, err, _ = self.nfn(["train", "--print-command", "--graph-file", graph, "--pretraining-file", text])
-        self.assertEqual((code, err.strip()), (1, f"nfn train: error: {graph}: model_family llama: no native trainer "
-                                                  "for this family yet (gpt, gpt2 and gpt3 are ready)"))
+        code, _, err, _ = self.nfn(["train", "--dry-run", "--graph-file", graph, "--pretraining-file", text])
+        self.assertEqual(code, 2, err)
+        self.assertTrue(err.strip().startswith(f"nfn_native_train: error: {graph}: model_family llama: no trainer "
+                                               "yet"), err)
         # A resumed run keeps its seed (its data order) unless --seed names another.
         resumed = os.path.join(self.tmp, "resumed_seed")
         os.makedirs(resumed)
@@ -218,7 +222,7 @@ class TrainCliTest(unittest.TestCase):
                    "/w/model_00000001.bin")
         self.assertEqual((value(got, "--checkpoint-dtype"), value(got, "--max-grad-norm"), value(got, "--weights")),
                          ("bf16", "0.5", "/w/model_00000001.bin"))
-        self.assertEqual(value(argv("--dataset", self.data, "--model-family", "gpt2"), "--base-model"), "gpt2")
+        self.assertEqual(value(argv("--dataset", self.data, "--base-model", "gpt2"), "--model-family"), "gpt2")
         for flags, says in [(["--base-model", "gpt2", "--model-family", "gpt3"], "contradicts"),
                             (["--pretraining-file", ""], "an empty path"), (["--dataset", ""], "an empty path")]:
             code, _, err, _ = self.nfn(["train", "--print-command", *flags])
@@ -258,9 +262,9 @@ class TrainCliTest(unittest.TestCase):
 
     def test_unknown_family_is_one_line(self):
         code, _, err, _ = self.nfn(["train", "--base-model", "llama", "--dataset", self.data])
-        self.assertEqual(code, 1)
-        self.assertEqual(err.strip(), "nfn train: error: --base-model llama: no native trainer for "
-                                              "this family yet (gpt, gpt2 and gpt3 are ready)")
+        self.assertEqual(code, 2)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertTrue(err.startswith("nfn_native_train: error: --model-family llama: no trainer yet"), err)
 
     def test_bad_flag_fails_before_any_preparation(self):
         # An uncached corpus would take a tokenizer's training and an encoding first: the

@@ -1,0 +1,127 @@
+#include "cc/train/resume.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cc/train/manifest.h"
+#include "cc/util/files.h"
+
+namespace nfn {
+
+namespace {
+
+// The step `--resume auto` or `--resume DIR` continues in dir; -1 for a fresh start (auto
+// with nothing there).
+bool step_in_directory(const TrainConfig& c, const std::string& dir, int* step, std::string* error) {
+  const ResumeChoice r = choose_resume(dir);
+  *step = r.step;
+  if (r.step < 0 && r.newest_any >= 0) {  // another run's complete checkpoints only: which to continue is the user's
+    *error = "--resume " + c.resume + ": the run that last wrote " + join_path(dir, "manifest.json") + " (run_id " +
+             r.run_id + ", step " + std::to_string(r.manifest_step) + ") left no complete checkpoint, and " +
+             join_path(dir, model_file_name(r.newest_any)) +
+             " is another run's: name it with --resume to continue that run, or leave --resume out to start afresh";
+    return false;
+  }
+  if (r.step < 0 && c.resume != "auto") {
+    *error = "--resume " + c.resume + ": no complete checkpoint (model, state and DONE marker) in that directory";
+    return false;
+  }
+  return true;
+}
+
+// The step of `--resume DIR/model_%08d.bin`, whose checkpoint must be complete.
+bool step_of_file(const std::string& path, int* step, std::string* error) {
+  char tail = 0;
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  if (std::sscanf(base.c_str(), "model_%8d.bin%c", step, &tail) != 1) {
+    *error = "--resume " + path + ": expected auto, a checkpoint directory or a model_%08d.bin file";
+    return false;
+  }
+  if (!path_exists(path)) {
+    *error = "--resume " + path + ": no such file";
+    return false;
+  }
+  if (!path_exists(join_path(dir_name(path), done_file_name(*step)))) {
+    *error = "--resume " + path + ": checkpoint is incomplete (no " + done_file_name(*step) + " beside it)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool resolve_resume(const TrainConfig& c, const ModelFamily& family, Start* s, std::string* error) {
+  s->run_id = new_run_id();
+  if (c.resume.empty()) return true;
+  std::string dir = c.output_dir;
+  int step = -1;
+  if (c.resume == "auto" || is_directory(c.resume)) {
+    if (c.resume != "auto") dir = c.resume;
+    if (!step_in_directory(c, dir, &step, error)) return false;
+    if (step < 0) return true;  // nothing to resume: start fresh
+  } else {
+    dir = dir_name(c.resume);
+    if (!step_of_file(c.resume, &step, error)) return false;
+  }
+  const std::string model_path = join_path(dir, model_file_name(step));
+  if (!family.check_weights_file(model_path, "checkpoint", error)) return false;
+  if (step > c.max_steps) {
+    *error = model_path + ": its step " + std::to_string(step) + " is past --max-steps " +
+             std::to_string(c.max_steps) + " (raise --max-steps to train on from it)";
+    return false;
+  }
+  s->state_path = join_path(dir, state_file_name(step));
+  if (!read_state_header(s->state_path, &s->state, error)) return false;
+  if (s->state.num_parameters != family.num_parameters() || s->state.step != step) {
+    *error = s->state_path + ": does not belong to " + model_path;
+    return false;
+  }
+  s->step = step;
+  const Marker marker = read_marker(dir, step);
+  if (!marker.run_id.empty()) s->run_id = marker.run_id;  // else: from before run ids
+  s->shards = marker.shards;
+  s->has_seed = marker.has_seed;
+  s->seed = marker.seed;
+  s->schedule_changes = schedule_differences(marker.training, c);
+  s->from = model_path;
+  return true;
+}
+
+Json resume_choice_json(const TrainConfig& c) {
+  if (c.resume.empty()) return Json();
+  std::string dir = c.resume == "auto" ? c.output_dir : c.resume;
+  int step = -1;
+  if (c.resume == "auto" || is_directory(c.resume)) {
+    step = choose_resume(dir).step;
+  } else {
+    dir = dir_name(c.resume);
+    char tail = 0;
+    const std::string base = c.resume.substr(c.resume.find_last_of('/') + 1);
+    if (std::sscanf(base.c_str(), "model_%8d.bin%c", &step, &tail) != 1) return Json();
+  }
+  // The checkpoint's marker holds its manifest; one from before that, or a run that stopped
+  // before its first checkpoint, has the directory's manifest.json.
+  Json manifest = step >= 0 ? read_marker(dir, step).manifest : Json();
+  std::string text, error;
+  if (manifest.is_null() &&
+      (!read_file(join_path(dir, "manifest.json"), &text, &error) || !Json::parse(text, &manifest, &error)))
+    manifest = Json();
+  const bool complete = step >= 0 && path_exists(join_path(dir, done_file_name(step)));
+  Json out = Json::object();
+  out.set("model_file", complete ? Json(join_path(dir, model_file_name(step))) : Json());
+  out.set("step", complete ? Json(step) : Json());
+  out.set("manifest", manifest);
+  return out;
+}
+
+std::string shard_list(const std::vector<data::TokenShard>& shards) {
+  std::vector<std::string> items;
+  for (const data::TokenShard& s : shards)
+    items.push_back(s.path.substr(s.path.find_last_of('/') + 1) + ":" + std::to_string(s.num_tokens));
+  std::sort(items.begin(), items.end());
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+}  // namespace nfn

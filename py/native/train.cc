@@ -1,0 +1,47 @@
+// The trainer's own check of a run's flags, in process: `nfn train` asks it before it spends
+// minutes preparing a dataset, so a flag the trainer would refuse is reported first, in the
+// trainer's words, without a process of its own.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cc/train/train_flags.h"
+#include "cc/train/trainer.h"
+#include "py/native/bindings.h"
+
+namespace nb = nanobind;
+
+namespace nfn::py {
+
+namespace {
+
+// (exit code, message): 0 and "" where a run with these trainer flags would start; else what
+// the trainer would stop with (2 for a bad flag).
+std::pair<int, std::string> check_train(const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"nfn_gpt_native_train"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Flags parsed = train_flags("nfn_gpt_native_train", "");
+  TrainConfig config;
+  std::string error;
+  if (!parsed.parse(static_cast<int>(argv.size()), argv.data(), &error) ||
+      !resolve_train_config(parsed, &config, &error))
+    return {2, error};
+  const int code = check_training(config, &error);
+  return {code, code == 0 ? "" : error};
+}
+
+}  // namespace
+
+void bind_train(nb::module_& m) {
+  m.def("check_train", &check_train, nb::arg("flags"),
+        "What a run with these trainer flags checks before it reads data: (0, '') or (exit code, message).");
+}
+
+}  // namespace nfn::py
