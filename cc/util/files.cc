@@ -243,7 +243,17 @@ std::vector<std::string> sibling_and_runfiles_dirs(const std::string& rel) {
   return dirs;
 }
 
+namespace {
+std::string& lookup_executable() {
+  static std::string path;
+  return path;
+}
+}  // namespace
+
+void set_lookup_executable(const std::string& path) { lookup_executable() = path; }
+
 std::string executable_path() {
+  if (!lookup_executable().empty()) return lookup_executable();
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "";

@@ -74,7 +74,11 @@ bool is_directory(const std::string& path);
 std::vector<std::string> list_dir(const std::string& dir);  // names, sorted; empty if unreadable
 std::string join_path(const std::string& a, const std::string& b);
 std::string dir_name(const std::string& path);
-std::string executable_path();  // /proc/self/exe resolved
+// /proc/self/exe resolved, unless set_lookup_executable named another binary.
+std::string executable_path();
+// Makes the lookups below (and executable_path) answer for `path`, a binary this process
+// will run, as that binary would find its files: what nfn._native asks on the trainer's behalf.
+void set_lookup_executable(const std::string& path);
 // Where a workspace-relative path ("cc/ops") of this binary's Bazel runfiles may be: the
 // binary's own <exe>.runfiles, the runfiles tree it was placed in (a py_binary's), and
 // $RUNFILES_DIR, in that order. The directory beside the binary comes first.

@@ -12,6 +12,7 @@
 
 #include "cc/train/train_flags.h"
 #include "cc/train/trainer.h"
+#include "cc/util/files.h"
 #include "py/native/bindings.h"
 
 namespace nb = nanobind;
@@ -20,9 +21,10 @@ namespace nfn::py {
 
 namespace {
 
-// (exit code, message): 0 and "" where a run with these trainer flags would start; else what
-// the trainer would stop with (2 for a bad flag).
-std::pair<int, std::string> check_train(const std::vector<std::string>& flags) {
+// (exit code, message): 0 and "" where a run of `trainer` with these flags would start; else
+// what it would stop with (2 for a bad flag). Op libraries are found as `trainer` finds them.
+std::pair<int, std::string> check_train(const std::string& trainer, const std::vector<std::string>& flags) {
+  set_lookup_executable(trainer);
   std::vector<std::string> args = {"nfn_gpt_native_train"};
   args.insert(args.end(), flags.begin(), flags.end());
   std::vector<char*> argv;
@@ -40,8 +42,9 @@ std::pair<int, std::string> check_train(const std::vector<std::string>& flags) {
 }  // namespace
 
 void bind_train(nb::module_& m) {
-  m.def("check_train", &check_train, nb::arg("flags"),
-        "What a run with these trainer flags checks before it reads data: (0, '') or (exit code, message).");
+  m.def("check_train", &check_train, nb::arg("trainer"), nb::arg("flags"),
+        "What a run of the trainer binary with these flags checks before it reads data: (0, '') or (exit "
+        "code, message).");
 }
 
 }  // namespace nfn::py

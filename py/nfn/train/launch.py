@@ -153,7 +153,7 @@ def check_flags(argv):
     the model's geometry, the checkpoint to resume, the output directory), in process: 0, or
     the exit code the trainer would stop with, after its message."""
     from nfn import _native
-    code, message = _native.check_train(argv[1:])
+    code, message = _native.check_train(argv[0], argv[1:])
     if code:
         print(f"nfn_gpt_native_train: error: {message}", file=sys.stderr)
     return code
