@@ -38,12 +38,3 @@ def datasets_dir():
 def tokenizers_dir():
     """Tokenizer models: $NFN_TOKENIZERS_DIR or ~/.cache/nfn/tokenizers."""
     return from_env(TOKENIZERS_ENV, "~/.cache/nfn/tokenizers")
-
-
-def describe():
-    """Each location with the variable that moves it (for `nfn kernels doctor` and docs)."""
-    return {
-        "artifacts": {"path": artifacts_dir(), "env": ARTIFACTS_ENV},
-        "datasets": {"path": datasets_dir(), "env": DATASETS_ENV},
-        "tokenizers": {"path": tokenizers_dir(), "env": TOKENIZERS_ENV},
-    }

@@ -23,7 +23,6 @@ class PathsTest(unittest.TestCase):
             self.assertEqual(paths.artifacts_dir(), "/a/art")
             self.assertEqual(paths.datasets_dir(), "/d/ds")
             self.assertEqual(paths.tokenizers_dir(), "/h/tok")
-            self.assertEqual(paths.describe()["datasets"], {"path": "/d/ds", "env": "NFN_DATASETS_DIR"})
 
     def test_artifacts_alias(self):
         # NEURALFN_ARTIFACTS_DIR is read where NFN_ARTIFACTS_DIR is unset or blank; set, the new name wins.
