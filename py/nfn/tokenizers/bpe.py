@@ -110,7 +110,7 @@ def load_trained(directory):
     directory, and read again where a retrain replaced it meanwhile (save_atomically), so that
     a tokenizer is never one training's manifest with another's ranks."""
     for _ in range(10):
-        try:  # O_PATH: a directory that may be entered but not listed is read as before
+        try:  # O_PATH: a directory that may be entered but not listed still opens
             dir_fd = os.open(directory, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
             dir_fd = None  # named in the manifest's error below
