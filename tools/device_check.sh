@@ -11,8 +11,8 @@
 #      .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
-#      the linear backwards with overlap=on, and the LM head at four chunk sizes, so the next
-#      session knows where a step's time goes
+#      the linear backwards with overlap=on, and the LM head at four chunk sizes: where a
+#      step's time goes
 #   4. tools/bench_train.py: GPT-2 124M with nfn (cudnn attention and graphs; with and without
 #      gemm_tune, deterministic=off, overlap=on and pdl=on) and with the PyTorch reference,
 #      tokens/s, MFU and the ratio of nfn's fastest, with the SM clock and the board's power
@@ -27,8 +27,8 @@
 # tools/device_env.sh). Each step has its own time limit (bench_train writes each finished
 # run to its stderr as it goes, so step 4 stopped by its limit still has a row of what
 # finished); steps 4b and 5 run only where they would still end by 590 s, so give the device
-# tool timeout_s 600 (a whole run took 111-139 s on an H200 before steps 4b and 5, which
-# should add about 70 s and 15 s).
+# tool timeout_s 600 (steps 1 to 4 take 111-139 s on an H200; 4b and 5 add about 70 s and
+# 15 s).
 # --quick runs steps 1 and 2 only (280 s at worst): a rerun after a fix, when device time is short.
 set -uo pipefail
 quick=$([ "${1:-}" = --quick ] && echo 1)

@@ -7,7 +7,7 @@
 #   bin/nfn_gpt_native_train       the trainer, when //cc/bin builds
 #   bin/bench_ops                  per-op timings of an op library (tools/bench_ops.cc)
 #   lib/libnfn_native_train_tile_ops.so, lib/libnfn_native_train_cpu_ops.so
-#   lib/*.so*                      non-system libraries they load (oneDNN, libgomp, cudart)
+#   lib/*.so*                      non-system libraries they load (oneDNN, OpenBLAS, libgomp, cudart)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

@@ -33,8 +33,9 @@ bool read_shard_header(const std::string& path, TokenShard* out, std::string* er
 bool find_shards(const std::string& dir_or_file, const std::string& split,
                  std::vector<TokenShard>* out, std::string* error);
 
-// "x/fineweb_train_000003.bin" -> the sorted *_val*.bin shards beside it with the same name
-// prefix ("x/fineweb_val_000000.bin", ...; "TinyStories_train.bin" -> "TinyStories_val.bin").
+// "x/shakespeare_train_000003.bin" -> the sorted *_val*.bin shards beside it with the same name
+// prefix ("x/shakespeare_val_000000.bin", ...; llm.c's "fineweb_train_000000.bin" ->
+// "fineweb_val_000000.bin"; "TinyStories_train.bin" -> "TinyStories_val.bin").
 bool find_validation_siblings(const std::string& train_path, std::vector<TokenShard>* out,
                               std::string* error);
 

@@ -111,7 +111,7 @@ namespace {
 
 // t[k] = std * draw (first + k) of the normal stream `seed` starts, for k in [0, n): exactly
 // what one Rng drawing them in order gives, split across the machine's threads (GPT-2 124M's
-// 124M draws took 2.5 s on one).
+// 124M draws take 2.5 s on one).
 void fill_normal(float* t, size_t n, float std, uint64_t seed, uint64_t first) {
   const size_t threads = std::max(1u, std::thread::hardware_concurrency());
   const size_t parts = std::max<size_t>(1, std::min(threads, n >> 16));

@@ -13,10 +13,8 @@ namespace nfn {
 
 class Json {
  public:
-  enum class Type { Null, Bool, Number, String, Array, Object };
-
   Json() = default;
-  Json(std::nullptr_t) {}
+  Json(std::nullptr_t) {}  // null, where nullptr would otherwise reach Json(const char*)
   Json(bool b) : type_(Type::Bool), bool_(b) {}
   // Integers are kept exactly (written as their digits, read back as the same value); a
   // uint64 past INT64_MAX is a double, as is an integer literal outside int64's range.
@@ -31,20 +29,16 @@ class Json {
   static Json array() { Json j; j.type_ = Type::Array; return j; }
   static Json object() { Json j; j.type_ = Type::Object; return j; }
 
-  Type type() const { return type_; }
   bool is_null() const { return type_ == Type::Null; }
   bool is_number() const { return type_ == Type::Number; }
   bool is_string() const { return type_ == Type::String; }
   bool is_object() const { return type_ == Type::Object; }
-  bool is_array() const { return type_ == Type::Array; }
-  bool as_bool() const { return bool_; }
   double as_number() const { return num_; }
   // A number written without fraction or exponent within int64's range, or made from an integer.
   bool is_integer() const { return type_ == Type::Number && is_int_; }
   int64_t as_integer() const { return int_; }  // exact, where is_integer()
   const std::string& as_string() const { return str_; }
   const std::vector<Json>& items() const { return items_; }
-  const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
 
   // Object access: set keeps insertion order (reports read top to bottom as written).
   Json& set(const std::string& key, Json value);
@@ -57,6 +51,8 @@ class Json {
   static bool parse(const std::string& text, Json* out, std::string* error);
 
  private:
+  enum class Type { Null, Bool, Number, String, Array, Object };
+
   void dump_to(std::string* out, int indent, int depth) const;
 
   Type type_ = Type::Null;

@@ -87,9 +87,9 @@ inline int row_slices(int N) {
 
 // dst[c] += the sum over rows of x[r][c] (x is N x C): f32 partials over row slices, then
 // add_partials, so the order is fixed and the result the same every run. (One launch, with the
-// last block of each column tile adding that tile's partials, was slower on an H200 at GPT-2
-// 124M, 2026-12-01: 134 us a layer's four bias gradients against 111, the last blocks' serial
-// tail costing more than add_partials' launch.)
+// last block of each column tile adding that tile's partials, is slower on an H200 at GPT-2
+// 124M: 134 us for a layer's four bias gradients against 111, the last blocks' serial tail
+// costing more than add_partials' launch.)
 template <typename T>
 nfn_status add_column_sums(nfn_ctx* ctx, const char* op, T* dst, const T* x, int N, int C) {
   if (N <= 0 || C <= 0) return NFN_OK;

@@ -147,7 +147,7 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
   if (dweight != nullptr)
     NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dweight, inp, dout, N, IC, OC, dtype)));
   // dbias += dout's column sums: our kernel, 16 bytes a load, in every dtype. (cuBLASLt's
-  // BGRADB epilogue ran as a kernel of its own, slower than this one: column_reduce.cuh.)
+  // BGRADB epilogue runs as a kernel of its own, slower than this one: column_reduce.cuh.)
   if (dbias != nullptr)
     NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dbias),
                                                               static_cast<const E*>(dout), N, OC)));

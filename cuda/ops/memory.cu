@@ -84,7 +84,7 @@ nfn_status nfn_fill(nfn_ctx* ctx, void* dst, nfn_dtype dtype, float value, size_
   if (n == 0) return NFN_OK;
   if (dst == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "fill: null dst");
   // +0 is all zero bits in f32 and bf16: the driver's memset writes it at full bandwidth (the
-  // trainer zeroes its gradients every step; fill_kernel's 2-byte stores took 163 us for
+  // trainer zeroes its gradients every step; fill_kernel's 2-byte stores take 163 us for
   // GPT-2 124M's 249 MB of bf16 gradients on an H200, 1.5 TB/s).
   if (value == 0.f && !std::signbit(value) && (dtype == NFN_F32 || dtype == NFN_BF16)) {
     NFN_CUDA_TRY(ctx, cudaMemsetAsync(dst, 0, n * nfn::cuda::dtype_size(dtype), ctx->stream), "fill");

@@ -32,8 +32,8 @@ constexpr int kRowsPerBlock = 8;            // warps per block, one row at a tim
 // The backward's grid, at most: one wave, of 4 blocks an SM where each streams its rows (48
 // KiB of shared memory and 256 threads of at most 64 registers a block fit 4), 2 where its
 // lanes hold their packs (up to 128 registers: at the 64 or 80 of 4 or 3 blocks an SM, ptxas
-// spilled GPT-2's 3 packs a lane). Streaming, 256 blocks (2 an SM) ran GPT-2's 16384 x 768
-// rows in 57 us on an H200 (2026-11-30), 1.75 TB/s: too few loads in flight; 512, 45 us.
+// spills GPT-2's 3 packs a lane). Streaming, 256 blocks (2 an SM) run GPT-2's 16384 x 768
+// rows in 57 us on an H200, 1.75 TB/s: too few loads in flight; 512 blocks take 45 us.
 constexpr int kBackwardBlocksPerSm = 4, kHeldBackwardBlocksPerSm = 2;
 constexpr size_t kDefaultShared = 48 << 10;  // dynamic shared memory without opting in
 constexpr size_t kReservedShared = 1 << 10;  // what the hardware keeps of an SM's per block

@@ -3,7 +3,7 @@
 // a product: operation, epilogue and its pointers, layouts, preference. That needs no GPU, so
 // an attribute cuBLASLt does not accept (a wrong size or type, an epilogue this version lacks)
 // shows up here rather than on the first GPU run (an AUX_LD passed as int32 instead of the
-// int64 cuBLASLt wants fails the DGELU and GELU cases: checked 2026-11-30). cuBLASLt accepts
+// int64 cuBLASLt wants fails the DGELU and GELU cases). cuBLASLt accepts
 // any layout at this stage; whether a kernel exists for the shape, and the product itself,
 // still need a GPU.
 #include <cstdio>

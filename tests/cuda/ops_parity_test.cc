@@ -928,8 +928,8 @@ int main(int argc, char** argv) {
     expect(gpu.ops().ctx_configure(gpu.ctx, "overlap", "off") == NFN_OK, "configure overlap=off");
     expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "off") == NFN_OK, "configure pdl=off");
   }
-  // The attention of other people's code, never run before a GPU session: last, so that a
-  // fault there (a sticky CUDA error ends the context) costs only its own checks.
+  // The attention of other people's code, which only a GPU runs: last, so that a fault
+  // there (a sticky CUDA error ends the context) costs only its own checks.
   if (!self_check)
     for (const char* path : {"cudnn", "thunderkittens"})
       for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_attention_path(cpu, gpu, dt, path);

@@ -93,7 +93,7 @@ class ErrorsTest(unittest.TestCase):
 
     def test_user_error_is_one_line_and_exit_1(self):
         code, out, err, _ = run_nfn(["infer", "--checkpoint", "/nonexistent/x", "--prompt", "hi"],
-                                    env={"NEURALFN_ARTIFACTS_DIR": "/nonexistent"})
+                                    env={"NFN_ARTIFACTS_DIR": "/nonexistent"})
         self.assertEqual(code, 1)
         self.assertEqual(err.strip(), "nfn infer: error: checkpoint /nonexistent/x: not a file, a directory, "
                                       "or an artifact name under /nonexistent")

@@ -65,7 +65,7 @@ class BindingRefusalsTest(unittest.TestCase):
     def test_native_gpt_keeps_its_shape_when_a_larger_one_is_refused(self):
         # In a child whose address space is capped 0.3 GB above what it holds: a 64 x 64 batch's
         # activations (0.6 GiB) are refused with one line, and the 1 x 16 batch the model ran
-        # before runs on, with its loss as before (once "copy: null pointer").
+        # before runs on, with the same loss.
         probe = """
 import resource, numpy as np
 from nfn import _native
@@ -131,7 +131,7 @@ print("again:", m.forward_backward(x, y, False) == before)
         sampler = _native.TokenBatchSampler([(path, 64, 2)], 2, 4, 0)  # windows at offsets 0, 8, .., 48
         with self.assertRaisesRegex(ValueError, "^data position: epoch 4611686018427387904 is past the last one the "
                                                 r"sampler takes \(4611686018427387903\)$"):
-            sampler.seek(2 ** 62, 0, 56)  # past the last epoch the counter takes (2^63 - 1 once wrapped)
+            sampler.seek(2 ** 62, 0, 56)  # past the last epoch the counter takes (so it can never wrap)
         self.assertEqual(sampler.position(), (0, 0, 0))
         for width in (0, 3, 8):
             with self.assertRaisesRegex(ValueError, f"token width {width} bytes"):

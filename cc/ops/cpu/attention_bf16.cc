@@ -2,7 +2,7 @@
 // each block's q, k, v (and dout) rounded to bf16 once, and the tile products run in bf16 on
 // the block's thread through oneDNN (gemm_bf16_serial), accumulating in f32. The scores,
 // the softmax, its log-sum-exp and dS are computed in f32 and rounded only as the next
-// product's operand, as the CUDA library's flash kernels do. f32 OpenBLAS ran these 64-row
+// product's operand, as the CUDA library's flash kernels do. f32 OpenBLAS runs these 64-row
 // products at about 43 GFLOP/s a thread; oneDNN's bf16 kernels run them at 130-180.
 #include <algorithm>
 #include <array>

@@ -2,7 +2,7 @@
 // (gemm_bf16.cc).
 //
 // Why two libraries: on an AVX2 host (AMD EPYC, 2 threads) OpenBLAS runs the trainer's f32
-// shapes at 105-135 GFLOP/s where oneDNN 2023.2 reached 85-127 and about half that for a
+// shapes at 105-135 GFLOP/s where oneDNN 2023.2 runs them at 85-127 and about half that for a
 // transposed A; this OpenBLAS build has no bf16 GEMM, which oneDNN has where the CPU does.
 #include "cc/ops/cpu/gemm.h"
 

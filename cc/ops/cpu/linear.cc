@@ -1,4 +1,5 @@
-// Linear layers on the CPU: the GEMMs go to oneDNN (gemm.h), the epilogues run here.
+// Linear layers on the CPU: the GEMMs go to gemm.h (OpenBLAS for f32, oneDNN for bf16), the
+// epilogues run here.
 #include <cstring>
 
 #include "cc/ops/cpu/check.h"

@@ -3,10 +3,10 @@
 // (nfn::f32_to_bf16, bit for bit).
 //
 // The transposed copy works in 8x8 blocks held in AVX2 registers: a scalar copy with the
-// transposition in its index ran at 1.3-3.8 ns an element on this 2-core AVX2 host, ten times
+// transposition in its index runs at 1.3-3.8 ns an element on a 2-core AVX2 host, ten times
 // the straight copy, and matmul=bf16 transposes every dW product's gradient and the LM head's
 // dlogits (about 36M elements a step at the trainer benchmark's geometry). This one runs at
-// 0.2-0.5 ns an element on two threads, 5-10x faster in the same runs.
+// 0.2-0.5 ns an element on two threads, 5-10x faster.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@ namespace nfn::cpu {
 
 // The row stride of pack's result: `cols` for a straight copy; for a transposed one `rows`
 // rounded up to an odd multiple of 16, so that the rows an 8x8 block writes never lie a
-// multiple of 4 KiB apart (at rows = 2048, 4 KiB apart in bf16, the copy ran four times
+// multiple of 4 KiB apart (at rows = 2048, 4 KiB apart in bf16, the copy runs four times
 // slower).
 int64_t packed_ld(int64_t rows, int64_t cols, bool trans);
 

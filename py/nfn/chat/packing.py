@@ -34,15 +34,6 @@ class PackStats:
         total = self.rows * self.row_len
         return self.tokens_packed / total if total else 0.0
 
-    def as_dict(self):
-        return {
-            "row_len": self.row_len, "rows": self.rows, "sequences": self.sequences,
-            "tokens_in": self.tokens_in, "tokens_packed": self.tokens_packed,
-            "tokens_cropped": self.tokens_cropped, "cropped_sequences": self.cropped_sequences,
-            "padding": self.padding, "utilisation": round(self.utilisation, 6),
-            "crop_fraction": round(self.tokens_cropped / self.tokens_in, 6) if self.tokens_in else 0.0,
-        }
-
 
 class BestFitPacker:
     """pack(source) yields (ids, mask) rows of exactly row_len tokens; stats accumulate.

@@ -68,11 +68,3 @@ def shift_for_training(ids, mask, ignore_index=-1):
     targets = [t if m else ignore_index for t, m in zip(ids[1:], mask[1:])]
     return inputs, targets
 
-
-def visualize(tokenizer, ids, mask):
-    """A debugging view: learned tokens in [brackets]."""
-    out = []
-    for t, m in zip(ids, mask):
-        piece = tokenizer.decode([t])
-        out.append(f"[{piece}]" if m else piece)
-    return "".join(out)

@@ -4,8 +4,10 @@
   nfn data list [--json]
   nfn data tokenizers [--json]
 
-Aliases: shakespeare (default), moby-dick, tinystories, golf1, golf10; or a directory of
-token shards, or a *_train*.bin file (its *_val*.bin siblings are found beside it).
+Aliases: shakespeare (default), moby-dick, tinystories, fineweb-sp1024-1shard and
+fineweb-sp1024-10shards (1 or 10 train shards of FineWeb tokenized with sp1024, from
+$NFN_FINEWEB_SP1024_DIR; golf1 and golf10 name them too); or a directory of token shards,
+or a *_train*.bin file (its *_val*.bin siblings are found beside it).
 Tokenizers: gpt2, sp1024, sp2048, sp4096, sp8192, or a name trained by `nfn tokenizer train`.
 Prepared shards live under $NFN_DATASETS_DIR (default ~/.cache/nfn/datasets).
 """
@@ -20,8 +22,9 @@ def register(sub):
     actions.required = True
     prep = actions.add_parser("prepare", help="tokenize a source into cached shards")
     source = prep.add_mutually_exclusive_group()
-    source.add_argument("--dataset", help="alias (shakespeare, moby-dick, tinystories, golf1, golf10), "
-                                          "shard directory or *_train*.bin file (default: shakespeare)")
+    source.add_argument("--dataset", help="alias (shakespeare, moby-dick, tinystories, fineweb-sp1024-1shard, "
+                                          "fineweb-sp1024-10shards), shard directory or *_train*.bin file "
+                                          "(default: shakespeare)")
     source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
     source.add_argument("--tinystories", action="store_true", help="same as --dataset tinystories")
     prep.add_argument("--tokenizer", help="tokenizer name (default: gpt2, or the one existing shards were made with)")
@@ -77,10 +80,11 @@ def run_list(args):
     if args.json:
         print(json.dumps({"datasets_dir": paths.datasets_dir(), "aliases": rows, "other": others}))
         return 0
-    print(f"{'alias':<12} {'cached for':<20} description")
+    width = max(len(a) + 1 for a in ALIASES)  # the aliases line up; a long path of files may not
+    print(f"{'alias':<{width}} {'cached for':<20} description")
     for r in rows + others:
         mark = "*" if r["default"] else " "
-        print(f"{r['alias'] + mark:<12} {','.join(r['cached_tokenizers']) or '-':<20} {r['description']}")
+        print(f"{r['alias'] + mark:<{width}} {','.join(r['cached_tokenizers']) or '-':<20} {r['description']}")
     print(f"(* default; cache: {paths.datasets_dir()})")
     return 0
 

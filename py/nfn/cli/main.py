@@ -18,7 +18,7 @@ examples:
   nfn kernels list --json
 
 locations (each moved by its environment variable):
-  artifacts   ~/NeuralFn/artifacts    NFN_ARTIFACTS_DIR
+  artifacts   ~/NeuralFn/artifacts    NFN_ARTIFACTS_DIR (alias: NEURALFN_ARTIFACTS_DIR)
   datasets    ~/.cache/nfn/datasets   NFN_DATASETS_DIR
   tokenizers  ~/.cache/nfn/tokenizers NFN_TOKENIZERS_DIR
 """

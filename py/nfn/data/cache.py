@@ -1,9 +1,10 @@
 """The prepared-dataset cache, answered from meta.json and file sizes alone (standard library).
 
-<datasets dir>/<key>/ holds fineweb_{train,val}_NNNNNN.bin and meta.json. An entry is a hit
-only when its meta matches the source identity (alias, or each input file's path, size and
-mtime) and the tokenizer's file hash, and every shard has exactly the size its token count
-implies. The trainer's dispatch path calls find_cached; it imports neither numpy nor nfn._native.
+<datasets dir>/<key>/ holds <name>_{train,val}_NNNNNN.bin and meta.json, which lists the
+shards by file name, so an entry whose shards are named otherwise (fineweb_*) reads the same.
+An entry is a hit only when its meta matches the source identity (alias, or each input file's
+path, size and mtime) and the tokenizer's file hash, and every shard has exactly the size its
+token count implies. The trainer's dispatch path calls find_cached; it imports neither numpy nor nfn._native.
 """
 import json
 import os

@@ -21,7 +21,7 @@ from nfn.data import cache, shard_headers, sources
 from nfn.data.parallel_encode import encode_stream
 from nfn.data.progress import Progress
 from nfn.data.resolve import SPLITS, resolve
-from nfn.data.shard_writer import DEFAULT_SHARD_TOKENS, ShardWriter
+from nfn.data.shard_writer import DEFAULT_SHARD_TOKENS, ShardWriter, shard_prefix
 from nfn.data.text_pieces import explicit_pieces, split_pieces, total_bytes
 from nfn.errors import UserError
 
@@ -131,7 +131,8 @@ def _build(src, tok, quiet, shard_tokens, workers):
         pieces, inputs, size = _pieces_for(src, quiet)
         vocab = tok.vocab_size
         width = shard_headers.token_bytes_for_vocab(vocab)
-        writers = {s: ShardWriter(tmp, s, width, shard_tokens) for s in ("train", "val")}
+        prefix = shard_prefix(src.dataset)
+        writers = {s: ShardWriter(tmp, prefix, s, width, shard_tokens) for s in ("train", "val")}
         doc_tokens = []
         progress = Progress(f"prepare {src.dataset} ({tok.name})", size, enabled=not quiet)
         for split, doc_start, nbytes, ids in encode_stream(tok, pieces, writers["train"].dtype, workers):

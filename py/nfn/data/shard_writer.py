@@ -1,16 +1,27 @@
 """Write llm.c token shards: {prefix}_{split}_{index:06d}.bin, a new file every shard_tokens ids."""
 import os
+import re
 
 import numpy as np
 
 from nfn.data.shard_headers import header_bytes
 
 DEFAULT_SHARD_TOKENS = 100_000_000  # llm.c's FineWeb shard size
+PREFIX_MAX_CHARS = 64
+
+
+def shard_prefix(dataset):
+    """The file-name form of a dataset name (an alias, or the path of pretraining text): its
+    last path component without an extension, letters, digits and '-' kept and any other run
+    of characters one '-'. With no '_' in it, `{prefix}_train_` and `{prefix}_val_` can never
+    be mistaken for each other by readers that look for `_train_` and `_val_`."""
+    stem = os.path.splitext(os.path.basename(dataset.rstrip("/")))[0]
+    return re.sub(r"[^A-Za-z0-9-]+", "-", stem).strip("-")[:PREFIX_MAX_CHARS].strip("-") or "data"
 
 
 class ShardWriter:
-    def __init__(self, directory, split, token_bytes, shard_tokens=DEFAULT_SHARD_TOKENS, prefix="fineweb"):
-        self.directory, self.split, self.prefix = directory, split, prefix
+    def __init__(self, directory, prefix, split, token_bytes, shard_tokens=DEFAULT_SHARD_TOKENS):
+        self.directory, self.prefix, self.split = directory, prefix, split
         self.token_bytes = token_bytes
         self.dtype = np.dtype("<u2" if token_bytes == 2 else "<u4")
         self.shard_tokens = shard_tokens

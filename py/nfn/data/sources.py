@@ -34,10 +34,6 @@ def source_dir(alias):
     return os.path.join(paths.datasets_dir(), "sources", alias)
 
 
-def is_fetched(alias):
-    return os.path.isdir(source_dir(alias))
-
-
 def _run(cmd, cwd, alias):
     """cmd (a package manager's download), tried again after a pause if it fails: a registry's
     passing error costs a retry, not the dataset."""

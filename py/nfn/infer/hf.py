@@ -163,7 +163,7 @@ def load(directory):
         used.add(key)
         return safetensors.read_tensor(path, tensors[key], start)
 
-    V, Vp, T, L, C = (geom[k] for k in ("vocab_size", "padded_vocab_size", "max_seq_len", "num_layers", "channels"))
+    V, T, L, C = (geom[k] for k in ("vocab_size", "max_seq_len", "num_layers", "channels"))
     flat = np.zeros(checkpoint.num_parameters(geom), dtype=np.float32 if dtype == "f32" else np.uint16)
     p = split_flat(flat, geom)
     p["wte"][:V] = get("wte.weight", (V, C))  # padding rows stay zero

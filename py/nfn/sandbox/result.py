@@ -1,5 +1,5 @@
 """What every tool returns: did it work, what it printed, why not, and whether time ran out."""
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -9,6 +9,3 @@ class ToolResult:
     error: str = None
     timed_out: bool = False
     details: dict = field(default_factory=dict)  # exit status, wall time, isolation in force
-
-    def as_dict(self):
-        return asdict(self)

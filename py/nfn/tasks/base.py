@@ -11,8 +11,6 @@ import operator
 
 
 class Task:
-    eval_type = "generative"  # or "categorical": score by comparing the choices' likelihoods
-
     def __init__(self, start=None, stop=None, step=None):
         def index(name, value):  # what a slice of a range takes: None or an integer (__index__)
             try:
@@ -88,8 +86,3 @@ class ConcatTask(Task):
     def get_row(self, index):
         k = bisect.bisect_right(self._ends, index)
         return self.tasks[k][index - (self._ends[k - 1] if k else 0)]
-
-    def evaluate_at(self, i, completion):
-        k, local = self.locate(i)
-        task = self.tasks[k]
-        return task.evaluate(task[local], completion)

@@ -48,8 +48,6 @@ def first_letter(completion, letters):
 
 
 class MultipleChoiceTask(Task):
-    eval_type = "categorical"
-
     def __init__(self, rows, **slicing):
         super().__init__(**slicing)
         self._rows = rows

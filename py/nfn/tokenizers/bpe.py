@@ -110,7 +110,7 @@ def load_trained(directory):
     directory, and read again where a retrain replaced it meanwhile (save_atomically), so that
     a tokenizer is never one training's manifest with another's ranks."""
     for _ in range(10):
-        try:  # O_PATH: a directory that may be entered but not listed is read as before
+        try:  # O_PATH: a directory that may be entered but not listed still opens
             dir_fd = os.open(directory, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
             dir_fd = None  # named in the manifest's error below
@@ -194,11 +194,10 @@ def _load_trained(directory, dir_fd):
     if vocab_size != len(ranks) + len(special):
         raise UserError(f"{manifest_path}: field 'vocab_size' is {vocab_size} but the files "
                         f"hold {len(ranks) + len(special)} tokens")
-    files = {MANIFEST: manifest_path, ranks_name: ranks_path}
     from nfn.tokenizers import sha256_of_contents
     sha256 = sha256_of_contents(sorted([(manifest_path, manifest_bytes), (ranks_path, ranks_bytes)]))
     try:  # tiktoken compiles the pattern here; a bad one is its ValueError
-        return BPETokenizer(name, pattern, ranks, special, files=files, sha256=sha256)
+        return BPETokenizer(name, pattern, ranks, special, sha256=sha256)
     except ValueError as e:
         raise UserError(f"{manifest_path}: field 'pattern' does not compile ({e})") from None
 
@@ -227,7 +226,7 @@ class BPETokenizer:
 
     kind = "bpe"
 
-    def __init__(self, name, pattern, mergeable_ranks, special_tokens, files, sha256):
+    def __init__(self, name, pattern, mergeable_ranks, special_tokens, sha256):
         import tiktoken
 
         self.name = name
@@ -236,7 +235,6 @@ class BPETokenizer:
         self._special = dict(special_tokens)
         self._special_by_id = {i: t for t, i in special_tokens.items()}
         self._byte_ids = [mergeable_ranks[bytes([b])] for b in range(256)]
-        self._files = dict(files)
         # sha256: of the files' bytes as load_trained read them, so that a retrain of the same
         # name while this one encodes never lends its hash to what this one made (a dataset
         # cache entry would trust it).
@@ -323,9 +321,6 @@ class BPETokenizer:
     def decode(self, ids):
         """Text of ids; bytes that are not valid UTF-8 become U+FFFD."""
         return self._enc.decode(list(ids), errors="replace")
-
-    def id_to_token(self, token_id):
-        return self.token_bytes(token_id).decode("utf-8", errors="replace")
 
     def is_special(self, token_id):
         return token_id in self._special_by_id

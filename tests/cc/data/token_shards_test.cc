@@ -73,6 +73,19 @@ static void test_discovery() {
   // One file: the split is ignored.
   EXPECT(nfn::data::find_shards(d + "/fineweb_val_000000.bin", "train", &val, &err) && val.size() == 1, "one file");
 
+  // nfn's naming, after the dataset ({name}_{split}_{idx:06d}.bin), beside the fineweb_* above.
+  std::string n = make_dir("named");
+  write_shard(n + "/moby-dick_train_000000.bin", 4, 60);
+  write_shard(n + "/moby-dick_val_000000.bin", 5, 25);
+  EXPECT(nfn::data::find_shards(n, "train", &train, &err) && train.size() == 1 &&
+             train[0].path == n + "/moby-dick_train_000000.bin" && train[0].num_tokens == 60,
+         "dataset-named train: %s", err.c_str());
+  EXPECT(nfn::data::find_shards(n, "val", &val, &err) && val.size() == 1 && val[0].num_tokens == 25,
+         "dataset-named val: %s", err.c_str());
+  EXPECT(nfn::data::find_validation_siblings(n + "/moby-dick_train_000000.bin", &val, &err) && val.size() == 1 &&
+             val[0].path == n + "/moby-dick_val_000000.bin",
+         "dataset-named val sibling: %s", err.c_str());
+
   // TinyStories naming: <name>_train.bin beside <name>_val.bin, uint32 tokens.
   std::string t = make_dir("tiny");
   write_shard(t + "/TinyStories_train.bin", 2, 70, 4);

@@ -1,5 +1,5 @@
 // Integers through nfn::Json exactly: written as their digits and read back as the same int64
-// (a seed past 2^53 once came back rounded, and one past int64 was cast out of range).
+// (a seed past 2^53 must not come back rounded, nor one past int64 be cast out of range).
 #include "cc/util/json.h"
 
 #include <cstdint>
@@ -19,12 +19,12 @@ int main() {
   }
   EXPECT(nfn::Json(uint64_t{1} << 60).dump() == "1152921504606846976", "a uint64 within int64");
   nfn::Json j;
-  // Numbers that are no int64: doubles, as before, never cast out of range.
+  // Numbers that are no int64: doubles, never cast out of range.
   for (const char* text : {"9223372036854775808", "-9223372036854775809", "18446744073709551616", "3.0", "1e3"}) {
     EXPECT(nfn::Json::parse(text, &j, &error) && j.is_number() && !j.is_integer(), "%s is a double", text);
   }
   EXPECT(nfn::Json::parse("18446744073709551616", &j, &error) && j.as_number() == 18446744073709551616.0, "its value");
   EXPECT(nfn::Json(1.5).dump() == "1.5" && nfn::Json(3.0).dump() == "3" && nfn::Json(0.1).dump() == "0.1",
-         "doubles as before");
+         "doubles");
   return nfn_test::finish("json_test");
 }

@@ -52,7 +52,8 @@ class CliDataTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         listing = json.loads(out)
         self.assertEqual([a["alias"] for a in listing["aliases"]], ["shakespeare", "moby-dick", "tinystories",
-                                                                      "golf1", "golf10"])
+                                                                      "fineweb-sp1024-1shard",
+                                                                      "fineweb-sp1024-10shards"])
         self.assertEqual(listing["other"][0]["cached_tokenizers"], ["gpt2"])
         self.assertEqual(heavy, [])
         code, out, err, heavy = self.nfn("data", "tokenizers", "--json")

@@ -60,7 +60,7 @@ class DownloadTest(unittest.TestCase):
         self.addCleanup(self.server.shutdown)
         self.env = {"NFN_DATASETS_DIR": os.path.join(self.tmp, "ds"), "NFN_TOKENIZERS_DIR": os.path.join(self.tmp, "tok"),
                     "NFN_TINYSTORIES_URL": f"http://127.0.0.1:{self.server.server_address[1]}",
-                    "NFN_LLM_KITTENS_TINYSTORIES_DIR": "", "NFN_GOLF_DIR": ""}
+                    "NFN_LLM_KITTENS_TINYSTORIES_DIR": "", "NFN_FINEWEB_SP1024_DIR": "", "NFN_GOLF_DIR": ""}
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
         self.addCleanup(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
@@ -135,16 +135,31 @@ class DownloadTest(unittest.TestCase):
         self.assertEqual((len(r["train_shards"]), r["train_tokens"], r["val_tokens"]), (3, 303, 40))
         r = prepare_dataset(dataset=os.path.join(d, "fineweb_train_000002.bin"), quiet=True)
         self.assertEqual((r["train_tokens"], r["val_shards"]), (102, [os.path.join(d, "fineweb_val_000000.bin")]))
-        os.environ["NFN_GOLF_DIR"] = d
-        r = prepare_dataset(dataset="golf1", quiet=True)
-        self.assertEqual((r["train_tokens"], r["tokenizer"], r["vocab_size"]), (100, "sp1024", 1024))
-        with self.assertRaisesRegex(UserError, r"golf10: needs 10 train shards in .*golf, found 3"):
+        os.environ["NFN_FINEWEB_SP1024_DIR"] = d
+        r = prepare_dataset(dataset="fineweb-sp1024-1shard", quiet=True)
+        self.assertEqual((r["dataset"], r["train_tokens"], r["tokenizer"], r["vocab_size"]),
+                         ("fineweb-sp1024-1shard", 100, "sp1024", 1024))
+        self.assertEqual(r["val_shards"], [os.path.join(d, "fineweb_val_000000.bin")])
+        with self.assertRaisesRegex(UserError, r"^fineweb-sp1024-10shards: needs 10 train shards in .*golf, found 3$"):
+            prepare_dataset(dataset="fineweb-sp1024-10shards", quiet=True)
+        # golf1 and golf10 name the same aliases.
+        self.assertEqual(prepare_dataset(dataset="golf1", quiet=True), r)
+        with self.assertRaisesRegex(UserError, r"^fineweb-sp1024-10shards: needs 10 train shards"):
             prepare_dataset(dataset="golf10", quiet=True)
+        # NFN_GOLF_DIR is read where NFN_FINEWEB_SP1024_DIR is unset; where both are set, the latter wins.
+        os.environ["NFN_FINEWEB_SP1024_DIR"] = ""
+        os.environ["NFN_GOLF_DIR"] = d
+        self.assertEqual(prepare_dataset(dataset="fineweb-sp1024-1shard", quiet=True), r)
+        os.environ["NFN_FINEWEB_SP1024_DIR"] = os.path.join(self.tmp, "absent")
+        with self.assertRaisesRegex(UserError, r"^fineweb-sp1024-1shard: .*absent does not exist; put FineWeb sp1024 "
+                                               r"shards .* there or set NFN_FINEWEB_SP1024_DIR$"):
+            prepare_dataset(dataset="fineweb-sp1024-1shard", quiet=True)
+        os.environ["NFN_FINEWEB_SP1024_DIR"] = d
         # Ids beyond the tokenizer's vocabulary are caught before training sees them.
         write_shard(os.path.join(d, "fineweb_val_000000.bin"), [5, 7, 1500, 2])
         with self.assertRaisesRegex(UserError, r"fineweb_val_000000.bin: token id 1500 at token 2 is out of range "
                                                r"for tokenizer sp1024 \(vocab size 1024\)"):
-            prepare_dataset(dataset="golf1", quiet=True)
+            prepare_dataset(dataset="fineweb-sp1024-1shard", quiet=True)
         with open(os.path.join(d, "fineweb_train_000001.bin"), "r+b") as f:
             f.write(np.int32(20240521).tobytes())
         with self.assertRaisesRegex(UserError, r"fineweb_train_000001.bin: bad magic 20240521"):

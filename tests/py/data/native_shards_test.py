@@ -75,6 +75,23 @@ class NativeShardsTest(unittest.TestCase):
         val = _native.find_validation_siblings(self.paths[3])
         self.assertEqual([(os.path.basename(p), n, w) for p, n, w in val], [("fineweb_val_000000.bin", 300, 2)])
 
+    def test_shards_named_after_any_dataset(self):
+        # nfn names shards after their dataset (shakespeare_train_000000.bin); llm.c and older
+        # nfn cache entries name them fineweb_*: the reader takes both.
+        for prefix in ("shakespeare", "moby-dick", "fineweb"):
+            d = os.path.join(self.dir, prefix)
+            os.mkdir(d)
+            for split, n in (("train", 100), ("train", 50), ("val", 30)):
+                index = len([f for f in os.listdir(d) if f"_{split}_" in f])
+                write_shard(os.path.join(d, f"{prefix}_{split}_{index:06d}.bin"), np.arange(n))
+            train = _native.find_shards(d, "train")
+            self.assertEqual([(os.path.basename(p), n) for p, n, _ in train],
+                             [(f"{prefix}_train_000000.bin", 100), (f"{prefix}_train_000001.bin", 50)])
+            self.assertEqual([(os.path.basename(p), n) for p, n, _ in _native.find_shards(d, "val")],
+                             [(f"{prefix}_val_000000.bin", 30)])
+            self.assertEqual([os.path.basename(p) for p, _, _ in _native.find_validation_siblings(train[1][0])],
+                             [f"{prefix}_val_000000.bin"])
+
     def test_batches_match_numpy_reference_for_seeds(self):
         shards = _native.find_shards(self.dir, "train")
         for seed in (0, 1, 20240520):

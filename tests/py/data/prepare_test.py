@@ -14,6 +14,7 @@ import numpy as np
 import nfn
 from nfn.data import cache, text_pieces
 from nfn.data.prepare import prepare_dataset
+from nfn.data.shard_writer import shard_prefix
 from nfn.errors import UserError
 from nfn.tokenizers import load
 
@@ -85,7 +86,7 @@ class PrepareTest(unittest.TestCase):
         # About a tenth of the text is validation, cut at a line end.
         self.assertTrue(0.05 < r["val_tokens"] / len(want) < 0.15, r["val_tokens"])
         names = [os.path.basename(p) for p in r["train_shards"] + r["val_shards"]]
-        self.assertEqual(names, ["fineweb_train_000000.bin", "fineweb_val_000000.bin"])
+        self.assertEqual(names, ["corpus_train_000000.bin", "corpus_val_000000.bin"])
         meta = read_json(r["meta"])
         self.assertEqual(meta["splits"]["train"]["tokens"], r["train_tokens"])
         self.assertEqual(meta["tokenizer"]["name"], "gpt2")
@@ -106,7 +107,7 @@ class PrepareTest(unittest.TestCase):
         for p in r["train_shards"][:-1] + r["val_shards"][:-1]:
             self.assertEqual(len(read_shard(p)), 50)
         self.assertEqual([os.path.basename(p) for p in r["train_shards"][:3]],
-                         ["fineweb_train_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"])
+                         ["docs_train_000000.bin", "docs_train_000001.bin", "docs_train_000002.bin"])
 
     def test_endoftext_markers_separate_documents(self):
         path = self.write("stories.txt", "Once upon a time.\n<|endoftext|>\nThe end came.\n<|endoftext|>\n\n" * 20)
@@ -157,6 +158,44 @@ class PrepareTest(unittest.TestCase):
         # Another tokenizer is another entry.
         self.assertIsNone(cache.find_cached(pretraining_file=path, tokenizer="sp1024"))
         self.assertEqual(os.listdir(self.env["NFN_DATASETS_DIR"]), [os.path.basename(first["dir"])])
+
+    def test_shard_names_are_the_datasets(self):
+        # Letters, digits and '-' of the name's last component, without its extension; no '_',
+        # so a name holding "_val_" cannot make train shards look like validation ones.
+        for name, prefix in (("shakespeare", "shakespeare"), ("moby-dick", "moby-dick"),
+                             ("/x/my_val_text.txt", "my-val-text"), ("/x/docs/", "docs"),
+                             ("/x/Caf\u00e9 notes.v2.txt", "Caf-notes-v2"), ("/x/\u4f60\u597d.txt", "data"),
+                             ("/x/" + "a" * 100, "a" * 64)):
+            self.assertEqual(shard_prefix(name), prefix, name)
+        path = self.write("my_val_text.txt", TEXT)
+        r = prepare_dataset(pretraining_file=path, quiet=True)
+        self.assertEqual([os.path.basename(p) for p in r["train_shards"] + r["val_shards"]],
+                         ["my-val-text_train_000000.bin", "my-val-text_val_000000.bin"])
+        as_shards = prepare_dataset(dataset=r["dir"], quiet=True)  # the directory's *_train_* and *_val_*
+        self.assertEqual((as_shards["train_shards"], as_shards["val_shards"]), (r["train_shards"], r["val_shards"]))
+
+    def test_an_entry_with_fineweb_named_shards_reads_the_same(self):
+        # Entries made when every dataset's shards were named fineweb_*: meta.json lists the
+        # files, so the entry is still a hit, and a directory of them reads as shards.
+        path = self.write("corpus.txt", TEXT)
+        r = prepare_dataset(pretraining_file=path, quiet=True)
+        tokens = all_tokens(r).tolist()
+        meta = read_json(r["meta"])
+        for split in ("train", "val"):
+            for shard in meta["splits"][split]["shards"]:
+                old = shard["file"].replace("corpus_", "fineweb_")
+                os.rename(os.path.join(r["dir"], shard["file"]), os.path.join(r["dir"], old))
+                shard["file"] = old
+        with open(r["meta"], "w", encoding="utf-8") as f:
+            json.dump(meta, f)
+        hit = prepare_dataset(pretraining_file=path, quiet=True)
+        self.assertTrue(hit["cached"])
+        self.assertEqual([os.path.basename(p) for p in hit["train_shards"] + hit["val_shards"]],
+                         ["fineweb_train_000000.bin", "fineweb_val_000000.bin"])
+        self.assertEqual(all_tokens(hit).tolist(), tokens)
+        as_shards = prepare_dataset(dataset=r["dir"], quiet=True)
+        self.assertEqual((as_shards["train_shards"], as_shards["val_shards"]),
+                         (hit["train_shards"], hit["val_shards"]))
 
     def test_find_cached_imports_no_numpy_or_native(self):
         path = self.write("corpus.txt", TEXT)

@@ -248,7 +248,7 @@ class InferTest(unittest.TestCase):
 
     def test_artifact_name_resolves_under_the_artifacts_dir(self):
         code, out, err, _ = fixtures.run_nfn(["infer", "--checkpoint", "run", "--native-info"],
-                                             env={"NEURALFN_ARTIFACTS_DIR": self.tmp})
+                                             env={"NFN_ARTIFACTS_DIR": self.tmp})
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out)["step"], 2)
 

@@ -39,13 +39,16 @@ class DispatcherTest(unittest.TestCase):
         self.assertIn("--model-family llama: no trainer yet", proc.stderr)
 
     def test_default_output_dir_is_the_familys(self):
-        # As `nfn train` chooses it: $NEURALFN_ARTIFACTS_DIR/<family>.
-        env = dict(os.environ, NEURALFN_ARTIFACTS_DIR="/somewhere/artifacts")
-        for family in ("gpt", "gpt2", "gpt3"):
-            proc = subprocess.run([DISPATCHER, "--base-model", family, "--dry-run"], capture_output=True, text=True,
-                                  timeout=60, env=env)
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            self.assertEqual(json.loads(proc.stdout)["output_dir"], "/somewhere/artifacts/" + family)
+        # $NFN_ARTIFACTS_DIR/<family>; its older name NEURALFN_ARTIFACTS_DIR where it is unset.
+        base = {k: v for k, v in os.environ.items() if k not in ("NFN_ARTIFACTS_DIR", "NEURALFN_ARTIFACTS_DIR")}
+        new, old = {"NFN_ARTIFACTS_DIR": "/somewhere/artifacts"}, {"NEURALFN_ARTIFACTS_DIR": "/older/artifacts"}
+        for names, want in ((new, "/somewhere/artifacts"), (old, "/older/artifacts"),
+                            (dict(new, **old), "/somewhere/artifacts")):
+            for family in ("gpt", "gpt2", "gpt3"):
+                proc = subprocess.run([DISPATCHER, "--base-model", family, "--dry-run"], capture_output=True,
+                                      text=True, timeout=60, env=dict(base, **names))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(json.loads(proc.stdout)["output_dir"], f"{want}/{family}", names)
 
     def test_graph_file_family_is_the_models(self):
         graph = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "graph_gpt2.json")
@@ -53,7 +56,7 @@ class DispatcherTest(unittest.TestCase):
             json.dump({"format": "nfn.manifest", "version": 1, "model_family": "gpt2",
                        "geometry": {"max_seq_len": 64, "vocab_size": 100, "padded_vocab_size": 128, "num_layers": 1,
                                     "num_heads": 2, "channels": 32}}, f)
-        env = dict(os.environ, NEURALFN_ARTIFACTS_DIR="/somewhere/artifacts")
+        env = dict(os.environ, NFN_ARTIFACTS_DIR="/somewhere/artifacts")
         for base, code in (("gpt2", 0), ("gpt3", 2), (None, 0)):
             family = ["--base-model", base] if base else []  # none named: the manifest's
             proc = subprocess.run([DISPATCHER, *family, "--graph-file", graph, "--dry-run"],

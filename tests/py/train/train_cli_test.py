@@ -22,7 +22,7 @@ class TrainCliTest(unittest.TestCase):
         write_shard(os.path.join(cls.data, "tiny_train_000000.bin"), tokens[:4000])
         write_shard(os.path.join(cls.data, "tiny_val_000000.bin"), tokens[4000:])
         cls.env = dict(NFN_NATIVE_BIN_DIR=BIN_DIR,
-                       NEURALFN_ARTIFACTS_DIR=os.path.join(cls.tmp, "artifacts"),
+                       NFN_ARTIFACTS_DIR=os.path.join(cls.tmp, "artifacts"),
                        NFN_DATASETS_DIR=os.path.join(cls.tmp, "datasets"),
                        NFN_TOKENIZERS_DIR=os.path.join(cls.tmp, "tokenizers"))
 
