@@ -16,11 +16,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", error.c_str());
     return 2;
   }
-  if (flags.on("help")) {
+  if (flags.has("help")) {
     std::printf("%s", flags.help().c_str());
     return 0;
   }
-  if (flags.on("describe-flags")) {
+  if (flags.has("describe-flags")) {
     std::printf("%s\n", flags.describe().dump(1).c_str());
     return 0;
   }

@@ -125,3 +125,28 @@ std::string shard_list(const std::vector<data::TokenShard>& shards) {
 }
 
 }  // namespace nfn
+
+namespace nfn {
+
+namespace {
+// "name_train_000001.bin:123,..." -> "train_000001.bin:123,...".
+std::string without_prefixes(const std::string& list) {
+  std::string out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(start, end - start);
+    size_t split = std::string::npos;
+    for (const char* tag : {"_train_", "_val_"})
+      if (size_t at = item.rfind(tag); at != std::string::npos && (split == std::string::npos || at > split)) split = at;
+    out += (out.empty() ? "" : ",") + (split == std::string::npos ? item : item.substr(split + 1));
+    start = end + 1;
+  }
+  return out;
+}
+}  // namespace
+
+bool same_shards(const std::string& a, const std::string& b) { return without_prefixes(a) == without_prefixes(b); }
+
+}  // namespace nfn

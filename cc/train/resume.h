@@ -36,5 +36,9 @@ Json resume_choice_json(const TrainConfig& c);
 // a copy): "name:tokens" of each, sorted by name, joined by commas. The checkpoint's data
 // position is a place in these.
 std::string shard_list(const std::vector<data::TokenShard>& shards);
+// Whether two shard lists name the same shards, whatever dataset prefix their files carry
+// (shards were once all named fineweb_*; a cache entry rebuilt since names them after its
+// dataset).
+bool same_shards(const std::string& a, const std::string& b);
 
 }  // namespace nfn

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cc/model/gpt.h"
@@ -81,8 +82,8 @@ void read_float(const Flags& f, const char* name, double* out) {
 // $NEURALFN_ARTIFACTS_DIR, else ~/NeuralFn/artifacts).
 std::string default_output_dir(const std::string& family) {
   for (const char* name : {"NFN_ARTIFACTS_DIR", "NEURALFN_ARTIFACTS_DIR"}) {
-    const char* env = std::getenv(name);
-    if (env != nullptr && *env) return std::string(env) + "/" + family;
+    const char* env = std::getenv(name);  // blank is unset, as nfn's Python reads it
+    if (env != nullptr && env[std::strspn(env, " \t\n")] != '\0') return std::string(env) + "/" + family;
   }
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/NeuralFn/artifacts/" + family;
@@ -255,13 +256,13 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
     return false;
   }
   c->resume = f.get("resume");
-  c->dry_run = f.on("dry-run");
-  c->check_only = f.on("check");
+  c->dry_run = f.has("dry-run");
+  c->check_only = f.has("check");
   if (c->check_only && c->dry_run) {
     *error = "--check and --dry-run: give one (a check prints nothing, a dry run the plan)";
     return false;
   }
-  c->json = f.on("json");
+  c->json = f.has("json");
   return true;
 }
 

@@ -104,7 +104,7 @@ bool validate(TrainableModel& model, data::TokenBatchSampler& val, int batches, 
 // schedule go on). Returns whether the position applies.
 bool resume_position_applies(const TrainConfig& c, const Start& start, const data::TokenBatchSampler& train) {
   const std::string shards = shard_list(train.shards());
-  const bool other_shards = !start.shards.empty() && start.shards != shards;
+  const bool other_shards = !start.shards.empty() && !same_shards(start.shards, shards);
   const int64_t n = static_cast<int64_t>(train.shards().size());
   const int64_t epoch = start.state.data_epoch;
   const bool other_order =

@@ -40,7 +40,6 @@ class Flags {
   bool parse(int argc, char** argv, std::string* error);
 
   bool has(const std::string& name) const;  // given on the command line (or toggled)
-  bool on(const std::string& name) const { return has(name); }
   // The value given, else the default ("" for none).
   std::string get(const std::string& name) const;
   // Typed reads of a value parse has checked; the default where not given (0 when none).

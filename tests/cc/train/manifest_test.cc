@@ -2,6 +2,7 @@
 // manifest.json names, else that run's newest complete step below it; markers from before
 // run ids count for any run, and a manifest without a run id means the newest of any run.
 #include "cc/train/manifest.h"
+#include "cc/train/resume.h"
 
 #include <cstdlib>
 #include <string>
@@ -68,5 +69,12 @@ int main() {
   const std::string id1 = nfn::new_run_id(), id2 = nfn::new_run_id();
   EXPECT(id1.size() == 16 && id1.find_first_not_of("0123456789abcdef") == std::string::npos && id1 != id2,
          "new_run_id: %s %s", id1.c_str(), id2.c_str());
+  // A checkpoint's shards are the same shards under either naming (fineweb_* or the dataset's).
+  EXPECT(nfn::same_shards("fineweb_train_000000.bin:10,fineweb_train_000001.bin:7",
+                          "shakespeare_train_000000.bin:10,shakespeare_train_000001.bin:7"),
+         "same shards under another prefix");
+  EXPECT(!nfn::same_shards("fineweb_train_000000.bin:10", "shakespeare_train_000000.bin:11"), "other token counts");
+  EXPECT(!nfn::same_shards("a_train_000000.bin:10", "a_train_000001.bin:10"), "other shard");
+  EXPECT(nfn::same_shards("my-set_val_000000.bin:3", "x_val_000000.bin:3"), "val shards");
   return nfn_test::finish("manifest_test");
 }
