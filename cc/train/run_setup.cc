@@ -31,7 +31,7 @@ std::vector<std::tuple<const char*, const char*, const std::string*>> backend_op
   return {{"threads", "threads", &c.threads},          {"matmul", "matmul", &c.matmul},
           {"attention", "attention", &c.attention},    {"gemm-tune", "gemm_tune", &c.gemm_tune},
           {"deterministic", "deterministic", &c.deterministic}, {"overlap", "overlap", &c.overlap},
-          {"pdl", "pdl", &c.pdl}};
+          {"pdl", "pdl", &c.pdl}, {"lm-head-row-chunk-size", "lm_head_rows", &c.lm_head_rows}};
 }
 
 // Whether the library runs attention at the model's geometry (the CUDA library's kernels

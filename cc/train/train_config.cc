@@ -206,6 +206,9 @@ bool resolve_schedule(const Flags& f, bool recipe, TrainConfig* c, std::string* 
   read_int(f, "eval-every-steps", &c->eval_every_steps);
   read_int(f, "eval-batches", &c->eval_batches);
   c->checkpoint_every = static_cast<int>(f.get_int("checkpoint-every"));
+  c->write_checkpoints = !f.has("no-checkpoint");
+  c->eval_batch_size = c->batch_size;
+  read_int(f, "eval-batch-size", &c->eval_batch_size);
   c->sample_tokens = static_cast<int>(f.get_int("sample-tokens"));
   read_float(f, "learning-rate", &c->learning_rate);
   read_float(f, "weight-decay", &c->weight_decay);
@@ -248,6 +251,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->deterministic = f.get("deterministic");
   c->overlap = f.get("overlap");
   c->pdl = f.get("pdl");
+  c->lm_head_rows = f.get("lm-head-row-chunk-size");
   c->graphs = f.get("graphs");
   c->checkpoint_version = f.get("checkpoint-dtype") == "f32" ? 3 : 5;
   c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir(c->model_family);
@@ -307,6 +311,8 @@ Json plan_json(const TrainConfig& c) {
   s.set("max_grad_norm", c.max_grad_norm);
   s.set("eval_every_steps", c.eval_every_steps);
   s.set("eval_batches", c.eval_batches);
+  s.set("eval_batch_size", c.eval_batch_size);
+  s.set("checkpoints", c.write_checkpoints);
   s.set("total_tokens", static_cast<int64_t>(c.train_batch_tokens * c.max_steps));
   p.set("schedule", s);
   Json data = Json::object();

@@ -30,10 +30,13 @@ struct TrainConfig {
   double final_lr_fraction = 0;  // the cosine decay ends at this fraction of learning_rate
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int warmup_steps = 0, eval_every_steps = 0, eval_batches = 0, checkpoint_every = 0;
+  int eval_batch_size = 0;      // rows of a validation micro-batch
+  bool write_checkpoints = true;  // false: --no-checkpoint
   uint64_t seed = 1337;
   int sample_tokens = 0;
 
   std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune, deterministic, overlap, pdl;
+  std::string lm_head_rows;  // the op library's lm_head_rows option ("" leaves its default)
   // Replay the micro-step as a recorded graph (StepGraph): on, off, or auto (where the op
   // library records graphs, and unless the first recording fails).
   std::string graphs = "auto";

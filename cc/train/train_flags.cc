@@ -74,7 +74,10 @@ std::vector<FlagSpec> schedule_flags() {
              1),
       integer("eval-every-steps", "schedule", "validate every N steps (and at the end)", 0),
       integer("eval-batches", "schedule", "validation micro-batches per validation", 0),
+      integer("eval-batch-size", "schedule", "rows of each validation micro-batch (default: --batch-size)", 1),
       integer("checkpoint-every", "schedule", "also write a checkpoint every N steps (0: only at the end)", 0, "0"),
+      toggle("no-checkpoint", "schedule",
+             "write no checkpoint at all (benchmarks; the report and the sample come from the weights in memory)"),
       choice("checkpoint-dtype", "schedule", "model file precision: f32 (llm.c version 3) or bf16 (version 5)",
              "f32 bf16", "f32"),
       number("max-grad-norm", "schedule", "clip the global gradient norm to this (0: no clipping)", 1e300, "1.0"),
@@ -107,6 +110,9 @@ std::vector<FlagSpec> run_flags() {
              "(CUDA cores, any head size up to 128) or thunderkittens (H100/H200 where built with ThunderKittens; "
              "bf16, head size 64 or 128, T a multiple of 64); every other call runs flash",
              "cudnn flash_mma flash thunderkittens"),
+      text("lm-head-row-chunk-size", "run",
+           "rows of logits the LM head makes at a time (CUDA: a multiple of 8; default: the op library's, "
+           "about 2M logits on the CPU, by vocabulary size on CUDA)"),
       choice("gemm-tune", "run",
              "CUDA: on times cuBLASLt's first 8 kernels for each GEMM shape on its first call and keeps the "
              "fastest, in ~/.cache/nfn/gemm_tune/ (or $NFN_GEMM_TUNE_CACHE) for later runs on the same GPU; off: "

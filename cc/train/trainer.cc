@@ -75,7 +75,7 @@ bool open_data(const TrainConfig& c, RunData* d, std::string* error) {
   d->train.set_vocab_size(c.model.vocab_size);
   d->have_val = !val_shards.empty() && c.eval_batches > 0;
   if (!d->have_val) return true;
-  if (!d->val.open(val_shards, c.batch_size, c.seq_len, 0, error)) return false;
+  if (!d->val.open(val_shards, c.eval_batch_size, c.seq_len, 0, error)) return false;
   d->val.set_vocab_size(c.model.vocab_size);
   return true;
 }
@@ -257,7 +257,7 @@ int TrainingRun::restore() {
 // that had nothing left to train already logged it).
 bool TrainingRun::run_validation(int step, float* loss, bool logged) {
   const auto t = Clock::now();
-  if (!validate(family_->model(), data_.val, c_.eval_batches, B_, T_, loss, &error_)) return false;
+  if (!validate(family_->model(), data_.val, c_.eval_batches, c_.eval_batch_size, T_, loss, &error_)) return false;
   ph_.validation += seconds_since(t);
   Json& r = val_losses_.push(Json::array());
   r.push(step);
@@ -373,7 +373,8 @@ int TrainingRun::train() {
     }
     const Issued issued{step, lr, t_step};
     const int done = step + 1;
-    const bool checkpoint_now = c_.checkpoint_every > 0 && done % c_.checkpoint_every == 0 && done < c_.max_steps;
+    const bool checkpoint_now = c_.write_checkpoints && c_.checkpoint_every > 0 && done % c_.checkpoint_every == 0 &&
+                                done < c_.max_steps;
     const bool validate_now =
         data_.have_val && c_.eval_every_steps > 0 && done % c_.eval_every_steps == 0 && done < c_.max_steps;
     bool ready = false;
@@ -403,7 +404,7 @@ int TrainingRun::finish() {
   trained_ = start_.step < c_.max_steps;
   if (!trained_)
     model_path_ = start_.from;
-  else if (!save_checkpoint(c_, *family_, c_.max_steps, start_.run_id, rng_, data_.train, &model_path_, &error_))
+  else if (c_.write_checkpoints && !save_checkpoint(c_, *family_, c_.max_steps, start_.run_id, rng_, data_.train, &model_path_, &error_))
     return fail(error_);
   ph_.checkpoint += seconds_since(t0);
   if (data_.have_val && !run_validation(c_.max_steps, &final_val_, trained_)) return fail(error_);
@@ -470,7 +471,7 @@ int TrainingRun::report() {
   report.set("final_validation_loss", std::isfinite(final_val_) ? Json(static_cast<double>(final_val_)) : Json());
   report.set("op_library", op_library_json());
   report.set("checkpoint_dir", c_.output_dir);
-  report.set("model_file", model_path_);
+  report.set("model_file", model_path_.empty() ? Json() : Json(model_path_));
   report.set("manifest_file", join_path(c_.output_dir, "manifest.json"));
   report.set("log_file", join_path(c_.output_dir, TrainLog::kFileName));
   const std::string report_path = join_path(c_.output_dir, "report.json");
@@ -480,6 +481,7 @@ int TrainingRun::report() {
   report.set("sample_tokens", sample_ids);
   if (!write_file_atomic(report_path, report.dump(2) + "\n", &error_)) return fail(error_);
   if (c_.json) std::printf("%s\n", report.dump(2).c_str());
+  else if (model_path_.empty()) std::fprintf(stderr, "nfn: wrote %s (no checkpoint: --no-checkpoint)\n", report_path.c_str());
   else if (trained_) std::fprintf(stderr, "nfn: wrote %s and %s\n", model_path_.c_str(), report_path.c_str());
   else std::fprintf(stderr, "nfn: %s is at --max-steps already; wrote %s\n", model_path_.c_str(), report_path.c_str());
   return 0;

@@ -63,6 +63,15 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
     ctx->matmul_bf16 = v == "bf16";
     return NFN_OK;
   }
+  if (k == "lm_head_rows") {
+    char* end = nullptr;
+    const long rows = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || rows < 0 || rows > (1 << 24))
+      return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: lm_head_rows=%s is not a count in 0..16777216",
+                            v.c_str());
+    ctx->lm_head_rows = static_cast<int>(rows);
+    return NFN_OK;
+  }
   if (k == "deterministic") {  // accepted either way: every CPU kernel repeats bit for bit
     if (v != "on" && v != "off")
       return nfn::cpu::fail(ctx, NFN_ERR_INVALID_ARGUMENT, "configure: deterministic=%s is not on or off", v.c_str());

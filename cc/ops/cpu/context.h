@@ -18,6 +18,7 @@ enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchSlots };
 struct nfn_ctx {
   std::string last_error;
   bool matmul_bf16 = false;  // GEMMs in bf16 with f32 accumulation ("matmul" option)
+  int lm_head_rows = 0;      // rows per LM-head chunk ("lm_head_rows" option; 0: by vocabulary size)
   nfn::cpu::GemmState* gemm = nullptr;  // oneDNN engine and primitive cache (gemm_bf16.cc)
   std::vector<float> scratch[nfn::cpu::kScratchSlots];
   std::vector<uint16_t> scratch_bf16[nfn::cpu::kScratchSlots];  // operands rounded in matmul=bf16 mode

@@ -38,7 +38,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
                 targets[i], i, V);
   const float* xs = static_cast<const float*>(x);
   const float* w = static_cast<const float*>(wte);
-  const int R = chunk_rows(N, V);
+  const int R = ctx->lm_head_rows > 0 ? std::min(N, ctx->lm_head_rows) : chunk_rows(N, V);
   float* logits = nfn::cpu::scratch_floats(ctx, nfn::cpu::kScratchLogits, static_cast<size_t>(R) * V);
   // In matmul=bf16 mode the tied weight is rounded once here, not once per chunk and GEMM.
   const uint16_t* wte_bf16 = nullptr;

@@ -217,7 +217,8 @@ def find_data(args, from_manifest, planning):
 def print_report(report, text):
     print(f"final validation loss: {report['final_validation_loss']}   "
           f"train tokens/s: {report['train_tokens_per_second']:.0f}")
-    print(f"checkpoint: {report['model_file']}\nreport: {report['report_file']}\nlog: {report['log_file']}")
+    print(f"checkpoint: {report['model_file'] or 'none (--no-checkpoint)'}\nreport: {report['report_file']}\n"
+          f"log: {report['log_file']}")
     if text is not None:
         print(f"sample ({report['sample_file']}):\n{text}")
 

@@ -68,6 +68,33 @@ class TrainerRunTest(unittest.TestCase):
             os.remove(os.path.join(out, "DONE_00000003"))
         return out
 
+    def test_benchmark_flags(self):
+        # --no-checkpoint: the same run, and nothing but its log and report on disk.
+        out = os.path.join(self.tmp, "no_checkpoint")
+        r = json.loads(run(self.common + ["--output-dir", out, "--json", "--no-checkpoint"]).stdout)
+        self.assertEqual(sorted(os.listdir(out)), [".lock", "log.jsonl", "report.json"])  # .lock: one run at a time
+        self.assertIsNone(r["model_file"])
+        self.assertEqual(r["train_losses"], self.report["train_losses"])
+        # Validation over the same 8 rows, 2 batches of 4 or 4 of 2: the same mean loss.
+        def val_loss(*flags):
+            got = json.loads(run(self.common + ["--output-dir", os.path.join(self.tmp, "eval_" + "_".join(flags)),
+                                                "--json", "--max-steps", "1", "--no-checkpoint", *flags]).stdout)
+            return got["final_validation_loss"]
+        self.assertAlmostEqual(val_loss("--eval-batches", "4", "--eval-batch-size", "2"),
+                               val_loss("--eval-batches", "2", "--eval-batch-size", "4"), places=5)
+        # The LM head in chunks of 8 rows: the same losses (the first step's exactly: each
+        # row's loss is its own; the gradients add in another order).
+        chunked = json.loads(run(self.common + ["--output-dir", os.path.join(self.tmp, "chunked"), "--json",
+                                                "--no-checkpoint", "--lm-head-row-chunk-size", "8"]).stdout)
+        self.assertEqual(chunked["train_losses"][0], self.report["train_losses"][0])
+        for (_, got), (_, want) in zip(chunked["train_losses"], self.report["train_losses"]):
+            self.assertAlmostEqual(got, want, places=4)
+        self.assertEqual(chunked["op_library"]["options"]["lm_head_rows"], "8")
+        bad = run(self.common + ["--output-dir", os.path.join(self.tmp, "bad_rows"), "--lm-head-row-chunk-size", "-1"],
+                  check=False)
+        self.assertEqual((bad.returncode, len(bad.stderr.strip().splitlines())), (2, 1), bad.stderr)
+        self.assertIn("--lm-head-row-chunk-size: configure: lm_head_rows=-1", bad.stderr)
+
     def test_report(self):
         r = self.report
         self.assertEqual(r["model_family"], "gpt")
