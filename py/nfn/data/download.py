@@ -16,7 +16,8 @@ TIMEOUT_S = 30
 TINYSTORIES_URL_ENV = "NFN_TINYSTORIES_URL"
 TINYSTORIES_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main"
 TINYSTORIES_FILES = {"train": "TinyStoriesV2-GPT4-train.txt", "val": "TinyStoriesV2-GPT4-valid.txt"}
-TINYSTORIES_SHARDS_ENV = "NFN_LLM_KITTENS_TINYSTORIES_DIR"
+TINYSTORIES_SHARDS_ENV = "NFN_TINYSTORIES_SHARDS_DIR"
+TINYSTORIES_SHARDS_ENV_ALIAS = "NFN_LLM_KITTENS_TINYSTORIES_DIR"  # read where the variable above is unset
 OFFLINE_CHOICES = ("offline choices: --dataset shakespeare or moby-dick, --pretraining-file PATH, "
                    f"or {TINYSTORIES_SHARDS_ENV}=DIR holding TinyStories_train.bin and TinyStories_val.bin "
                    "(GPT-2 tokens: with --tokenizer gpt2)")

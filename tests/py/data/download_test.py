@@ -60,7 +60,7 @@ class DownloadTest(unittest.TestCase):
         self.addCleanup(self.server.shutdown)
         self.env = {"NFN_DATASETS_DIR": os.path.join(self.tmp, "ds"), "NFN_TOKENIZERS_DIR": os.path.join(self.tmp, "tok"),
                     "NFN_TINYSTORIES_URL": f"http://127.0.0.1:{self.server.server_address[1]}",
-                    "NFN_LLM_KITTENS_TINYSTORIES_DIR": "", "NFN_FINEWEB_SP1024_DIR": "", "NFN_GOLF_DIR": ""}
+                    "NFN_LLM_KITTENS_TINYSTORIES_DIR": "", "NFN_TINYSTORIES_SHARDS_DIR": "", "NFN_FINEWEB_SP1024_DIR": "", "NFN_GOLF_DIR": ""}
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
         self.addCleanup(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
@@ -89,7 +89,7 @@ class DownloadTest(unittest.TestCase):
         os.environ["NFN_TINYSTORIES_URL"] = f"http://127.0.0.1:{port}"
         with self.assertRaisesRegex(UserError, r"^tinystories: cannot download http://127.0.0.1:\d+/TinyStoriesV2-GPT4"
                                                r"-train.txt .*offline choices: --dataset shakespeare or moby-dick, "
-                                               r"--pretraining-file PATH, or NFN_LLM_KITTENS_TINYSTORIES_DIR"):
+                                               r"--pretraining-file PATH, or NFN_TINYSTORIES_SHARDS_DIR"):
             prepare_dataset(dataset="tinystories", quiet=True)
 
     def test_short_download_leaves_nothing(self):
@@ -120,10 +120,12 @@ class DownloadTest(unittest.TestCase):
         os.makedirs(d)
         write_shard(os.path.join(d, "TinyStories_train.bin"), np.arange(300))
         write_shard(os.path.join(d, "TinyStories_val.bin"), np.arange(50))
-        os.environ["NFN_LLM_KITTENS_TINYSTORIES_DIR"] = d
-        r = cache.find_cached(dataset="tinystories")
-        self.assertEqual((r["train_tokens"], r["val_tokens"], r["tokenizer"]), (300, 50, "gpt2"))
-        self.assertEqual(r["train_shards"], [os.path.join(d, "TinyStories_train.bin")])
+        for name in ("NFN_TINYSTORIES_SHARDS_DIR", "NFN_LLM_KITTENS_TINYSTORIES_DIR"):  # the name, its alias
+            os.environ[name] = d
+            r = cache.find_cached(dataset="tinystories")
+            self.assertEqual((r["train_tokens"], r["val_tokens"], r["tokenizer"]), (300, 50, "gpt2"))
+            self.assertEqual(r["train_shards"], [os.path.join(d, "TinyStories_train.bin")])
+            os.environ[name] = ""
 
     def test_shard_directories_and_direct_train_files(self):
         d = os.path.join(self.tmp, "golf")
