@@ -2,10 +2,13 @@
 #include <cstdio>
 #include <new>
 
+#include "cc/train/checkpoint_query.h"
 #include "cc/train/train_flags.h"
 #include "cc/train/trainer.h"
 
 int main(int argc, char** argv) {
+  // What `nfn` asks of checkpoints (cc/train/checkpoint_query.h) instead of training.
+  if (nfn::is_checkpoint_query(argc, argv)) return nfn::run_checkpoint_query("nfn_gpt_native_train", argc, argv);
   nfn::Flags flags = nfn::train_flags(
       "nfn_gpt_native_train",
       "Train a dense GPT-2/GPT-3-style model on llm.c token shards with a native op library\n"

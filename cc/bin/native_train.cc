@@ -1,6 +1,9 @@
 // nfn_native_train: runs the trainer of the model family that --model-family (or its other
 // spelling --base-model) names, else the --graph-file manifest's, else gpt; and lists the
 // families with an honest status.
+// The checkpoint queries (--inspect-checkpoint, --inspect-geometry: cc/train/checkpoint_query.h)
+// go to the family's trainer the same way, gpt's by default: a checkpoint's format and which
+// one a resume continues are the trainer's.
 #include <unistd.h>
 
 #include <cstdio>
@@ -48,9 +51,12 @@ std::string binary_path(const char* binary) {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: nfn_native_train [--model-family NAME] [trainer flags...]\n"
-               "       nfn_native_train --list-models [--json]\n\n"
+               "       nfn_native_train --list-models [--json]\n"
+               "       nfn_native_train --inspect-checkpoint SPEC [--for-resume] --json\n"
+               "       nfn_native_train --inspect-geometry --max-seq-len T ... --json\n\n"
                "Runs the native trainer of a model family (default: the --graph-file manifest's, else\n"
-               "gpt); every flag goes to it (see nfn_gpt_native_train --help).\n");
+               "gpt); every flag goes to it (see nfn_gpt_native_train --help, and\n"
+               "nfn_native_train --inspect-geometry --help for the checkpoint queries).\n");
 }
 
 // The value of `--NAME V` or `--NAME=V` at argv[i] for any of `names`; advances i past it.
@@ -87,7 +93,7 @@ std::string graph_family(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::string base, graph;
-  bool list = false, json = false, help = false;
+  bool list = false, json = false, help = false, query = false;
   std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], spelled, value;
@@ -107,11 +113,12 @@ int main(int argc, char** argv) {
         continue;
       }
       help |= a == "--help";
+      query |= a == "--inspect-geometry" || a == "--inspect-checkpoint" || a.rfind("--inspect-checkpoint=", 0) == 0;
       json |= a == "--json";
       rest.push_back(a);
     }
   }
-  if (help && base.empty()) return usage(stdout), 0;
+  if (help && base.empty() && !query) return usage(stdout), 0;
   if (list) {
     nfn::Json models = nfn::Json::array();
     for (const auto& f : kFamilies) {

@@ -253,25 +253,26 @@ bool read_state_file(const std::string& path, TrainState* s, std::string* error)
   return read_state_moments(path, *s, into(&s->m), into(&s->v), error);
 }
 
-std::vector<int> complete_steps(const std::string& dir) {
+std::vector<int> complete_steps(const std::string& dir, bool need_state) {
   std::vector<int> steps;
   for (const std::string& name : list_dir(dir)) {
     int step = 0;
     char tail = 0;
-    // DONE_ and 8 digits, as the markers are named (and py/nfn/infer/checkpoint.py reads them):
-    // not "DONE_+0000003" or "DONE_ 0000003", which %8d would take for step 3.
+    // DONE_ and 8 digits, as the markers are named: not "DONE_+0000003" or "DONE_ 0000003",
+    // which %8d would take for step 3.
     if (name.size() != 13 || name.find_first_not_of("0123456789", 5) != std::string::npos ||
         std::sscanf(name.c_str(), "DONE_%8d%c", &step, &tail) != 1)
       continue;
-    if (path_exists(join_path(dir, model_file_name(step))) && path_exists(join_path(dir, state_file_name(step))))
+    if (path_exists(join_path(dir, model_file_name(step))) &&
+        (!need_state || path_exists(join_path(dir, state_file_name(step)))))
       steps.push_back(step);
   }
   std::sort(steps.rbegin(), steps.rend());
   return steps;
 }
 
-int newest_complete_step(const std::string& dir) {
-  const std::vector<int> steps = complete_steps(dir);
+int newest_complete_step(const std::string& dir, bool need_state) {
+  const std::vector<int> steps = complete_steps(dir, need_state);
   return steps.empty() ? -1 : steps.front();
 }
 

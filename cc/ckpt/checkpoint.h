@@ -67,9 +67,10 @@ bool read_state_moments(const std::string& path, const TrainState& state, const 
 bool read_state_master(const std::string& path, const TrainState& state, const FloatSink& master,
                        std::string* error);
 
-// The steps in `dir` whose DONE marker, model file and state file all exist, newest first.
-std::vector<int> complete_steps(const std::string& dir);
+// The steps in `dir` whose DONE marker, model file and state file all exist, newest first: the
+// steps a resume can continue. need_state false: marker and model alone, what sampling needs.
+std::vector<int> complete_steps(const std::string& dir, bool need_state = true);
 // The newest of them; -1 if none.
-int newest_complete_step(const std::string& dir);
+int newest_complete_step(const std::string& dir, bool need_state = true);
 
 }  // namespace nfn

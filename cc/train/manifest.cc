@@ -64,20 +64,19 @@ bool get_int(const Json& obj, const char* key, const std::string& where, int* ou
   return true;
 }
 
-// The JSON object in `path`, or null when it is absent, empty or not an object.
-Json read_object(const std::string& path) {
-  std::string text, ignored;
-  Json m;
-  if (!read_file(path, &text, &ignored) || !Json::parse(text, &m, &ignored) || !m.is_object()) return Json();
-  return m;
-}
-
 std::string run_id_of(const Json& manifest) {
   const Json* id = manifest.is_object() ? manifest.find("run_id") : nullptr;
   return id != nullptr && id->is_string() ? id->as_string() : "";
 }
 
 }  // namespace
+
+Json read_object(const std::string& path) {
+  std::string text, ignored;
+  Json m;
+  if (!read_file(path, &text, &ignored) || !Json::parse(text, &m, &ignored) || !m.is_object()) return Json();
+  return m;
+}
 
 std::string new_run_id() {
   std::random_device source;
@@ -130,8 +129,8 @@ std::string schedule_differences(const Json& training, const TrainConfig& c) {
   return out;
 }
 
-int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step) {
-  for (int step : complete_steps(dir)) {
+int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step, bool need_state) {
+  for (int step : complete_steps(dir, need_state)) {
     if (step > max_step) continue;
     const std::string id = read_marker(dir, step).run_id;
     if (id.empty() || id == run_id) return step;
@@ -139,20 +138,20 @@ int newest_step_of_run(const std::string& dir, const std::string& run_id, int ma
   return -1;
 }
 
-ResumeChoice choose_resume(const std::string& dir) {
+ResumeChoice choose_resume(const std::string& dir, bool need_state) {
   ResumeChoice r;
-  r.newest_any = newest_complete_step(dir);
+  r.newest_any = newest_complete_step(dir, need_state);
   const Json m = read_object(join_path(dir, "manifest.json"));
   const Json* step = m.is_object() ? m.find("step") : nullptr;
   r.run_id = run_id_of(m);
-  // As py/nfn/infer/checkpoint.py takes it too: a step is a whole non-negative number.
+  // A step is a whole non-negative number; anything else is a manifest from before run ids.
   if (r.run_id.empty() || step == nullptr || !step->is_integer() || step->as_integer() < 0) {
     r.run_id.clear();
     r.step = r.newest_any;  // no manifest, or one from before run ids
     return r;
   }
   r.manifest_step = static_cast<int>(std::min<int64_t>(step->as_integer(), INT32_MAX));  // past any step
-  r.step = newest_step_of_run(dir, r.run_id, r.manifest_step);
+  r.step = newest_step_of_run(dir, r.run_id, r.manifest_step, need_state);
   return r;
 }
 

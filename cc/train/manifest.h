@@ -20,6 +20,10 @@ constexpr int kManifestVersion = 1;
 Json manifest_json(const TrainConfig& c, const std::string& weights_file, int step, size_t parameters,
                    const std::string& run_id, const std::string& shards);
 
+// The JSON object in `path`, or null when it is absent, empty or not an object (a marker from
+// before run ids is empty).
+Json read_object(const std::string& path);
+
 // A fresh run's id: 16 hex digits from the system's random source. A resumed run keeps the id
 // of the checkpoint it continues.
 std::string new_run_id();
@@ -40,20 +44,22 @@ Marker read_marker(const std::string& dir, int step);
 // before final_lr_fraction decayed to zero.
 std::string schedule_differences(const Json& training, const TrainConfig& c);
 // The newest complete step in `dir` at or below `max_step` that run `run_id` wrote (a marker
-// from before run ids counts for any run); -1 if none.
-int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step);
+// from before run ids counts for any run); -1 if none. need_state: as complete_steps.
+int newest_step_of_run(const std::string& dir, const std::string& run_id, int max_step, bool need_state = true);
 
 // The checkpoint that `--resume auto` (and `--resume DIR`) continues in `dir`: the step its
 // manifest.json names, the last checkpoint written there, or, where the run that wrote it
 // stopped before that step's marker, that run's newest complete step below it. A manifest
-// from before run ids, or none: the newest complete step of any run.
+// from before run ids, or none: the newest complete step of any run. need_state false: the
+// same choice among the steps whose model is whole without the optimizer's state (sampling,
+// `nfn infer --checkpoint DIR`).
 struct ResumeChoice {
   int step = -1;          // -1: none
   int newest_any = -1;    // the newest complete step of any run (-1: none)
   std::string run_id;     // the manifest's ("" where it names none)
   int manifest_step = -1;
 };
-ResumeChoice choose_resume(const std::string& dir);
+ResumeChoice choose_resume(const std::string& dir, bool need_state = true);
 // Reads family, template and geometry (and tokenizer/dataset when present) into *c.
 bool read_manifest(const std::string& path, TrainConfig* c, std::string* error);
 

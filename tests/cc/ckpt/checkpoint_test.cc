@@ -164,8 +164,16 @@ int main() {
                (!done || write_file_atomic(join_path(steps_dir, done_file_name(step)), "", &error)),
            "%s", error.c_str());
   }
+  // A marker named with a sign or a space is no step's: step 10 (model and state, no marker)
+  // stays incomplete, whatever %8d would read in those names.
+  EXPECT(write_file_atomic(join_path(steps_dir, "DONE_+0000010"), "", &error) &&
+             write_file_atomic(join_path(steps_dir, "DONE_ 0000010"), "", &error),
+         "%s", error.c_str());
   EXPECT(complete_steps(steps_dir) == std::vector<int>({4, 2}), "complete_steps");
-  EXPECT(newest_complete_step(steps_dir) == 4 && newest_complete_step(join_path(dir, "absent")) == -1,
+  // Sampling needs the model and its marker alone: step 6 lacks only its state.
+  EXPECT(complete_steps(steps_dir, false) == std::vector<int>({6, 4, 2}), "complete_steps without state");
+  EXPECT(newest_complete_step(steps_dir) == 4 && newest_complete_step(join_path(dir, "absent")) == -1 &&
+             newest_complete_step(steps_dir, false) == 6,
          "newest_complete_step");
 
   std::system(("rm -rf " + dir).c_str());

@@ -4,6 +4,7 @@
 #include "cc/train/manifest.h"
 #include "cc/train/resume.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -60,10 +61,20 @@ int main() {
   checkpoint(dir, 1, "");  // a marker from before run ids is any run's
   EXPECT(nfn::choose_resume(dir).step == 1, "c with an old marker below: %d", nfn::choose_resume(dir).step);
   for (const char* legacy : {"{\"step\": 3}", "{\"step\": 3, \"run_id\": \"\"}", "not json", "{\"run_id\": \"b\"}",
-                             "{\"step\": -1, \"run_id\": \"b\"}"}) {
-    manifest(dir, legacy);  // no run id or step: the newest of any run, as before run ids
+                             "{\"step\": -1, \"run_id\": \"b\"}", "{\"step\": 3.0, \"run_id\": \"b\"}",
+                             "{\"step\": 3.5, \"run_id\": \"b\"}", "{\"step\": true, \"run_id\": \"b\"}",
+                             "{\"step\": \"3\", \"run_id\": \"b\"}"}) {
+    manifest(dir, legacy);  // no run id or whole step: the newest of any run, as before run ids
     EXPECT(nfn::choose_resume(dir).step == 6, "%s: %d", legacy, nfn::choose_resume(dir).step);
   }
+  manifest(dir, "{\"step\": 99999999999, \"run_id\": \"a\"}");  // past any step: a's newest
+  EXPECT(nfn::choose_resume(dir).step == 6, "a step past int: %d", nfn::choose_resume(dir).step);
+  // Without the need for state files (sampling): the same rule over the steps whose model and
+  // marker are there. a's 6 without its state is a's newest for sampling, not for a resume.
+  EXPECT(std::remove(nfn::join_path(dir, nfn::state_file_name(6)).c_str()) == 0, "removing step 6's state");
+  EXPECT(nfn::choose_resume(dir).step == 5 && nfn::choose_resume(dir, false).step == 6,
+         "without step 6's state: resume %d, sampling %d", nfn::choose_resume(dir).step,
+         nfn::choose_resume(dir, false).step);
   std::system(("rm -rf " + dir).c_str());
   EXPECT(nfn::choose_resume(dir).step == -1, "an absent directory");
   const std::string id1 = nfn::new_run_id(), id2 = nfn::new_run_id();
