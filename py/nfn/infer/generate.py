@@ -18,14 +18,14 @@ def print_json(obj):
 
 def header_only(args):
     """--native-info / --checkpoint-layout: from the header alone (standard library)."""
-    ckpt = checkpoint.resolve(args.weights or args.checkpoint)
+    ckpt = checkpoint.resolve(args.weights or args.checkpoint, header=True)
     info = checkpoint.header_info(ckpt)
     if args.checkpoint_layout:
         if ckpt.kind == "hf":
             from nfn.infer import hf
             info["tensors"] = hf.hf_layout(ckpt.path)
         else:
-            info["tensors"] = checkpoint.layout(info)
+            info["tensors"] = ckpt.tensors
     print_json(info)
     return 0
 

@@ -28,10 +28,6 @@ LAYER_MAP = [("ln1w", "ln_1.weight", False), ("ln1b", "ln_1.bias", False),
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 
 
-def pad_vocab(v):
-    return (v + 127) // 128 * 128
-
-
 def config_json(geom, dtype, tokenizer=None, eot=None):
     """A GPT2Config for our geometry: tanh GELU, eps 1e-5, tied embeddings."""
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
@@ -73,9 +69,10 @@ def read_config(directory):
         if type(got) is not type(want) or not (got == want or (type(want) is float and
                                                               math.isclose(got, want, rel_tol=1e-6))):
             raise UserError(f"{path}: {field} is {json.dumps(got)}, not {json.dumps(want)}: {what}")
-    geom = {"max_seq_len": cfg["n_positions"], "vocab_size": cfg["vocab_size"], "num_layers": cfg["n_layer"],
-            "num_heads": cfg["n_head"], "channels": cfg["n_embd"], "padded_vocab_size": pad_vocab(cfg["vocab_size"])}
-    checkpoint.validate_geometry(geom, path)
+    # The trainer pads the vocabulary (wte's rows) and checks the geometry.
+    geom = checkpoint.geometry_layout({"max_seq_len": cfg["n_positions"], "vocab_size": cfg["vocab_size"],
+                                       "num_layers": cfg["n_layer"], "num_heads": cfg["n_head"],
+                                       "channels": cfg["n_embd"]}, path)["geometry"]
     # eos_token_id: one id, or (as Hugging Face allows) a list of them, of which the first
     # stops generation here.
     eos = cfg.get("eos_token_id")
@@ -102,7 +99,8 @@ def read_info(directory):
     tensors, _, _, _ = _names(directory)
     dtypes = sorted({e["dtype"] for e in tensors.values()})
     return {"file": os.path.join(directory, "model.safetensors"), "format": "hf-gpt2", **geom,
-            "dtype": dtypes, "parameters": checkpoint.num_parameters(geom), "tensors": len(tensors)}
+            "dtype": dtypes, "parameters": checkpoint.geometry_layout(geom, directory)["parameters"],
+            "tensors": len(tensors)}
 
 
 def hf_layout(directory):
@@ -113,15 +111,9 @@ def hf_layout(directory):
 
 
 def split_flat(flat, geom):
-    """{name: view} of a flat array in checkpoint order."""
-    out, offset = {}, 0
-    for name, shape in zip(checkpoint.PARAM_NAMES, checkpoint.shapes(geom)):
-        n = 1
-        for d in shape:
-            n *= d
-        out[name] = flat[offset:offset + n].reshape(shape)
-        offset += n
-    return out
+    """{name: view} of a flat array in checkpoint order, as the trainer lays the tensors out."""
+    return {t["name"]: flat[t["element_offset"]:t["element_offset"] + t["elements"]].reshape(t["shape"])
+            for t in checkpoint.geometry_layout(geom, "model geometry")["tensors"]}
 
 
 def export(flat, geom, dtype, out_dir, tokenizer=None, eot=None):
@@ -164,14 +156,14 @@ def load(directory):
         return safetensors.read_tensor(path, tensors[key], start)
 
     V, T, L, C = (geom[k] for k in ("vocab_size", "max_seq_len", "num_layers", "channels"))
-    flat = np.zeros(checkpoint.num_parameters(geom), dtype=np.float32 if dtype == "f32" else np.uint16)
+    model = checkpoint.geometry_layout(geom, path)
+    flat = np.zeros(model["parameters"], dtype=np.float32 if dtype == "f32" else np.uint16)
     p = split_flat(flat, geom)
     p["wte"][:V] = get("wte.weight", (V, C))  # padding rows stay zero
     p["wpe"][:] = get("wpe.weight", (T, C))
-    shapes = dict(zip(checkpoint.PARAM_NAMES, checkpoint.shapes(geom)))
     for layer in range(L):
         for ours, theirs, transposed in LAYER_MAP:
-            shape = shapes[ours][1:]
+            shape = p[ours].shape[1:]
             t = get(f"h.{layer}.{theirs}", shape[::-1] if transposed else shape)
             p[ours][layer] = t.T if transposed else t
     p["lnfw"][:] = get("ln_f.weight", (C,))

@@ -25,12 +25,12 @@ class LoadedModel:
     data: Optional[tuple] = None  # the training data its manifest names (checkpoint.recorded_data)
 
 
-def read_raw(path):
-    """(header, parameters as stored: float32, or uint16 bf16 words)."""
+def read_raw(ckpt):
+    """The parameters of an llm.c checkpoint (resolved with its header) as stored: float32, or
+    uint16 bf16 words, from where its layout puts the first tensor."""
     import numpy as np
-    header = checkpoint.read_header(path)
-    dtype = np.float32 if header["version"] == 3 else np.uint16
-    return header, np.fromfile(path, dtype=dtype, offset=checkpoint.HEADER_BYTES)
+    dtype = np.float32 if ckpt.header["dtype"] == "f32" else np.uint16
+    return np.fromfile(ckpt.path, dtype=dtype, count=ckpt.header["parameters"], offset=ckpt.tensors[0]["offset"])
 
 
 def widen_bf16(words):
@@ -52,15 +52,15 @@ def write_llmc(path, geom, dtype, flat):
 def load_stored(args):
     """(geometry, dtype, parameters as stored, manifest dict or None, source) for the args."""
     weights = getattr(args, "weights", None)
-    ckpt = checkpoint.resolve(weights if weights else args.checkpoint)
+    ckpt = checkpoint.resolve(weights if weights else args.checkpoint, header=True)
     manifest_path = getattr(args, "graph_file", None) or ckpt.manifest
     if ckpt.kind == "hf":
         from nfn.infer import hf
         geom, dtype, flat, cfg = hf.load(ckpt.path)
         manifest = {"tokenizer": cfg.get("nfn_tokenizer"), "eot_token": cfg.get("eos_token_id")}
     else:
-        header, flat = read_raw(ckpt.path)
-        geom, dtype, manifest = checkpoint.geometry(header), header["dtype"], None
+        flat = read_raw(ckpt)
+        geom, dtype, manifest = checkpoint.geometry(ckpt.header), ckpt.header["dtype"], None
     if manifest_path:
         manifest = checkpoint.read_manifest(manifest_path)
         checkpoint.check_manifest_matches(manifest_path, manifest, geom)

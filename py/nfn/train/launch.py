@@ -16,24 +16,8 @@ import sys
 
 from nfn import cuda_runtime, fileio
 from nfn.errors import UserError
+from nfn.native_bin import trainer_binary
 from nfn.train import flags
-
-BINARY_ENV = "NFN_NATIVE_BIN_DIR"
-DISPATCHER = "nfn_native_train"
-
-def trainer_binary():
-    """The dispatcher binary: $NFN_NATIVE_BIN_DIR, else Bazel's runfiles beside this package."""
-    candidates = []
-    if os.environ.get(BINARY_ENV):
-        candidates.append(os.path.join(os.environ[BINARY_ENV], DISPATCHER))
-    # <runfiles>/nfn/py/nfn/train/launch.py -> <runfiles>/nfn/cc/bin/
-    workspace = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    candidates.append(os.path.join(workspace, "cc", "bin", DISPATCHER))
-    for path in candidates:
-        if os.access(path, os.X_OK):
-            return path
-    raise UserError(f"the native trainer {DISPATCHER} is not built; run through `bazel run //py:nfn` "
-                    f"or point ${BINARY_ENV} at a directory holding it")
 
 
 # The demo's tokenizer: with a 50,257-piece vocabulary the 128-channel demo model would be
