@@ -3,7 +3,8 @@
 
 Trains GPT-2 124M (seq 1024, bf16) with nfn's trainer on random-token shards, then with
 tools/bench_train_torch_cuda.py, and prints tokens/s and MFU for both and their ratio last
-(JSON key "ratio" = nfn / pytorch).
+(JSON key "ratio" = nfn / pytorch). Both MFUs count FLOPs a token as the trainer's report
+does ("flops_per_token"), since both sides train the same geometry.
 
     python3 tools/bench_train.py --backend cuda --json \\
         --trainer .device/bin/nfn_gpt_native_train --tile-ops-lib .device/lib/libnfn_native_train_tile_ops.so
@@ -82,14 +83,6 @@ def successor_tokens(n, succ, rng, noise=0.1):
         t = succ[t] if rng.random() > noise else rng.randrange(len(succ))
         out.append(t)
     return out
-
-
-def flops_per_token(layers=12, channels=768, vocab=50304, seq_len=1024):
-    """6 FLOPs per parameter per token plus attention's 6 L T C, as llm.c and nfn's trainer
-    (cc/train/mfu.h) count them: every parameter, the padded vocabulary's and the positions'."""
-    per_layer = 12 * channels * channels + 13 * channels
-    params = layers * per_layer + vocab * channels + seq_len * channels + 2 * channels
-    return 6 * params + 6 * layers * seq_len * channels
 
 
 # Untimed steps before each side's timed ones (passed to bench_train_torch_cuda.py's --warmup).
@@ -183,11 +176,25 @@ def run_nfn(args, workdir, mode):
     tps = step_tokens * len(times) / sum(times)
     # Host time to issue a step against the step: near 1, launches bound the step (graphs pay).
     enqueue = (report.get("enqueue_seconds") or [])[CUDA_WARMUP_STEPS:]
+    flops = report.get("flops_per_token")  # the trainer's count (cc/train/mfu.h)
     return {"impl": "nfn", **span, "tokens_per_s": tps, "step_ms": 1e3 * sum(times) / len(times),
             "enqueue_ms": 1e3 * statistics.median(enqueue) if enqueue else None,
-            "mfu": tps * flops_per_token(seq_len=args.seq_len) / (args.peak_tflops * 1e12),
+            "flops_per_token": flops, "mfu": mfu(tps, flops, args.peak_tflops),
             "final_loss": report.get("final_train_loss"),
             "op_library": report.get("op_library")}
+
+
+def mfu(tokens_per_s, flops_per_token, peak_tflops):
+    return tokens_per_s * flops_per_token / (peak_tflops * 1e12) if flops_per_token else None
+
+
+def count_as_nfn(ref, nfn, peak_tflops):
+    """The reference's MFU from nfn's FLOPs a token: both train the same geometry, so one count
+    (the trainer's) serves both rows; where nfn gave none, the reference's own stays."""
+    flops = nfn.get("flops_per_token")
+    if flops and ref.get("tokens_per_s"):
+        ref.update(flops_per_token=flops, mfu=mfu(ref["tokens_per_s"], flops, peak_tflops))
+    return ref
 
 
 def run_torch(args):
@@ -252,7 +259,7 @@ def main(argv=None):
     args.timeout = 130 if args.timeout is None else args.timeout
     with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
         nfn = run_nfn_modes(args, workdir)
-    ref = {"skipped": True} if args.skip_torch else run_torch(args)
+    ref = {"skipped": True} if args.skip_torch else count_as_nfn(run_torch(args), nfn, args.peak_tflops)
     progress("pytorch", ref)
     ratio = None
     if nfn.get("tokens_per_s") and ref.get("tokens_per_s") and "error" not in ref:  # a NaN loss is no rate
@@ -265,7 +272,8 @@ def main(argv=None):
         for name, r in (("nfn", nfn), ("pytorch", ref)):
             if "tokens_per_s" in r and "error" not in r:
                 what = f"  mode {r['mode']}" if "mode" in r else ""
-                print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  MFU {100 * r['mfu']:5.1f}%{what}")
+                use = f"MFU {100 * r['mfu']:5.1f}%" if r.get("mfu") is not None else "MFU n/a"
+                print(f"{name:8s} {r['tokens_per_s']:12.0f} tok/s  {use}{what}")
             else:
                 print(f"{name:8s} {r.get('error', 'skipped')}")
         print(f"ratio    {ratio:.3f}" if ratio else "ratio    n/a")

@@ -456,6 +456,7 @@ int TrainingRun::report() {
   report.set("mfu", peak_flops_ > 0 && train_time_ > 0
                         ? Json(token_flops_ * (trained_tokens_ / train_time_) / peak_flops_)
                         : Json());
+  report.set("flops_per_token", token_flops_);  // the count behind mfu (cc/train/mfu.h), for benchmarks
   Json phases = Json::object();
   for (const auto& [key, seconds] : {std::pair{"data_s", ph_.data}, {"forward_backward_s", ph_.forward_backward},
                                      {"optimizer_s", ph_.optimizer}, {"wait_s", ph_.wait},

@@ -133,6 +133,33 @@ class CpuTimeoutTest(unittest.TestCase):
         code, result, _ = self.bench(TRAINER_OK, REFERENCE_OK)  # the default limit
         self.assertEqual((code, result["ratio"]), (0, 4.0))
 
+    def test_cuda_mfu_counts_flops_as_the_trainer_does(self):
+        # Stand-ins: a trainer whose report has 5 warm-up steps, then 3 of 0.5 s and its count
+        # of FLOPs a token, and a reference with its own count; both rows' MFU take the trainer's.
+        trainer = self.script("cuda_trainer", """
+            import json
+            print(json.dumps({"step_seconds": [1.0] * 5 + [0.5] * 3, "flops_per_token": 3000.0}))
+            """)
+        refdir = os.path.join(self.tmp, "cuda_ref")
+        os.makedirs(refdir)
+        self.script(os.path.join("cuda_ref", "bench_train_torch_cuda.py"), """
+            import json
+            print(json.dumps({"impl": "pytorch", "tokens_per_s": 50.0, "flops_per_token": 2999.0, "mfu": 0.5}))
+            """)
+        argv = ["--backend", "cuda", "--trainer", trainer, "--modes", "cudnn", "--steps", "3", "--batch-size", "2",
+                "--seq-len", "4", "--peak-tflops", "1e-9", "--json"]
+        code = (f"import sys; sys.path.insert(0, {TOOLS!r}); import bench_train; "
+                f"bench_train.HERE = {refdir!r}; sys.exit(bench_train.main({argv!r}))")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        result = json.loads(proc.stdout)
+        nfn, ref = result["nfn"], result["pytorch"]
+        self.assertEqual(nfn["tokens_per_s"], 8 / 0.5)  # the last timed step holds two steps' work
+        self.assertAlmostEqual(nfn["mfu"], 8 / 0.5 * 3000 / 1e3)
+        self.assertEqual(ref["flops_per_token"], 3000.0)
+        self.assertAlmostEqual(ref["mfu"], 50 * 3000 / 1e3)
+        self.assertEqual(result["ratio"], 16 / 50)
+
     def test_flags(self):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):

@@ -100,6 +100,8 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual(r["model_family"], "gpt")
         self.assertEqual(r["steps"], 6)
         self.assertEqual(r["parameters"], 2 * 12 * 32 * 32 + 2 * 13 * 32 + 128 * 32 + 16 * 32 + 2 * 32)
+        # FLOPs a token as llm.c counts them: 6 a parameter, and attention's 6 L T C.
+        self.assertEqual(r["flops_per_token"], 6 * r["parameters"] + 6 * 2 * 16 * 32)
         self.assertEqual([s for s, _ in r["train_losses"]], [1, 2, 3, 4, 5, 6])
         self.assertEqual([s for s, _ in r["validation_losses"]], [3, 6])
         self.assertEqual(r["final_validation_loss"], r["validation_losses"][-1][1])
