@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cc/train/find_checkpoint.h"
 #include "cc/train/manifest.h"
 #include "cc/util/files.h"
 
@@ -89,28 +90,26 @@ bool resolve_resume(const TrainConfig& c, const ModelFamily& family, Start* s, s
 
 Json resume_choice_json(const TrainConfig& c) {
   if (c.resume.empty()) return Json();
-  std::string dir = c.resume == "auto" ? c.output_dir : c.resume;
+  const std::string spec = c.resume == "auto" ? c.output_dir : c.resume;
+  FoundCheckpoint found;
+  std::string manifest, error;
   int step = -1;
-  if (c.resume == "auto" || is_directory(c.resume)) {
-    step = choose_resume(dir).step;
-  } else {
-    dir = dir_name(c.resume);
-    char tail = 0;
-    const std::string base = c.resume.substr(c.resume.find_last_of('/') + 1);
-    if (std::sscanf(base.c_str(), "model_%8d.bin%c", &step, &tail) != 1) return Json();
+  const bool complete = find_checkpoint(spec, /*for_resume=*/true, "", &found, &error) && found.kind == "llmc";
+  if (complete) {
+    manifest = found.manifest;
+  } else if (is_directory(spec)) {  // a run that stopped before its first checkpoint
+    if (path_exists(join_path(spec, "manifest.json"))) manifest = join_path(spec, "manifest.json");
+  } else if (char tail = 0; std::sscanf(spec.substr(spec.find_last_of('/') + 1).c_str(), "model_%8d.bin%c", &step,
+                                        &tail) == 1) {
+    manifest = manifest_of(spec);  // a checkpoint not written (completely) yet: its directory's
   }
-  // The checkpoint's marker holds its manifest; one from before that, or a run that stopped
-  // before its first checkpoint, has the directory's manifest.json.
-  Json manifest = step >= 0 ? read_marker(dir, step).manifest : Json();
-  std::string text, error;
-  if (manifest.is_null() &&
-      (!read_file(join_path(dir, "manifest.json"), &text, &error) || !Json::parse(text, &manifest, &error)))
-    manifest = Json();
-  const bool complete = step >= 0 && path_exists(join_path(dir, done_file_name(step)));
+  Json m;
+  std::string text;
+  if (manifest.empty() || !read_file(manifest, &text, &error) || !Json::parse(text, &m, &error)) m = Json();
   Json out = Json::object();
-  out.set("model_file", complete ? Json(join_path(dir, model_file_name(step))) : Json());
-  out.set("step", complete ? Json(step) : Json());
-  out.set("manifest", manifest);
+  out.set("model_file", complete ? Json(found.path) : Json());
+  out.set("step", complete ? Json(found.step) : Json());
+  out.set("manifest", m);
   return out;
 }
 
