@@ -77,7 +77,19 @@ def build_registry(ops, backends, abi_version):
             }
         implemented = [b for b in backends if any(c["supported"] for c in support[b].values())]
         rows.append({**op, "backends": implemented, "support": support})
-    return {"schema": 1, "abi_version": abi_version, "backends": list(backends), "ops": rows}
+    return {"schema": 1, "abi_version": abi_version, "backends": list(backends), "by_dtype": by_dtype(rows, backends),
+            "ops": rows}
+
+
+def by_dtype(rows, backends):
+    """Per backend and dtype, how many ops run it and how many do not ("any": dtype-free ops)."""
+    counts = {b: {} for b in backends}
+    for op in rows:
+        for backend in backends:
+            for dtype, cell in op["support"][backend].items():
+                count = counts[backend].setdefault(dtype, {"supported": 0, "unsupported": 0})
+                count["supported" if cell["supported"] else "unsupported"] += 1
+    return counts
 
 
 def main(argv=None):

@@ -52,6 +52,11 @@ class GeneratorTest(unittest.TestCase):
         self.assertEqual(attn["backends"], ["cpu"])
         self.assertEqual(attn["support"]["cuda"]["bf16"]["reason"], "needs sm_90")
         self.assertIn("attn on cuda (bf16): needs sm_90", registry.format_table(reg))
+        # Counts per dtype: fill (f32, bf16) and attn (bf16) on each backend.
+        self.assertEqual(reg["by_dtype"], {
+            "cpu": {"f32": {"supported": 1, "unsupported": 0}, "bf16": {"supported": 2, "unsupported": 0}},
+            "cuda": {"f32": {"supported": 1, "unsupported": 0}, "bf16": {"supported": 0, "unsupported": 2}}})
+        self.assertIn("cuda: f32 1/1, bf16 0/2", registry.format_table(reg))
 
     def test_unknown_op_in_support_file_names_file_and_line(self):
         with self.assertRaises(SystemExit) as cm:
@@ -83,6 +88,10 @@ class BuiltRegistryTest(unittest.TestCase):
         lib.nfn_abi_version.restype = ctypes.c_int
         self.assertEqual(reg["abi_version"], lib.nfn_abi_version())  # the header's, as the library says
         self.assertGreater(len(reg["ops"]), 0)
+        # Every dtype an op lists but a backend lacks has its reason.
+        gaps = [(op["name"], b, d, cell["reason"]) for op in reg["ops"] for b, cells in op["support"].items()
+                for d, cell in cells.items() if not cell["supported"]]
+        self.assertTrue(gaps and all(isinstance(r, str) and r.strip() for *_, r in gaps), gaps)
         for op in reg["ops"]:
             if "cpu" in op["backends"]:
                 self.assertTrue(hasattr(lib, "nfn_" + op["name"]), op["name"])

@@ -44,4 +44,8 @@ def format_table(registry):
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     if notes:
         lines += ["", "unsupported:"] + notes
+    lines += ["", "ops per dtype (supported/listed):"]
+    for backend, dtypes in registry.get("by_dtype", {}).items():
+        cells = [f"{d} {c['supported']}/{c['supported'] + c['unsupported']}" for d, c in dtypes.items()]
+        lines.append(f"  {backend}: " + ", ".join(cells))
     return "\n".join(lines)
