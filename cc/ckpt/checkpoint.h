@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cc/model/gpt_config.h"
+#include "cc/ckpt/gpt2_layout.h"
 
 namespace nfn {
 

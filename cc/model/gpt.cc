@@ -508,7 +508,7 @@ bool GPT::optimizer_step(const OptimizerStep& s, std::string* error) {
                                 m_ + layout_[i].offset,
                                 v_ + layout_[i].offset,
                                 layout_[i].count,
-                                layout_[i].decay ? s.weight_decay : 0.f};
+                                param_decays(i) ? s.weight_decay : 0.f};
   }
   return check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, grad_sumsq_),
                "sum_squares_many", error) &&
