@@ -20,7 +20,6 @@
 // per chunk (the CUDA library's lm_head_rows option), as extra rows outside the step total.
 // "embedding_backward (text-like ids)" (outside the step total too) runs the embedding
 // backward on Zipf-distributed ids, whose frequent ids repeat as real text's do.
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -342,10 +341,9 @@ int main(int argc, char** argv) {
     std::printf("%-36s %6d %10.3f %8.3f %8s %10.2f\n", r.name.c_str(), r.per_step, r.median_ms, r.min_ms, rate,
                 r.per_step * r.median_ms);
   }
-  // The CUDA library's count of fused cuBLASLt epilogues (an extra export, outside the ABI).
-  using Epilogues = const char* (*)(nfn_ctx*);
-  if (auto fused = reinterpret_cast<Epilogues>(dlsym(lib.handle, "nfn_cuda_fused_epilogues")))
-    std::printf("fused epilogues: %s\n", *fused(ctx) ? fused(ctx) : "none tried");
+  // The CUDA library's count of fused cuBLASLt epilogues (a key the CPU library does not know).
+  if (const char* fused = o.ctx_query(ctx, "fused_epilogues"))
+    std::printf("fused epilogues: %s\n", *fused ? fused : "none tried");
   std::printf("ops per micro-step: %.2f ms -> at most %.0f tokens/s (%d tokens per micro-step)\n", total,
               N / (total * 1e-3), N);
   buf.release();

@@ -15,6 +15,7 @@ inline nfn_op_table linked_op_table() {
   t.ctx_last_error = &nfn_ctx_last_error;
   t.synchronize = &nfn_synchronize;
   t.ctx_configure = &nfn_ctx_configure;
+  t.ctx_query = &nfn_ctx_query;
 #define NFN_OP(name, category, dtypes, params) t.name = &nfn_##name;
 #include "cc/ops/nfn_ops.def"
 #undef NFN_OP

@@ -18,8 +18,8 @@ extern "C" {
 
 /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
  * 5: alloc_host, free_host; 6: event ops; 7: lm_head_cross_entropy takes the padded Vp;
- * 8: layernorm_backward and linear_backward take dinp_colsum */
-#define NFN_ABI_VERSION 8
+ * 8: layernorm_backward and linear_backward take dinp_colsum; 9: ctx_query */
+#define NFN_ABI_VERSION 9
 
 typedef enum nfn_status {
   NFN_OK = 0,
@@ -77,6 +77,18 @@ nfn_status nfn_synchronize(nfn_ctx* ctx);
 /* Backend options by name, e.g. ("threads", "8") or ("matmul", "bf16"). Unknown keys or
  * values are NFN_ERR_INVALID_ARGUMENT with the reason in nfn_ctx_last_error. */
 nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value);
+/* What the library reports about itself by name, for reports and `nfn kernels doctor`:
+ *   device           every library: the device's name ("NVIDIA H200"; the CPU's model name,
+ *                    "" where the system does not say)
+ *   attention        CUDA: the attention path in use and what it falls back to
+ *   fused_epilogues  CUDA: how often each fused cuBLASLt epilogue ran fused, e.g.
+ *                    "gelu_aux_bias 24/24, dgelu_bgrad 12/12 fused" ("" before a bf16 linear)
+ *   gemm_tune        CUDA: "off", or "on: N shapes timed, M taken from FILE"
+ *   thunderkittens   CUDA: "available" where attention=thunderkittens runs here, else why not
+ * NULL for a key this library does not know. A NULL ctx asks the library rather than a
+ * context: only thunderkittens answers then. The string belongs to the context (or is
+ * static) and stays valid until the next query or configure on it. */
+const char* nfn_ctx_query(const nfn_ctx* ctx, const char* key);
 
 #define NFN_OP(name, category, dtypes, params) nfn_status nfn_##name params;
 #include "cc/ops/nfn_ops.def"
@@ -92,6 +104,7 @@ typedef struct nfn_op_table {
   const char* (*ctx_last_error)(const nfn_ctx* ctx);
   nfn_status (*synchronize)(nfn_ctx* ctx);
   nfn_status (*ctx_configure)(nfn_ctx* ctx, const char* key, const char* value);
+  const char* (*ctx_query)(const nfn_ctx* ctx, const char* key);
 #define NFN_OP(name, category, dtypes, params) nfn_status(*name) params;
 #include "cc/ops/nfn_ops.def"
 #undef NFN_OP

@@ -13,8 +13,9 @@ struct OpLibrary {
   nfn_op_table ops{};
 };
 
-// Opens `path` with dlopen and resolves every ABI symbol. Returns false with a one-line
-// reason in *error (naming the file and the missing symbol or the ABI mismatch).
+// Opens `path` with dlopen, checks its ABI version, then resolves every ABI symbol. Returns
+// false with a one-line reason in *error (naming the file and the ABI mismatch or the
+// missing symbol).
 bool load_op_library(const std::string& path, OpLibrary* lib, std::string* error);
 void unload_op_library(OpLibrary* lib);
 

@@ -1,6 +1,5 @@
 #include "cc/train/run_setup.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,21 +10,6 @@
 #include "cc/util/files.h"
 
 namespace nfn {
-
-namespace {
-
-// Whether the CPU has bf16 dot-product units (AVX512-BF16 or AMX-BF16): where it has, bf16
-// GEMMs are the CPU trainer's default (1.64x the f32 step on a 2-core Zen 4, 2026-12-01);
-// AVX-512 without them would run oneDNN's bf16 emulated, slower than f32.
-bool cpu_has_bf16_units() {
-#if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
-#else
-  return false;
-#endif
-}
-
-}  // namespace
 
 std::vector<std::tuple<const char*, const char*, const std::string*>> backend_options(const TrainConfig& c) {
   return {{"threads", "threads", &c.threads},          {"matmul", "matmul", &c.matmul},
@@ -131,12 +115,10 @@ bool output_dir_writable(const std::string& dir, std::string* error) {
   return true;
 }
 
-bool library_report(const Backend& backend, const char* symbol, std::string* text) {
-  using Report = const char* (*)(nfn_ctx*);
-  auto report = reinterpret_cast<Report>(dlsym(backend.lib.handle, symbol));
-  const char* said = report != nullptr ? report(backend.ctx) : nullptr;
+bool library_report(const Backend& backend, const char* key, std::string* text) {
+  const char* said = backend.lib.ops.ctx_query(backend.ctx, key);
   *text = said != nullptr ? said : "";
-  return report != nullptr;
+  return said != nullptr;
 }
 
 }  // namespace nfn

@@ -8,8 +8,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cc/ops/backend.h"
 #include "cc/ops/nfn_tile_ops.h"
-#include "cc/train/backend.h"
 #include "cc/train/train_config.h"
 
 namespace nfn {
@@ -33,8 +33,8 @@ bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int*
 // Whether `dir` can be made and written, without making it.
 bool output_dir_writable(const std::string& dir, std::string* error);
 
-// What the CUDA library reports of itself outside the op table (device name, attention path,
-// fused epilogues, gemm_tune), by symbol; false where the library has no such report.
-bool library_report(const Backend& backend, const char* symbol, std::string* text);
+// What the library reports of itself by nfn_ctx_query key (device, attention, fused_epilogues,
+// gemm_tune); false where the library does not know the key.
+bool library_report(const Backend& backend, const char* key, std::string* text);
 
 }  // namespace nfn

@@ -226,7 +226,7 @@ int TrainingRun::setup() {
   in_.resize(static_cast<size_t>(B_) * T_);
   tg_.resize(in_.size());
   // On a GPU of known peak, bf16 runs report their MFU.
-  library_report(backend_, "nfn_cuda_device_name", &device_);
+  library_report(backend_, "device", &device_);
   peak_flops_ = setup_.dtype == NFN_BF16 ? bf16_peak_tflops(device_) * 1e12 : 0;
   token_flops_ = family_->flops_per_token(T_);
   return 0;
@@ -429,11 +429,9 @@ Json TrainingRun::op_library_json() const {
   lib.set("options", configured);
   // The CUDA library's attention kernel path (flash, thunderkittens), how often its fused
   // cuBLASLt epilogues ran fused (bf16), and what gemm_tune did.
-  for (const auto& [key, symbol] : {std::pair{"attention", "nfn_cuda_attention_path"},
-                                    {"fused_epilogues", "nfn_cuda_fused_epilogues"},
-                                    {"gemm_tune", "nfn_cuda_gemm_tune"}}) {
+  for (const char* key : {"attention", "fused_epilogues", "gemm_tune"}) {
     std::string text;
-    if (library_report(backend_, symbol, &text)) lib.set(key, text);
+    if (library_report(backend_, key, &text)) lib.set(key, text);
   }
   if (!setup_.matmul.empty()) lib.set("matmul", setup_.matmul);
   return lib;

@@ -238,44 +238,6 @@ nfn_status nfn_ctx_configure(nfn_ctx* ctx, const char* key, const char* value) {
               key ? key : "(null)", value ? value : "(null)");
 }
 
-// Not part of the op table: what gemm_tune did on this context, for the runtime report: "off",
-// or "on: 12 shapes timed, 0 taken from <file>" (or "..., no picks file" with
-// gemm_tune_cache=off or no home). Valid until the next call.
-const char* nfn_cuda_gemm_tune(nfn_ctx* ctx) {
-  if (ctx == nullptr) return "";
-  if (!ctx->gemm_tune && ctx->gemm_timed == 0 && ctx->gemm_kept == 0) return "off";
-  const auto* picks = static_cast<const nfn::cuda::TunedPicks*>(ctx->tuned_picks);
-  ctx->gemm_tune_report = "on: " + std::to_string(ctx->gemm_timed) + " shapes timed, " +
-                          std::to_string(ctx->gemm_kept) + " taken from " +
-                          (picks != nullptr ? picks->path : std::string("no picks file"));
-  return ctx->gemm_tune_report.c_str();
-}
-
-// Not part of the op table: the context's device, as CUDA names it ("NVIDIA H200"), for the
-// runtime report (trainers look it up with dlsym and may do without it).
-const char* nfn_cuda_device_name(const nfn_ctx* ctx) { return ctx != nullptr ? ctx->device_name.c_str() : ""; }
-
-// Not part of the op table: the name of the attention path in use, for the runtime report
-// (trainers look it up with dlsym and may do without it).
-const char* nfn_cuda_attention_path(const nfn_ctx* ctx) {
-  if (ctx == nullptr) return "none";
-  switch (ctx->attention) {
-    case nfn_attention_path::thunderkittens: return "thunderkittens (nfn's wgmma kernels on ThunderKittens)";
-    case nfn_attention_path::flash_mma:
-      if (!ctx->attention_fallback.empty()) return ctx->attention_fallback.c_str();
-      return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes that are not a multiple of 16)";
-    case nfn_attention_path::cudnn:
-      ctx->attention_report = std::string(nfn::cuda::cudnn_path_name()) +
-                              "; flash_simt for f32 and head sizes that are not a multiple of 8";
-      if (!nfn::cuda::cudnn_deterministic(ctx))
-        ctx->attention_report += "; its backward adds dQ with atomics, so runs do not repeat bit for bit";
-      else if (!ctx->attention_fallback.empty())
-        ctx->attention_report += "; " + ctx->attention_fallback;
-      return ctx->attention_report.c_str();
-    default: return "flash_simt (nfn's own kernel)";
-  }
-}
-
 nfn_status nfn_synchronize(nfn_ctx* ctx) {
   NFN_CHECK_CTX(ctx);
   NFN_TRY(nfn::cuda::not_recording(ctx, "synchronize"));

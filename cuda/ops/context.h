@@ -35,7 +35,6 @@ struct nfn_ctx {
   std::string gemm_tune_cache;
   void* tuned_picks = nullptr;
   unsigned gemm_timed = 0, gemm_kept = 0;  // shapes gemm_tune timed; shapes it took from the file
-  std::string gemm_tune_report;     // nfn_cuda_gemm_tune's answer, built on the call
   // Option deterministic=off: cuDNN's attention backward may add dQ with atomics (its faster
   // form), so runs no longer repeat bit for bit. On by default: every kernel repeats exactly.
   bool deterministic = true;
@@ -61,16 +60,15 @@ struct nfn_ctx {
   std::vector<void*> retired_scratch;  // outgrown while graphs were alive; freed with them
   unsigned* blocks_done = nullptr;  // sum_squares_many's count of finished blocks, 0 between calls
   // linear_*'s fused cuBLASLt epilogues (by GemmEpilogue): calls that ran fused, and calls
-  // that ran the unfused form instead (linear.cu, nfn_cuda_fused_epilogues).
+  // that ran the unfused form instead (linear.cu; nfn_ctx_query's fused_epilogues).
   unsigned long long epilogue_calls[8][2] = {};
-  std::string epilogue_report;
   // Unless configured: cudnn where cuDNN loads (measured about twice flash_mma's speed at
   // GPT-2 124M on an H200, docs/performance.md), else flash_mma (nfn_ctx_create).
   nfn_attention_path attention = nfn_attention_path::flash_mma;
   bool attention_configured = false;  // set by configure(attention=...): no fallback then
   // Where the default cudnn gave way to flash_mma: the report's name for the path, with why.
   std::string attention_fallback;
-  mutable std::string attention_report;  // nfn_cuda_attention_path's answer, built on the call
+  mutable std::string query_answer;  // nfn_ctx_query's last answer, built on the call (query.cu)
   int lm_head_rows = 0;  // rows per lm_head_cross_entropy chunk; 0 picks by vocab size
 };
 

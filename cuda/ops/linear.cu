@@ -15,7 +15,7 @@ using nfn::cuda::GemmEpilogue;
 
 namespace {
 
-// Counts a call that wanted epilogue `e` as fused or not (nfn_cuda_fused_epilogues).
+// Counts a call that wanted epilogue `e` as fused or not (nfn_ctx_query's fused_epilogues).
 void count_epilogue(nfn_ctx* ctx, GemmEpilogue e, bool fused) { ++ctx->epilogue_calls[static_cast<int>(e)][fused]; }
 
 // A GEMM with a fused epilogue; *fused says whether it ran. cuBLASLt having no kernel for the
@@ -152,22 +152,6 @@ nfn_status nfn_linear_backward(nfn_ctx* ctx, void* dinp, void* dweight, void* db
     NFN_DISPATCH(dtype, E, NFN_TRY(nfn::cuda::add_column_sums(ctx, op, static_cast<E*>(dbias),
                                                               static_cast<const E*>(dout), N, OC)));
   return side.join(op);
-}
-
-// Not part of the op table: how often each fused cuBLASLt epilogue ran fused on this context,
-// e.g. "gelu_aux_bias 24/24, dgelu_bgrad 12/12 fused" ("" before any bf16 linear; the
-// unfused form runs where cuBLASLt has no kernel or its rules refuse the shape). Valid until
-// the next call. Reports (the trainer's, bench_ops) look it up with dlsym.
-const char* nfn_cuda_fused_epilogues(nfn_ctx* ctx) {
-  static const char* const names[] = {"none", "bias", "gelu_aux", "gelu_aux_bias", "dgelu", "dgelu_bgrad"};
-  std::string out;
-  for (int e = 0; e < static_cast<int>(sizeof names / sizeof *names); ++e) {
-    const unsigned long long fused = ctx->epilogue_calls[e][1], all = fused + ctx->epilogue_calls[e][0];
-    if (all == 0) continue;
-    out += (out.empty() ? "" : ", ") + std::string(names[e]) + " " + std::to_string(fused) + "/" + std::to_string(all);
-  }
-  ctx->epilogue_report = out.empty() ? out : out + " fused";
-  return ctx->epilogue_report.c_str();
 }
 
 }  // extern "C"

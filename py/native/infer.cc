@@ -13,8 +13,8 @@
 
 #include "cc/infer/engine.h"
 #include "cc/infer/gpt_decoder.h"
+#include "cc/ops/backend.h"
 #include "cc/ops/linked_op_table.h"
-#include "cc/train/backend.h"
 #include "py/native/bindings.h"
 #include "py/native/ids.h"
 

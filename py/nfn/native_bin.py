@@ -15,17 +15,22 @@ BINARY_ENV = "NFN_NATIVE_BIN_DIR"
 DISPATCHER = "nfn_native_train"
 
 
-def trainer_binary():
-    """The dispatcher binary: $NFN_NATIVE_BIN_DIR, else Bazel's runfiles beside this package."""
-    candidates = []
-    if os.environ.get(BINARY_ENV):
-        candidates.append(os.path.join(os.environ[BINARY_ENV], DISPATCHER))
+def find(name, env=None):
+    """The native program `name` (the dispatcher, nfn_op_probe): $NFN_NATIVE_BIN_DIR, else
+    Bazel's runfiles beside this package; None where neither holds it."""
+    env = os.environ if env is None else env
+    candidates = [os.path.join(env[BINARY_ENV], name)] if env.get(BINARY_ENV) else []
     # <runfiles>/nfn/py/nfn/native_bin.py -> <runfiles>/nfn/cc/bin/
     workspace = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    candidates.append(os.path.join(workspace, "cc", "bin", DISPATCHER))
-    for path in candidates:
-        if os.access(path, os.X_OK):
-            return path
+    candidates.append(os.path.join(workspace, "cc", "bin", name))
+    return next((path for path in candidates if os.access(path, os.X_OK)), None)
+
+
+def trainer_binary():
+    """The dispatcher binary (find), or a UserError saying how to build it."""
+    path = find(DISPATCHER)
+    if path:
+        return path
     raise UserError(f"the native trainer {DISPATCHER} is not built; run through `bazel run //py:nfn` "
                     f"or point ${BINARY_ENV} at a directory holding it")
 

@@ -371,10 +371,8 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
 void check_cudnn_atomic(const Backend& cpu, const Backend& gpu) {
   if (gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") != NFN_OK) return;
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "off"), "configure deterministic=off");
-  using PathName = const char* (*)(const nfn_ctx*);
-  if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path")))
-    expect(std::string(path(gpu.ctx)).find("atomics") != std::string::npos,
-           std::string("attention=cudnn deterministic=off is reported as '") + path(gpu.ctx) + "'");
+  const std::string path = gpu.query("attention");
+  expect(path.find("atomics") != std::string::npos, "attention=cudnn deterministic=off is reported as '" + path + "'");
   for (int T : {200, 1024})
     check_attention_shape(cpu, gpu, NFN_BF16, 2, T, 128, 2, "cudnn", " deterministic=off", false, true);
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "on"), "configure deterministic=on");
@@ -777,6 +775,25 @@ void check_contract(const Backend& gpu) {
   for (void* d : {dev, tok, wte, out, dwte, dout, tgt, loss_dev, dx_dev}) gpu.ok(o.free(gpu.ctx, d), "free");
 }
 
+// nfn_ctx_query's keys (nfn_tile_ops.h): each answers; thunderkittens says "available"
+// exactly where configure takes attention=thunderkittens, else configure's own reason, with or
+// without a context; an unknown key, or a context key asked without one, is NULL.
+void check_queries(const Backend& gpu) {
+  expect(!gpu.query("device").empty(), "ctx_query device names the device");
+  expect(gpu.query("gemm_tune") == "off", "ctx_query gemm_tune is off on a fresh context: " + gpu.query("gemm_tune"));
+  gpu.query("fused_epilogues");
+  const std::string tk = gpu.query("thunderkittens");
+  const char* library_wide = gpu.ops().ctx_query(nullptr, "thunderkittens");
+  expect(library_wide != nullptr && tk == library_wide, "ctx_query thunderkittens is the same without a context");
+  const bool takes = gpu.ops().ctx_configure(gpu.ctx, "attention", "thunderkittens") == NFN_OK;
+  expect(takes ? tk == "available"
+               : std::string(gpu.ops().ctx_last_error(gpu.ctx)) == "configure: attention=thunderkittens: " + tk,
+         "ctx_query thunderkittens '" + tk + "' agrees with configure attention=thunderkittens");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash") == NFN_OK, "configure attention=flash");
+  expect(gpu.ops().ctx_query(gpu.ctx, "no_such_key") == nullptr, "ctx_query of an unknown key is NULL");
+  expect(gpu.ops().ctx_query(nullptr, "device") == nullptr, "ctx_query device without a context is NULL");
+}
+
 void check_errors(const Backend& gpu) {
   check_contract(gpu);
   const nfn_status s = gpu.ops().attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 30, 4, NFN_F32);
@@ -806,22 +823,19 @@ void check_errors(const Backend& gpu) {
          "configure overlap=maybe is refused");
   expect(gpu.ops().ctx_configure(gpu.ctx, "pdl", "maybe") == NFN_ERR_INVALID_ARGUMENT,
          "configure pdl=maybe is refused");
-  // The path's name for the runtime report (an extra export, outside the op table).
-  using PathName = const char* (*)(const nfn_ctx*);
-  if (auto path = reinterpret_cast<PathName>(dlsym(gpu.lib.handle, "nfn_cuda_attention_path"))) {
-    // main() calls this before any configure: a fresh context's default, cudnn where cuDNN
-    // loads (configure says), else flash_mma.
-    const std::string fresh = path(gpu.ctx);
-    const bool cudnn = gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") == NFN_OK;
-    expect(fresh.rfind(cudnn ? "cudnn" : "flash_mma", 0) == 0,
-           "the default attention is reported as '" + fresh + "' (cuDNN " + (cudnn ? "loads" : "does not load") + ")");
-    expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash_mma") == NFN_OK, "configure attention=flash_mma");
-    expect(std::string(path(gpu.ctx)).rfind("flash_mma", 0) == 0,
-           std::string("attention=flash_mma is reported as '") + path(gpu.ctx) + "'");
-    expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash") == NFN_OK, "configure attention=flash");
-    expect(std::string(path(gpu.ctx)).rfind("flash_simt", 0) == 0,
-           std::string("attention=flash is reported as '") + path(gpu.ctx) + "'");
-  }
+  // The path's name for the runtime report. main() calls this before any configure: a fresh
+  // context's default, cudnn where cuDNN loads (configure says), else flash_mma.
+  const std::string fresh = gpu.query("attention");
+  const bool cudnn = gpu.ops().ctx_configure(gpu.ctx, "attention", "cudnn") == NFN_OK;
+  expect(fresh.rfind(cudnn ? "cudnn" : "flash_mma", 0) == 0,
+         "the default attention is reported as '" + fresh + "' (cuDNN " + (cudnn ? "loads" : "does not load") + ")");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash_mma") == NFN_OK, "configure attention=flash_mma");
+  expect(gpu.query("attention").rfind("flash_mma", 0) == 0,
+         "attention=flash_mma is reported as '" + gpu.query("attention") + "'");
+  expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash") == NFN_OK, "configure attention=flash");
+  expect(gpu.query("attention").rfind("flash_simt", 0) == 0,
+         "attention=flash is reported as '" + gpu.query("attention") + "'");
+  check_queries(gpu);
 }
 
 }  // namespace
@@ -875,11 +889,8 @@ int main(int argc, char** argv) {
   if (!self_check && !emulated) {
     char dir[] = "/tmp/nfn_parity_picks_XXXXXX";
     const std::string picks = std::string(mkdtemp(dir) ? dir : "/tmp") + "/picks.txt";
-    using Tune = const char* (*)(nfn_ctx*);
-    const auto tune = reinterpret_cast<Tune>(dlsym(gpu.lib.handle, "nfn_cuda_gemm_tune"));
     auto tuned = [&](unsigned* timed, unsigned* kept) {
-      const std::string report = tune ? tune(gpu.ctx) : "";
-      return std::sscanf(report.c_str(), "on: %u shapes timed, %u taken from", timed, kept) == 2;
+      return std::sscanf(gpu.query("gemm_tune").c_str(), "on: %u shapes timed, %u taken from", timed, kept) == 2;
     };
     expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune_cache", picks.c_str()) == NFN_OK &&
                gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "on") == NFN_OK,
@@ -890,7 +901,7 @@ int main(int argc, char** argv) {
     }
     unsigned timed = 0, kept = 0;
     expect(tuned(&timed, &kept) && timed > 0 && kept == 0,
-           std::string("gemm_tune timed shapes and kept none: ") + (tune ? tune(gpu.ctx) : "no report"));
+           "gemm_tune timed shapes and kept none: " + gpu.query("gemm_tune"));
     expect(gpu.ops().ctx_configure(gpu.ctx, "gemm_tune", "off") == NFN_OK, "configure gemm_tune=off");
     nfn_ctx* first = gpu.ctx;
     if (gpu.ops().ctx_create(0, &gpu.ctx) == NFN_OK) {
@@ -899,7 +910,7 @@ int main(int argc, char** argv) {
              "configure a second context with the same picks file");
       for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_linear(cpu, gpu, dt);
       expect(tuned(&timed, &kept) && kept > 0,
-             std::string("a second context took picks from the file: ") + (tune ? tune(gpu.ctx) : "no report"));
+             "a second context took picks from the file: " + gpu.query("gemm_tune"));
       gpu.ops().ctx_destroy(gpu.ctx);
     } else {
       expect(false, std::string("a second CUDA context: ") + gpu.ops().ctx_last_error(nullptr));
@@ -935,9 +946,7 @@ int main(int argc, char** argv) {
       for (nfn_dtype dt : {NFN_F32, NFN_BF16}) check_attention_path(cpu, gpu, dt, path);
   if (!self_check) check_cudnn_atomic(cpu, gpu);
   // Which fused cuBLASLt epilogues ran fused over the suite (the unfused forms run too).
-  using Epilogues = const char* (*)(nfn_ctx*);
-  if (auto fused = reinterpret_cast<Epilogues>(dlsym(gpu.lib.handle, "nfn_cuda_fused_epilogues")))
-    std::printf("fused epilogues over the suite: %s\n", fused(gpu.ctx));
+  if (!self_check) std::printf("fused epilogues over the suite: %s\n", gpu.query("fused_epilogues").c_str());
   gpu.ops().ctx_destroy(gpu.ctx);
   cpu.ops().ctx_destroy(cpu.ctx);
   std::string also;  // what was left out, and why (the last line is the summary)

@@ -62,6 +62,12 @@ struct Backend {
       expect(false, name() + " " + op + ": status " + std::to_string(s) + ": " + ops().ctx_last_error(ctx));
     return s == NFN_OK;
   }
+  // nfn_ctx_query's answer for `key`; a key the library does not know fails a check.
+  std::string query(const char* key) const {
+    const char* answer = ops().ctx_query(ctx, key);
+    if (answer == nullptr) expect(false, name() + " does not answer ctx_query " + key);
+    return answer != nullptr ? answer : "";
+  }
   void* upload(const void* host, size_t bytes) const {
     void* d = nullptr;
     ok(ops().alloc(ctx, bytes, &d), "alloc");

@@ -35,7 +35,9 @@ const char* nfn_backend_name(void) { return "cpu"; }
 nfn_status nfn_ctx_create(int /*device*/, nfn_ctx** out) {
   if (out == nullptr) return NFN_ERR_INVALID_ARGUMENT;
   *out = new (std::nothrow) nfn_ctx();
-  return *out != nullptr ? NFN_OK : NFN_ERR_OUT_OF_MEMORY;
+  if (*out == nullptr) return NFN_ERR_OUT_OF_MEMORY;
+  (*out)->device_name = nfn::cpu::cpu_model_name();
+  return NFN_OK;
 }
 
 void nfn_ctx_destroy(nfn_ctx* ctx) { delete ctx; }

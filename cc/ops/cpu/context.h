@@ -17,6 +17,7 @@ enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchSlots };
 
 struct nfn_ctx {
   std::string last_error;
+  std::string device_name;  // the CPU's model, for nfn_ctx_query's "device" (query.cc)
   bool matmul_bf16 = false;  // GEMMs in bf16 with f32 accumulation ("matmul" option)
   int lm_head_rows = 0;      // rows per LM-head chunk ("lm_head_rows" option; 0: by vocabulary size)
   nfn::cpu::GemmState* gemm = nullptr;  // oneDNN engine and primitive cache (gemm_bf16.cc)
@@ -26,6 +27,9 @@ struct nfn_ctx {
 };
 
 namespace nfn::cpu {
+
+// The CPU's model name as the system gives it (Linux: /proc/cpuinfo), "" where it does not.
+std::string cpu_model_name();
 
 // Records a formatted message on the context and returns `status`.
 nfn_status fail(nfn_ctx* ctx, nfn_status status, const char* fmt, ...)

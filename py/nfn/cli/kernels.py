@@ -2,23 +2,20 @@
 
   nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
   nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
-                                library `--backend auto` would load (asked of the libraries
-                                as the trainer asks them: each must load, have its entry
-                                points, report the op ABI version this build expects and
-                                make a context on device 0), the cuBLASLt and cuDNN
-                                the CUDA one would open, whether its ThunderKittens attention
-                                runs here, and the CPU: its GEMM features and whether
-                                `--matmul bf16` runs on it
+                                library `--backend auto` would load and whether each one
+                                opens (answered by nfn_op_probe, which decides with the
+                                trainers' own code), the cuBLASLt and cuDNN the CUDA one
+                                would open, whether its ThunderKittens attention runs here,
+                                and the CPU: its GEMM features and whether `--matmul bf16`
+                                runs on it
 """
-import contextlib
 import json
 import os
 import sys
 
 from nfn.cli.common import add_command
 
-CUDA_LIB = "libnfn_native_train_tile_ops.so"
-CPU_LIB = "libnfn_native_train_cpu_ops.so"
+PROBE = "nfn_op_probe"
 
 
 def run_list(args):
@@ -105,25 +102,6 @@ def gpus_from_libcuda(libname="libcuda.so.1"):
     return {"source": "libcuda", "driver": f"CUDA {v // 1000}.{v % 1000 // 10}", "devices": devices}
 
 
-def library_dirs(env):
-    """Where a trainer started by nfn looks for op libraries, most specific first."""
-    dirs = [env["NFN_TILE_OPS_DIR"]] if env.get("NFN_TILE_OPS_DIR") else []
-    here = os.path.dirname(os.path.abspath(__file__))  # .../nfn/cli
-    for up in (os.path.join(here, "..", "..", ".."), os.path.join(here, "..", "..")):
-        root = os.path.normpath(up)
-        dirs += [os.path.join(root, "cuda", "ops"), os.path.join(root, "cc", "ops"),
-                 os.path.join(root, "nfn", "cuda", "ops"), os.path.join(root, "nfn", "cc", "ops")]
-    return dirs
-
-
-def find_library(name, env):
-    for d in library_dirs(env):
-        path = os.path.join(d, name)
-        if os.path.exists(path):
-            return path
-    return None
-
-
 CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
 
 
@@ -144,129 +122,36 @@ def cpu_info(cpuinfo="/proc/cpuinfo"):
     return {"model": model, "features": [f for f in CPU_FEATURES if f in flags]}
 
 
-def cpu_bf16_matmul(cpu_lib):
-    """Whether the CPU op library accepts matmul=bf16 here, asked of the library itself."""
-    if not cpu_lib:
-        return {"supported": None, "reason": "no CPU op library found"}
+def probe_op_libraries(env):
+    """What the trainers find when they choose an op library, asked of nfn_op_probe, which
+    decides with their code (cc/ops/backend.h): its report, or {"error": why} where it is
+    not built or fails."""
+    import subprocess
+    from nfn import native_bin
+
+    path = native_bin.find(PROBE, env)
+    if path is None:
+        return {"error": f"{PROBE} is not built; run through `bazel run //py:nfn` or point "
+                         f"${native_bin.BINARY_ENV} at a directory holding it"}
     try:
-        with _op_context(cpu_lib) as (lib, ctx):
-            ok = lib.nfn_ctx_configure(ctx, b"matmul", b"bf16") == 0
-            return {"supported": ok, "reason": "" if ok else lib.nfn_ctx_last_error(ctx).decode(errors="replace")}
-    except _Refused as e:
-        return {"supported": None, "reason": str(e)}
-
-
-def thunderkittens(cuda_lib):
-    """Whether attention=thunderkittens can run here, asked of the CUDA op library itself: its
-    kernels exist only where it was built with a ThunderKittens tree, and run only on sm_90."""
-    import ctypes
-
-    if not cuda_lib:
-        return {"available": None, "reason": "no CUDA op library found"}
+        proc = subprocess.run([path], capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": f"{path}: {e}"}
+    if proc.returncode != 0:
+        return {"error": f"{path} exited with {proc.returncode}: {proc.stderr.strip()}"}
     try:
-        reason = ctypes.CDLL(cuda_lib).nfn_tk_unavailable_reason
-    except (OSError, AttributeError) as e:
-        return {"available": None, "reason": f"cannot load {cuda_lib}: {e}"}
-    reason.restype = ctypes.c_char_p
-    why = reason()
-    return {"available": why is None, "reason": "" if why is None else why.decode(errors="replace")}
+        return json.loads(proc.stdout)
+    except ValueError:
+        return {"error": f"{path} printed no JSON report"}
 
 
-# What the trainer's load_op_library (cc/ops/op_library.cc) resolves before the ops themselves.
-OP_TABLE_SYMBOLS = ("nfn_abi_version", "nfn_backend_name", "nfn_ctx_create", "nfn_ctx_destroy",
-                    "nfn_ctx_last_error", "nfn_synchronize", "nfn_ctx_configure")
-
-
-def _op_table():
-    """(every entry point the trainer resolves: the table's, then each op's; the op ABI version
-    it expects), from the registry, generated from the same header and table as the trainer;
-    the table's symbols alone and no version where no registry was generated."""
-    from nfn.errors import UserError
-    from nfn.kernels import registry
-    try:
-        reg = registry.load()
-        ops, version = [f"nfn_{op['name']}" for op in reg["ops"]], reg.get("abi_version")
-    except (UserError, KeyError, TypeError, AttributeError):
-        ops, version = [], None
-    return list(OP_TABLE_SYMBOLS) + ops, version if isinstance(version, int) else None
-
-
-class _Refused(Exception):
-    """An op library the trainer would not take; the reason as the trainer words it."""
-
-
-@contextlib.contextmanager
-def _op_context(path, device=0):
-    """(lib, ctx) of the op library at path, asked as the trainer's load_op_library and
-    open_backend ask it: it loads, has every entry point, reports the op ABI version the
-    registry records, and makes a context on the device (destroyed after); else _Refused."""
-    import ctypes
-
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise _Refused(f"{path}: cannot load op library: {e}") from None
-    symbols, version = _op_table()
-    for symbol in symbols:
-        if not hasattr(lib, symbol):
-            raise _Refused(f"{path}: missing symbol {symbol}")
-    lib.nfn_abi_version.restype = ctypes.c_int
-    if version is not None and lib.nfn_abi_version() != version:
-        raise _Refused(f"{path}: op ABI version {lib.nfn_abi_version()}, this build expects {version}")
-    lib.nfn_backend_name.restype = ctypes.c_char_p
-    lib.nfn_ctx_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
-    lib.nfn_ctx_last_error.restype = ctypes.c_char_p
-    lib.nfn_ctx_last_error.argtypes = [ctypes.c_void_p]
-    lib.nfn_ctx_destroy.argtypes = [ctypes.c_void_p]
-    lib.nfn_ctx_configure.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
-    ctx = ctypes.c_void_p()
-    if lib.nfn_ctx_create(device, ctypes.byref(ctx)) != 0:
-        why = lib.nfn_ctx_last_error(None) or b"unknown error"
-        raise _Refused(f"{path}: {why.decode(errors='replace')}")
-    try:
-        yield lib, ctx
-    finally:
-        lib.nfn_ctx_destroy(ctx)
-
-
-def open_op_library(path, device=0):
-    """Whether the trainer's open_backend (cc/train/backend.cc) would take the op library at
-    path (_op_context): {"opens": True, "backend", "device"} (the device's name where the
-    library tells it) or {"opens": False, "reason"}, the reason as the trainer words it."""
-    import ctypes
-
-    try:
-        with _op_context(path, device) as (lib, ctx):
-            name = getattr(lib, "nfn_cuda_device_name", None)
-            if name is not None:
-                name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
-                name = (name(ctx) or b"").decode(errors="replace") or None
-            return {"opens": True, "backend": (lib.nfn_backend_name() or b"").decode(errors="replace"),
-                    "device": name}
-    except _Refused as e:
-        return {"opens": False, "reason": str(e)}
-
-
-def auto_backend(cuda_lib, cpu_lib):
-    """What `--backend auto` loads, decided as the trainer decides it (open_backend): the CUDA
-    op library where it opens (open_op_library), else the CPU one where that opens, else nothing."""
-    build_hint = "build with bazel, or set NFN_TILE_OPS_DIR"
-    if cuda_lib:
-        cuda = open_op_library(cuda_lib)
-        if cuda["opens"]:
-            on = f" ({cuda['device']})" if cuda["device"] else ""
-            return {"would_load": cuda["backend"] or "cuda",
-                    "reason": f"{CUDA_LIB} loads and makes a context on device 0{on}"}
-        why_not_cuda = cuda["reason"]
-    else:
-        why_not_cuda = "no CUDA op library built"
-    if not cpu_lib:
-        return {"would_load": None, "reason": f"{why_not_cuda}, and no CPU op library found ({build_hint})"
-                if cuda_lib else f"no op library found ({build_hint})"}
-    cpu = open_op_library(cpu_lib)
-    if not cpu["opens"]:
-        return {"would_load": None, "reason": f"{why_not_cuda}; and {cpu['reason']}"}
-    return {"would_load": cpu["backend"] or "cpu", "reason": why_not_cuda}
+def _unknown(why):
+    """The probe's keys where it could not answer: nothing known, and why."""
+    library = {"path": None, "opens": False, "reason": why}
+    return {"op_libraries": {"cuda": library, "cpu": library},
+            "auto_backend": {"would_load": None, "reason": why},
+            "thunderkittens": {"available": None, "reason": why},
+            "bf16_matmul": {"supported": None, "reason": why, "bf16_units": None, "trainer_default": False}}
 
 
 def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
@@ -274,24 +159,28 @@ def doctor_report(env=None, libcuda="libcuda.so.1", cpuinfo="/proc/cpuinfo"):
 
     env = dict(os.environ if env is None else env)
     gpus = gpus_from_nvidia_smi(env) or gpus_from_libcuda(libcuda)
-    cuda_lib, cpu_lib = find_library(CUDA_LIB, env), find_library(CPU_LIB, env)
+    probe = probe_op_libraries(cuda_runtime.child_env(env))  # as `nfn train` starts a trainer
+    if "error" in probe:
+        probe = _unknown(probe["error"])
     return {
         "toolchain": toolchain(env),
         "gpu": gpus,
-        "op_libraries": {"cuda": cuda_lib, "cpu": cpu_lib},
-        "auto_backend": auto_backend(cuda_lib, cpu_lib),
+        "op_libraries": probe["op_libraries"],
+        "auto_backend": probe["auto_backend"],
         "runtime_libraries": {name: cuda_runtime.probe(name, env) for name in cuda_runtime.LIBRARIES},
-        "thunderkittens": thunderkittens(cuda_lib),
-        "cpu": cpu_report(cpu_info(cpuinfo), cpu_bf16_matmul(cpu_lib)),
+        "thunderkittens": probe["thunderkittens"],
+        "cpu": dict(cpu_info(cpuinfo), bf16_matmul=probe["bf16_matmul"]),
     }
 
 
-def cpu_report(info, bf16_matmul):
-    """The CPU's model, GEMM features and bf16 matmul, and whether the CPU trainer takes bf16
-    GEMMs by default here: where the library offers them and the CPU has bf16 units (the
-    trainer's own rule, cc/train/trainer.cc; AVX-512 alone would emulate them)."""
-    units = any(f in info["features"] for f in ("avx512_bf16", "amx_bf16"))
-    return dict(info, bf16_matmul=dict(bf16_matmul, trainer_default=bool(bf16_matmul["supported"]) and units))
+def _library_line(lib):
+    """An op library's path and whether it opens, with why not (its path said once)."""
+    if not lib["path"]:
+        return "not found"
+    if lib["opens"]:
+        return f"{lib['path']} (opens" + (f": {lib['device']})" if lib.get("device") else ")")
+    why = lib["reason"]
+    return f"{lib['path']} (does not open: {why[len(lib['path']) + 2:] if why.startswith(lib['path'] + ': ') else why})"
 
 
 def format_report(r):
@@ -311,8 +200,8 @@ def format_report(r):
         f"nvcc         {tc['nvcc'] or 'not found'}" + (f" (CUDA {tc['version']})" if tc["version"] else ""),
         f"driver       {gpu['driver'] or 'not found'} (via {gpu['source']})",
         f"GPUs         {devices}",
-        f"cuda ops     {libs['cuda'] or 'not found'}",
-        f"cpu ops      {libs['cpu'] or 'not found'}",
+        f"cuda ops     {_library_line(libs['cuda'])}",
+        f"cpu ops      {_library_line(libs['cpu'])}",
         f"auto loads   {auto['would_load'] or 'nothing'}: {auto['reason']}",
         f"cuBLASLt     {runtime(rt['cublaslt'])}",
         f"cuDNN        {runtime(rt['cudnn'])} (attention=cudnn: the default where cuDNN loads, else flash_mma)",

@@ -1,4 +1,4 @@
-#include "cc/train/backend.h"
+#include "cc/ops/backend.h"
 
 #include <cstdlib>
 #include <vector>
@@ -64,15 +64,28 @@ bool open_backend(const std::string& backend, const std::string& lib_path, Backe
   if (cuda.empty()) {
     out->auto_note = "auto: no CUDA op library built";
   } else if (open_library(cuda, out, &why)) {
-    out->auto_note = "auto: CUDA device found";
+    const char* device = out->lib.ops.ctx_query(out->ctx, "device");
+    out->auto_note = std::string("auto: ") + kCudaOpsLib + " loads and makes a context on device 0" +
+                     (device != nullptr && *device ? std::string(" (") + device + ")" : "");
     return true;
   } else {
     out->auto_note = "auto: " + why;
   }
   std::string note = out->auto_note;
-  if (!open_backend("cpu", "", out, error)) return false;
+  if (!open_backend("cpu", "", out, error)) {
+    *error = note + "; and " + *error;
+    return false;
+  }
   out->auto_note = note;
   return true;
+}
+
+bool cpu_has_bf16_units() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+#else
+  return false;
+#endif
 }
 
 void close_backend(Backend* b) {
