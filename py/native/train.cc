@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "cc/ops/backend.h"
 #include "cc/train/train_flags.h"
 #include "cc/train/trainer.h"
 #include "cc/util/files.h"
@@ -39,9 +40,18 @@ std::pair<int, std::string> check_train(const std::string& trainer, const std::v
   return {code, code == 0 ? "" : error};
 }
 
+// Where `executable` (the trainer) would load the op library of `backend` from ("" where it
+// finds none): nfn infer loads the CUDA library the trainer would.
+std::string op_library_of(const std::string& backend, const std::string& executable) {
+  set_lookup_executable(executable);
+  return find_op_library(backend);
+}
+
 }  // namespace
 
 void bind_train(nb::module_& m) {
+  m.def("find_op_library", &op_library_of, nb::arg("backend"), nb::arg("executable"),
+        "Where the binary at `executable` would load the op library of `backend` from ('' where none).");
   m.def("check_train", &check_train, nb::arg("trainer"), nb::arg("flags"),
         "What a run of the trainer binary with these flags checks before it reads data: (0, '') or (exit "
         "code, message).");

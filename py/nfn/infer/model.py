@@ -3,7 +3,6 @@
 `load(args)` follows --checkpoint (and the --weights / --graph-file / --tokenizer
 overrides); `start_engine` opens the native engine on the backend asked for.
 """
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -91,18 +90,10 @@ def check_tokenizer(name, geom, source):
 
 
 def cuda_library():
-    """The CUDA op library: $NFN_TILE_OPS_DIR, else the Bazel runfiles beside this package."""
-    dirs = []
-    if os.environ.get("NFN_TILE_OPS_DIR"):
-        dirs.append(os.environ["NFN_TILE_OPS_DIR"])
-    # <runfiles>/nfn/py/nfn/infer/model.py -> <runfiles>/nfn/cuda/ops/
-    workspace = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    dirs.append(os.path.join(workspace, "cuda", "ops"))
-    for d in dirs:
-        path = os.path.join(d, CUDA_LIB)
-        if os.path.isfile(path):
-            return path
-    return None
+    """The CUDA op library the trainer would load ($NFN_TILE_OPS_DIR, else beside it or in its
+    runfiles), asked of the trainer's own lookup; None where there is none."""
+    from nfn import _native, native_bin
+    return _native.find_op_library("cuda", native_bin.trainer_binary()) or None
 
 
 def start_engine(model, backend="auto", threads=0):
