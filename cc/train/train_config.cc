@@ -225,6 +225,7 @@ bool resolve_schedule(const Flags& f, bool recipe, TrainConfig* c, std::string* 
   }
   c->grad_accum_steps = static_cast<int>(c->train_batch_tokens / micro);
   c->seed = static_cast<uint64_t>(f.get_int("seed"));
+  c->seed_given = f.has("seed");
   if (c->eot_token < 0) c->eot_token = c->model.vocab_size == 50257 ? 50256 : 0;
   read_int(f, "eot-token", &c->eot_token);
   if (c->eot_token >= c->model.vocab_size) {

@@ -33,6 +33,7 @@ struct TrainConfig {
   int eval_batch_size = 0;      // rows of a validation micro-batch
   bool write_checkpoints = true;  // false: --no-checkpoint
   uint64_t seed = 1337;
+  bool seed_given = false;  // --seed named: else a resumed run keeps its checkpoint's run's seed
   int sample_tokens = 0;
 
   std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune, deterministic, overlap, pdl;

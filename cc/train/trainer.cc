@@ -163,7 +163,7 @@ class TrainingRun {
   int report();
   Json op_library_json() const;
 
-  const TrainConfig& c_;
+  TrainConfig c_;  // the run's; its seed is the resumed run's where --seed is not given
   const int B_, T_;
   Clock::time_point t_start_;
   std::string error_;
@@ -198,12 +198,13 @@ class TrainingRun {
 };
 
 int TrainingRun::setup() {
-  // Data first: the cheapest place to find a bad path.
-  if (!open_data(c_, &data_, &error_)) return fail(error_);
   family_ = make_family(c_);
   // One run writes a directory at a time: two at once left checkpoints marked complete whose
   // files came from both.
   if (!lock_directory(c_.output_dir, &error_) || !resolve_resume(c_, *family_, &start_, &error_)) return fail(error_);
+  // A resumed run reads its data in its run's order unless --seed names another.
+  if (!c_.seed_given && start_.has_seed) c_.seed = start_.seed;
+  if (!open_data(c_, &data_, &error_)) return fail(error_);
   if (int n = remove_orphaned_temp_files(c_.output_dir))
     std::fprintf(stderr, "nfn: removed %d unfinished file%s in %s that a killed run was writing\n", n,
                  n == 1 ? "" : "s", c_.output_dir.c_str());

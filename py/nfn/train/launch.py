@@ -166,18 +166,6 @@ def graph_manifest(args):
     return graph if isinstance(graph, dict) else {}
 
 
-def defaults_from_resumed_run(args, manifest):
-    """The resumed run's data and seed where none is named; whether its data was taken."""
-    from_manifest = resume_data(args, manifest)
-    training = (manifest or {}).get("training")
-    seed = training.get("seed") if isinstance(training, dict) else None
-    # The resumed run's data order (another --seed starts the data over); a seed outside int64
-    # is an older trainer's rounding of a negative one, which the trainer no longer reads either.
-    if args.seed is None and isinstance(seed, int) and not isinstance(seed, bool) and -2**63 <= seed < 2**63:
-        args.seed = seed
-    return from_manifest
-
-
 def find_data(args, from_manifest, planning):
     """The dataset summary (prepared where needed, after the trainer checked the flags) and
     whether it exists yet; None where the check failed (the trainer said why)."""
@@ -215,7 +203,7 @@ def run(args):
         raise UserError("an empty path or name was given (--dataset, --pretraining-file, --output-dir, --graph-file "
                         "or --resume ''); an unset shell variable?")
     manifest = resumed_manifest(args)
-    from_manifest = defaults_from_resumed_run(args, manifest)
+    from_manifest = resume_data(args, manifest)
     named_tokenizer = args.tokenizer
     args.tokenizer = tokenizer_of(args, manifest, graph_manifest(args))
     planning = args.print_command or args.dry_run

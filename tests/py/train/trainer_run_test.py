@@ -436,7 +436,7 @@ class TrainerRunTest(unittest.TestCase):
     def test_resume_with_another_seed_reads_the_data_from_the_start(self):
         # The data position is a place in the seed's shard order: another --seed, another order
         # (over three shards), and the run reads the data from the start, saying so; the same
-        # seed goes on bit for bit.
+        # seed, or none named (the checkpoint's run's), goes on bit for bit.
         data = os.path.join(self.tmp, "three_shards")
         os.makedirs(data)
         rng = np.random.default_rng(8)
@@ -446,11 +446,11 @@ class TrainerRunTest(unittest.TestCase):
         flags = self.common[2:-2] + ["--train-data", data]
         full = os.path.join(self.tmp, "three_full")
         whole = json.loads(run(flags + ["--seed", "5", "--output-dir", full, "--json"]).stdout)
-        for seed, note in (("5", False), ("6", True)):
+        for seed, note in (("5", False), ("6", True), (None, False)):
             out = os.path.join(self.tmp, f"three_seed_{seed}")
             shutil.copytree(full, out)
-            proc = run(flags + ["--seed", seed, "--output-dir", out, "--resume",
-                                os.path.join(out, "model_00000003.bin"), "--json"])
+            proc = run(flags + (["--seed", seed] if seed else []) + ["--output-dir", out, "--resume",
+                                                                     os.path.join(out, "model_00000003.bin"), "--json"])
             with self.subTest(seed=seed):
                 self.assertEqual("another shard order" in proc.stderr, note, proc.stderr)
                 if note:
