@@ -17,8 +17,15 @@ namespace {
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 }  // namespace
 
+bool parse_recompute(const std::string& name, GPTRecompute* out) {
+  if (name != "none" && name != "attention" && name != "mlp" && name != "all") return false;
+  out->attention = name == "attention" || name == "all";
+  out->mlp = name == "mlp" || name == "all";
+  return true;
+}
+
 // Activations of one micro-batch, kept for the backward, plus scratch buffers.
-// Per-layer tensors are L consecutive slices.
+// Per-layer tensors are L consecutive slices, or one slice when recomputed (GPTRecompute).
 struct GPT::Acts {
   void* encoded;               // (N,C)
   void *ln1, *ln2;             // (L,N,C)
@@ -38,6 +45,14 @@ struct GPT::Acts {
   void* dbig;                  // (N,4C) gradient of the MLP hidden, or of qkv
   void* logits;                // (Vp) for sampling
   float* logits_f32;           // (Vp)
+};
+
+// Layer l's input and its activations: slice l of each per-layer tensor, or the one slice of
+// a recomputed tensor.
+struct GPT::Layer {
+  const void* residual;  // the layer's input: the embedding, or residual3 of the layer before
+  void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+  float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 };
 
 GPT::~GPT() { release(); }
@@ -69,7 +84,7 @@ void* GPT::layer_slice(void* block, int i, int l) const {
 }
 
 bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
-               std::string* error, int B, int T) {
+               std::string* error, int B, int T, GPTRecompute recompute) {
   release();
   std::string bad = validate_config(config);
   if (!bad.empty()) {
@@ -80,6 +95,7 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
   ctx_ = ctx;
   config_ = config;
   dtype_ = dtype;
+  recompute_ = recompute;
   layout_ = param_layout(config);
   num_params_ = nfn::num_parameters(config);
   const size_t P = num_params_;
@@ -226,10 +242,11 @@ bool GPT::ensure_activations(int B, int T, std::string* error) {
   Acts* fresh = new Acts();
   void* block = nullptr;
   const std::string what = "allocating the activations of micro-batch " + std::to_string(B) + " x " + std::to_string(T);
-  bool ok = alloc_arena(*ops_, ctx_, activation_plan(config_, B, T, esize(), fresh), what, &block, error);
+  const std::vector<ArenaSlot> plan = activation_plan(config_, B, T, esize(), recompute_, fresh);
+  bool ok = alloc_arena(*ops_, ctx_, plan, what, &block, error);
   if (!ok && act_block_ != nullptr) {
     release_activations();
-    ok = alloc_arena(*ops_, ctx_, activation_plan(config_, B, T, esize(), fresh), what, &block, error);
+    ok = alloc_arena(*ops_, ctx_, plan, what, &block, error);
   }
   if (!ok) {
     delete fresh;
@@ -269,24 +286,27 @@ std::vector<ArenaSlot> GPT::state_plan(size_t P, nfn_dtype dtype, void** params,
           {reinterpret_cast<void**>(scalars), 8}};
 }
 
-// The activation buffers of a (B, T) micro-batch in elements of e bytes, into `a`.
-std::vector<ArenaSlot> GPT::activation_plan(const GPTConfig& config, int B, int T, size_t e, Acts* a) {
+// The activation buffers of a (B, T) micro-batch in elements of e bytes, into `a`: L slices
+// of each per-layer tensor, one of each that the backward recomputes.
+std::vector<ArenaSlot> GPT::activation_plan(const GPTConfig& config, int B, int T, size_t e, GPTRecompute recompute,
+                                            Acts* a) {
   const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
   const size_t N = static_cast<size_t>(B) * T, Vp = config.padded_vocab_size;
+  const size_t La = recompute.attention ? 1 : L, Lm = recompute.mlp ? 1 : L;
   return {
       {&a->encoded, N * C * e},
-      {&a->ln1, L * N * C * e},
-      {reinterpret_cast<void**>(&a->ln1_mean), L * N * 4},
-      {reinterpret_cast<void**>(&a->ln1_rstd), L * N * 4},
-      {&a->qkv, L * N * 3 * C * e},
-      {&a->atty, L * N * C * e},
-      {reinterpret_cast<void**>(&a->lse), L * N * NH * 4},
-      {&a->residual2, L * N * C * e},
-      {&a->ln2, L * N * C * e},
-      {reinterpret_cast<void**>(&a->ln2_mean), L * N * 4},
-      {reinterpret_cast<void**>(&a->ln2_rstd), L * N * 4},
-      {&a->fch, L * N * 4 * C * e},
-      {&a->fch_gelu, L * N * 4 * C * e},
+      {&a->ln1, La * N * C * e},
+      {reinterpret_cast<void**>(&a->ln1_mean), La * N * 4},
+      {reinterpret_cast<void**>(&a->ln1_rstd), La * N * 4},
+      {&a->qkv, La * N * 3 * C * e},
+      {&a->atty, La * N * C * e},
+      {reinterpret_cast<void**>(&a->lse), La * N * NH * 4},
+      {&a->residual2, La * N * C * e},
+      {&a->ln2, Lm * N * C * e},
+      {reinterpret_cast<void**>(&a->ln2_mean), Lm * N * 4},
+      {reinterpret_cast<void**>(&a->ln2_rstd), Lm * N * 4},
+      {&a->fch, Lm * N * 4 * C * e},
+      {&a->fch_gelu, Lm * N * 4 * C * e},
       {&a->residual3, L * N * C * e},
       {&a->lnf, N * C * e},
       {reinterpret_cast<void**>(&a->lnf_mean), N * 4},
@@ -307,15 +327,16 @@ std::vector<ArenaSlot> GPT::activation_plan(const GPTConfig& config, int B, int 
 std::vector<ArenaSlot> GPT::activation_slots(int B, int T) {
   delete acts_;
   acts_ = new Acts();
-  return activation_plan(config_, B, T, esize(), acts_);
+  return activation_plan(config_, B, T, esize(), recompute_, acts_);
 }
 
-size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T) {
+size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T, GPTRecompute recompute) {
   void *params, *grads;
   float *master, *m, *v, *scalars;
   Acts acts;
   size_t bytes = arena_bytes(state_plan(nfn::num_parameters(config), dtype, &params, &grads, &master, &m, &v, &scalars));
-  if (B > 0 && T > 0) bytes += arena_bytes(activation_plan(config, B, T, dtype == NFN_F32 ? 4 : 2, &acts));
+  if (B > 0 && T > 0)
+    bytes += arena_bytes(activation_plan(config, B, T, dtype == NFN_F32 ? 4 : 2, recompute, &acts));
   return bytes;
 }
 
@@ -342,46 +363,75 @@ bool GPT::upload_tokens(const int32_t* inputs, const int32_t* targets, int B, in
   return have_targets_;
 }
 
+GPT::Layer GPT::layer(int l) const {
+  const Acts& a = *acts_;
+  const size_t N = static_cast<size_t>(B_) * T_, NC = N * config_.channels, NH = config_.num_heads;
+  // Layer l's slice of the attention half's tensors and of the MLP's: 0 where recomputed.
+  const size_t la = recompute_.attention ? 0 : l, lm = recompute_.mlp ? 0 : l;
+  auto at = [&](void* base, size_t slice, size_t per) -> void* {
+    return static_cast<char*>(base) + slice * per * esize();
+  };
+  Layer x;
+  x.residual = l == 0 ? a.encoded : at(a.residual3, l - 1, NC);
+  x.ln1 = at(a.ln1, la, NC);
+  x.ln1_mean = a.ln1_mean + la * N;
+  x.ln1_rstd = a.ln1_rstd + la * N;
+  x.qkv = at(a.qkv, la, 3 * NC);
+  x.atty = at(a.atty, la, NC);
+  x.lse = a.lse + la * N * NH;
+  x.res2 = at(a.residual2, la, NC);
+  x.ln2 = at(a.ln2, lm, NC);
+  x.ln2_mean = a.ln2_mean + lm * N;
+  x.ln2_rstd = a.ln2_rstd + lm * N;
+  x.fch = at(a.fch, lm, 4 * NC);
+  x.fch_gelu = at(a.fch_gelu, lm, 4 * NC);
+  x.res3 = at(a.residual3, l, NC);
+  return x;
+}
+
+// residual2 = residual + attproj(attention(qkv(ln1(residual)))): the projection adds onto the
+// residual stream.
+bool GPT::attention_half(int l, const Layer& x, std::string* error) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, N = B * T;
+  const nfn_op_table& o = *ops_;
+  auto pl = [&](int i) { return layer_slice(params_, i, l); };
+  return check(o.layernorm_forward(ctx_, x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, pl(LN1W), pl(LN1B), N, C,
+                                   dtype_), "layernorm_forward (ln1)", error) &&
+         check(o.linear_forward(ctx_, x.qkv, nullptr, x.ln1, pl(QKVW), pl(QKVB), nullptr, N, C, 3 * C,
+                                NFN_EPILOGUE_NONE, dtype_), "linear_forward (qkv)", error) &&
+         check(o.attention_forward(ctx_, x.atty, x.lse, x.qkv, B, T, C, NH, dtype_), "attention_forward", error) &&
+         check(o.linear_forward(ctx_, x.res2, nullptr, x.atty, pl(ATTPROJW), pl(ATTPROJB), x.residual, N, C, C,
+                                NFN_EPILOGUE_NONE, dtype_), "linear_forward (attproj)", error);
+}
+
+// The MLP's hidden layer, gelu(fc(ln2(residual2))), and fc's pre-activation beside it.
+bool GPT::mlp_hidden(int l, const Layer& x, std::string* error) {
+  const int C = config_.channels, N = B_ * T_;
+  const nfn_op_table& o = *ops_;
+  auto pl = [&](int i) { return layer_slice(params_, i, l); };
+  return check(o.layernorm_forward(ctx_, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, pl(LN2W), pl(LN2B), N, C, dtype_),
+               "layernorm_forward (ln2)", error) &&
+         check(o.linear_forward(ctx_, x.fch_gelu, x.fch, x.ln2, pl(FCW), pl(FCB), nullptr, N, C, 4 * C,
+                                NFN_EPILOGUE_GELU, dtype_), "linear_forward (fc)", error);
+}
+
 bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* error) {
-  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
-  const int N = B * T;
-  const size_t e = esize(), NC = static_cast<size_t>(N) * C;
+  const int B = B_, T = T_, C = config_.channels, L = config_.num_layers, N = B * T;
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
-  auto at = [&](void* base, size_t l, size_t per) { return static_cast<char*>(base) + l * per * e; };
-  auto pl = [&](int i, int l) { return layer_slice(params_, i, l); };
-
   if (!check(o.embedding_forward(ctx_, a.encoded, a.inputs, param(WTE), param(WPE), B, T, C, dtype_),
              "embedding_forward", error))
     return false;
   const void* residual = a.encoded;
   for (int l = 0; l < L; ++l) {
-    void* ln1 = at(a.ln1, l, NC);
-    void* qkv = at(a.qkv, l, 3 * NC);
-    void* atty = at(a.atty, l, NC);
-    void* res2 = at(a.residual2, l, NC);
-    void* ln2 = at(a.ln2, l, NC);
-    void* fch = at(a.fch, l, 4 * NC);
-    void* fch_gelu = at(a.fch_gelu, l, 4 * NC);
-    void* res3 = at(a.residual3, l, NC);
-    float* lse = a.lse + static_cast<size_t>(l) * N * NH;
-    bool ok =
-        check(o.layernorm_forward(ctx_, ln1, a.ln1_mean + l * N, a.ln1_rstd + l * N, residual, pl(LN1W, l),
-                                  pl(LN1B, l), N, C, dtype_), "layernorm_forward (ln1)", error) &&
-        check(o.linear_forward(ctx_, qkv, nullptr, ln1, pl(QKVW, l), pl(QKVB, l), nullptr, N, C, 3 * C,
-                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (qkv)", error) &&
-        check(o.attention_forward(ctx_, atty, lse, qkv, B, T, C, NH, dtype_), "attention_forward", error) &&
-        // residual2 = residual + attproj(atty): the projection adds onto the residual stream
-        check(o.linear_forward(ctx_, res2, nullptr, atty, pl(ATTPROJW, l), pl(ATTPROJB, l), residual, N, C, C,
-                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (attproj)", error) &&
-        check(o.layernorm_forward(ctx_, ln2, a.ln2_mean + l * N, a.ln2_rstd + l * N, res2, pl(LN2W, l),
-                                  pl(LN2B, l), N, C, dtype_), "layernorm_forward (ln2)", error) &&
-        check(o.linear_forward(ctx_, fch_gelu, fch, ln2, pl(FCW, l), pl(FCB, l), nullptr, N, C, 4 * C,
-                               NFN_EPILOGUE_GELU, dtype_), "linear_forward (fc)", error) &&
-        check(o.linear_forward(ctx_, res3, nullptr, fch_gelu, pl(FCPROJW, l), pl(FCPROJB, l), res2, N, 4 * C, C,
-                               NFN_EPILOGUE_NONE, dtype_), "linear_forward (fcproj)", error);
-    if (!ok) return false;
-    residual = res3;
+    const Layer x = layer(l);
+    // residual3 = residual2 + fcproj(mlp hidden)
+    if (!attention_half(l, x, error) || !mlp_hidden(l, x, error) ||
+        !check(o.linear_forward(ctx_, x.res3, nullptr, x.fch_gelu, layer_slice(params_, FCPROJW, l),
+                                layer_slice(params_, FCPROJB, l), x.res2, N, 4 * C, C, NFN_EPILOGUE_NONE, dtype_),
+               "linear_forward (fcproj)", error))
+      return false;
+    residual = x.res3;
   }
   if (!check(o.layernorm_forward(ctx_, a.lnf, a.lnf_mean, a.lnf_rstd, residual, param(LNFW), param(LNFB), N, C,
                                  dtype_), "layernorm_forward (lnf)", error))
@@ -395,62 +445,60 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
 }
 
 bool GPT::backward(std::string* error) {
-  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
-  const int N = B * T;
-  const size_t e = esize(), NC = static_cast<size_t>(N) * C;
+  const int B = B_, T = T_, C = config_.channels, L = config_.num_layers;
+  const size_t NC = static_cast<size_t>(B) * T * C;
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
-  auto at = [&](void* base, size_t l, size_t per) { return static_cast<char*>(base) + l * per * e; };
-  auto pl = [&](int i, int l) { return layer_slice(params_, i, l); };
-  auto gl = [&](int i, int l) { return layer_slice(grads_, i, l); };
-
   // dln holds dL/dlnf from the fused LM head. The residual stream's gradient accumulates
   // in dresidual through every norm backward. The projections' bias gradients are the
   // column sums of the stream's gradient where their outputs joined it: each norm backward
   // sums the gradient it leaves (dinp_colsum) for the projection below it, and fcproj's
   // backward, through the GELU, sums fc's.
-  const void* last_residual = L > 0 ? at(a.residual3, L - 1, NC) : a.encoded;
+  const void* last_residual = L > 0 ? layer(L - 1).res3 : a.encoded;
   if (!check(o.fill(ctx_, a.dresidual, dtype_, 0.f, NC), "fill", error) ||
-      !check(o.layernorm_backward(ctx_, a.dresidual, grad(LNFW), grad(LNFB), L > 0 ? gl(FCPROJB, L - 1) : nullptr,
-                                  a.dln, last_residual, param(LNFW), a.lnf_mean, a.lnf_rstd, N, C, dtype_),
+      !check(o.layernorm_backward(ctx_, a.dresidual, grad(LNFW), grad(LNFB),
+                                  L > 0 ? layer_slice(grads_, FCPROJB, L - 1) : nullptr, a.dln, last_residual,
+                                  param(LNFW), a.lnf_mean, a.lnf_rstd, B * T, C, dtype_),
              "layernorm_backward (lnf)", error))
     return false;
-  for (int l = L - 1; l >= 0; --l) {
-    const void* residual = l == 0 ? a.encoded : at(a.residual3, l - 1, NC);
-    void* ln1 = at(a.ln1, l, NC);
-    void* qkv = at(a.qkv, l, 3 * NC);
-    void* atty = at(a.atty, l, NC);
-    void* res2 = at(a.residual2, l, NC);
-    void* ln2 = at(a.ln2, l, NC);
-    void* fch = at(a.fch, l, 4 * NC);
-    void* fch_gelu = at(a.fch_gelu, l, 4 * NC);
-    float* lse = a.lse + static_cast<size_t>(l) * N * NH;
-    bool ok =
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); fcproj's dinp comes
-        // back through the GELU (with respect to fch, the pre-activation)
-        // (fcproj's bias gradient came from the norm backward above this block)
-        check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW, l), nullptr, gl(FCB, l), a.dresidual, fch_gelu,
-                                pl(FCPROJW, l), fch, N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
-        check(o.linear_backward(ctx_, a.dln, gl(FCW, l), nullptr, nullptr, a.dbig, ln2, pl(FCW, l), nullptr, N, C,
-                                4 * C, 0, dtype_), "linear_backward (fc)", error) &&
-        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W, l), gl(LN2B, l), gl(ATTPROJB, l), a.dln, res2,
-                                   pl(LN2W, l), a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C, dtype_),
-              "layernorm_backward (ln2)", error) &&
-        // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW, l), nullptr, nullptr, a.dresidual, atty,
-                                pl(ATTPROJW, l), nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
-        check(o.attention_backward(ctx_, a.dbig, a.dln, qkv, atty, lse, B, T, C, NH, dtype_),
-              "attention_backward", error) &&
-        check(o.linear_backward(ctx_, a.dln, gl(QKVW, l), gl(QKVB, l), nullptr, a.dbig, ln1, pl(QKVW, l), nullptr,
-                                N, C, 3 * C, 0, dtype_), "linear_backward (qkv)", error) &&
-        check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W, l), gl(LN1B, l), l > 0 ? gl(FCPROJB, l - 1) : nullptr,
-                                   a.dln, residual, pl(LN1W, l), a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C,
-                                   dtype_),
-              "layernorm_backward (ln1)", error);
-    if (!ok) return false;
-  }
+  for (int l = L - 1; l >= 0; --l)
+    if (!layer_backward(l, error)) return false;
   return check(o.embedding_backward(ctx_, grad(WTE), grad(WPE), a.dresidual, a.inputs, B, T, C, dtype_),
                "embedding_backward", error);
+}
+
+// Layer l's backward, after what it recomputes. The last layer's recomputed tensors still
+// hold the forward's.
+bool GPT::layer_backward(int l, std::string* error) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, N = B * T;
+  const nfn_op_table& o = *ops_;
+  Acts& a = *acts_;
+  const Layer x = layer(l);
+  const bool rerun = l < config_.num_layers - 1;
+  if (rerun && recompute_.attention && !attention_half(l, x, error)) return false;
+  if (rerun && recompute_.mlp && !mlp_hidden(l, x, error)) return false;
+  auto pl = [&](int i) { return layer_slice(params_, i, l); };
+  auto gl = [&](int i) { return layer_slice(grads_, i, l); };
+  // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); fcproj's dinp comes back
+  // through the GELU (with respect to fch, the pre-activation). fcproj's bias gradient came
+  // from the norm backward above this block.
+  return check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW), nullptr, gl(FCB), a.dresidual, x.fch_gelu, pl(FCPROJW),
+                                 x.fch, N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
+         check(o.linear_backward(ctx_, a.dln, gl(FCW), nullptr, nullptr, a.dbig, x.ln2, pl(FCW), nullptr, N, C,
+                                 4 * C, 0, dtype_), "linear_backward (fc)", error) &&
+         check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W), gl(LN2B), gl(ATTPROJB), a.dln, x.res2, pl(LN2W),
+                                    x.ln2_mean, x.ln2_rstd, N, C, dtype_), "layernorm_backward (ln2)", error) &&
+         // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+         check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW), nullptr, nullptr, a.dresidual, x.atty, pl(ATTPROJW),
+                                 nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
+         check(o.attention_backward(ctx_, a.dbig, a.dln, x.qkv, x.atty, x.lse, B, T, C, NH, dtype_),
+               "attention_backward", error) &&
+         check(o.linear_backward(ctx_, a.dln, gl(QKVW), gl(QKVB), nullptr, a.dbig, x.ln1, pl(QKVW), nullptr, N, C,
+                                 3 * C, 0, dtype_), "linear_backward (qkv)", error) &&
+         check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W), gl(LN1B),
+                                    l > 0 ? layer_slice(grads_, FCPROJB, l - 1) : nullptr, a.dln, x.residual,
+                                    pl(LN1W), x.ln1_mean, x.ln1_rstd, N, C, dtype_),
+               "layernorm_backward (ln1)", error);
 }
 
 bool GPT::step_forward_backward(bool backward, float grad_scale, std::string* error) {

@@ -15,6 +15,19 @@
 
 namespace nfn {
 
+// Which activations the backward recomputes instead of keeping a copy for every layer: the
+// attention half of each block (ln1 and its statistics, qkv, the attention's output and
+// log-sum-exp, residual2), rerun from the layer's input, and the MLP's hidden layer (ln2 and
+// its statistics, fc's pre-activation and GELU), rerun from residual2. A recomputed tensor
+// has one layer's buffer, which every layer's forward writes and each layer's backward fills
+// again (the last layer's still holds the forward's). The same ops on the same inputs give
+// the same gradients, bit for bit where the op library is deterministic.
+struct GPTRecompute {
+  bool attention = false, mlp = false;
+};
+// From "none", "attention", "mlp" or "all"; false when the name is none of them.
+bool parse_recompute(const std::string& name, GPTRecompute* out);
+
 // Device-resident training state. `dtype` is the storage of parameters, gradients and
 // activations; with bf16, an f32 master copy of the parameters is kept for AdamW.
 class GPT : public TrainableModel {
@@ -31,13 +44,13 @@ class GPT : public TrainableModel {
   // that shape's own block had to be given up to try is it left without activations (the
   // next upload allocates them).
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
-            std::string* error, int B = 0, int T = 0);
+            std::string* error, int B = 0, int T = 0, GPTRecompute recompute = {});
   const GPTConfig& config() const { return config_; }
   size_t num_parameters() const override { return num_params_; }
   // The bytes init(..., B, T) asks of the op library in its one block: the model's state in
   // `dtype` and a B x T micro-batch's activations (the op library's own scratch, such as the
-  // CUDA LM head's logits, is not in it).
-  static size_t memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T);
+  // CUDA LM head's logits, is not in it). B = 0: the state alone.
+  static size_t memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T, GPTRecompute recompute = {});
 
   // GPT-2 initialisation (normal 0.02, residual projections scaled by 1/sqrt(2L), norms 1,
   // biases 0) from `seed`, deterministic on every platform.
@@ -70,6 +83,7 @@ class GPT : public TrainableModel {
 
  private:
   struct Acts;
+  struct Layer;
   bool check(nfn_status s, const char* what, std::string* error) const;
   // The device address of elements [offset, offset + count) of `which`, checked in range.
   bool stored_range(Stored which, size_t offset, size_t count, float** at, std::string* error) const;
@@ -79,9 +93,14 @@ class GPT : public TrainableModel {
   std::vector<ArenaSlot> activation_slots(int B, int T);
   static std::vector<ArenaSlot> state_plan(size_t P, nfn_dtype dtype, void** params, void** grads, float** master,
                                            float** m, float** v, float** scalars);
-  static std::vector<ArenaSlot> activation_plan(const GPTConfig& config, int B, int T, size_t e, Acts* a);
+  static std::vector<ArenaSlot> activation_plan(const GPTConfig& config, int B, int T, size_t e,
+                                                GPTRecompute recompute, Acts* a);
+  Layer layer(int l) const;
+  bool attention_half(int l, const Layer& x, std::string* error);
+  bool mlp_hidden(int l, const Layer& x, std::string* error);
   bool forward(bool with_loss, bool backward, float grad_scale, std::string* error);
   bool backward(std::string* error);
+  bool layer_backward(int l, std::string* error);
   void* param(int i) const;
   void* grad(int i) const;
   void* layer_slice(void* block, int i, int l) const;
@@ -92,6 +111,7 @@ class GPT : public TrainableModel {
   nfn_ctx* ctx_ = nullptr;
   GPTConfig config_;
   nfn_dtype dtype_ = NFN_F32;
+  GPTRecompute recompute_;
   std::array<ParamTensor, kNumParamTensors> layout_{};
   size_t num_params_ = 0;
 

@@ -20,11 +20,11 @@ bool same_geometry(const GPTConfig& a, const GPTConfig& b) {
 
 class GptFamily : public ModelFamily {
  public:
-  explicit GptFamily(const TrainConfig& c) : c_(c) {}
+  explicit GptFamily(const TrainConfig& c) : c_(c) { parse_recompute(c.recompute, &recompute_); }
 
   size_t num_parameters() const override { return nfn::num_parameters(c_.model); }
   size_t memory_bytes(nfn_dtype dtype, int B, int T) const override {
-    return GPT::memory_bytes(c_.model, dtype, B, T);
+    return GPT::memory_bytes(c_.model, dtype, B, T, recompute_);
   }
   double flops_per_token(int T) const override {
     return nfn::flops_per_token(num_parameters(), c_.model.num_layers, T, c_.model.channels);
@@ -43,7 +43,7 @@ class GptFamily : public ModelFamily {
   bool create(const nfn_op_table* ops, nfn_ctx* ctx, nfn_dtype dtype, int B, int T, std::string* error) override {
     ops_ = ops;
     ctx_ = ctx;
-    return model_.init(ops, ctx, c_.model, dtype, error, B, T);
+    return model_.init(ops, ctx, c_.model, dtype, error, B, T, recompute_);
   }
   TrainableModel& model() override { return model_; }
 
@@ -88,6 +88,7 @@ class GptFamily : public ModelFamily {
   }
 
   const TrainConfig& c_;
+  GPTRecompute recompute_;  // --recompute (its flag's choices are the names parse_recompute takes)
   const nfn_op_table* ops_ = nullptr;
   nfn_ctx* ctx_ = nullptr;
   GPT model_;

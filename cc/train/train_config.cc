@@ -18,7 +18,8 @@ constexpr int kDemoSmallVocab = 8192;
 // activations (in bf16, the GPU recipe's dtype) take at most 64 GiB, so that every GPT-2
 // template runs as it comes on an 80 GB GPU, with room left for the op library's own scratch
 // (the CUDA LM head's logits, up to 2 GiB) and the driver's. GPT-2 124M and 350M keep 64
-// (20.7 and 54.4 GiB), 774M gets 32, 1558M 16 (61.2 GiB); --batch-size overrides.
+// (20.7 and 54.4 GiB), 774M gets 32, 1558M 16 (61.2 GiB); --batch-size overrides. Every
+// activation kept, whatever --recompute says: a recipe's micro-batch is the same in each mode.
 constexpr size_t kRecipeMemoryBytes = size_t{64} << 30;
 
 int recipe_micro_batch(const GPTConfig& model, int T) {
@@ -253,6 +254,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->overlap = f.get("overlap");
   c->pdl = f.get("pdl");
   c->lm_head_rows = f.get("lm-head-row-chunk-size");
+  c->recompute = f.get("recompute");
   c->graphs = f.get("graphs");
   c->checkpoint_version = f.get("checkpoint-dtype") == "f32" ? 3 : 5;
   c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir(c->model_family);
@@ -294,14 +296,22 @@ Json plan_json(const TrainConfig& c) {
   batch.set("train_batch_tokens", static_cast<int64_t>(c.train_batch_tokens));
   batch.set("grad_accum_steps", c.grad_accum_steps);
   p.set("batch", batch);
-  // The op library's block for the model's state and a micro-batch's activations, in GiB to
-  // 0.01, by the dtype trained in (bf16 on CUDA by default, f32 on the CPU).
-  Json memory = Json::object();
+  // The op library's block for the model's state and a micro-batch's activations, and the
+  // activations' part of it, in GiB to 0.01, by the dtype trained in (bf16 on CUDA by default,
+  // f32 on the CPU).
+  GPTRecompute recompute;
+  parse_recompute(c.recompute, &recompute);
+  p.set("recompute", c.recompute);
+  Json memory = Json::object(), activations = Json::object();
   for (nfn_dtype dtype : {NFN_BF16, NFN_F32}) {
-    const double gib = static_cast<double>(GPT::memory_bytes(c.model, dtype, c.batch_size, c.seq_len)) / (1 << 30);
-    memory.set(dtype == NFN_BF16 ? "bf16" : "f32", std::round(gib * 100) / 100);
+    const size_t state = GPT::memory_bytes(c.model, dtype, 0, 0);
+    const size_t total = GPT::memory_bytes(c.model, dtype, c.batch_size, c.seq_len, recompute);
+    auto gib = [](size_t bytes) { return std::round(static_cast<double>(bytes) / (1 << 30) * 100) / 100; };
+    memory.set(dtype == NFN_BF16 ? "bf16" : "f32", gib(total));
+    activations.set(dtype == NFN_BF16 ? "bf16" : "f32", gib(total - state));
   }
   p.set("memory_gib", memory);
+  p.set("activation_gib", activations);
   Json s = Json::object();
   s.set("max_steps", c.max_steps);
   s.set("learning_rate", c.learning_rate);

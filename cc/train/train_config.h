@@ -37,6 +37,7 @@ struct TrainConfig {
   int sample_tokens = 0;
 
   std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune, deterministic, overlap, pdl;
+  std::string recompute = "none";  // none, attention, mlp or all (GPTRecompute)
   std::string lm_head_rows;  // the op library's lm_head_rows option ("" leaves its default)
   // Replay the micro-step as a recorded graph (StepGraph): on, off, or auto (where the op
   // library records graphs, and unless the first recording fails).

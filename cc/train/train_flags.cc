@@ -59,8 +59,8 @@ std::vector<FlagSpec> schedule_flags() {
   return {
       integer("train-seq-len", "schedule", "tokens per row, T", 1),
       integer("batch-size", "schedule",
-              "micro-batch rows, B (GPT-2/3 templates: 64, halved until the model and activations fit 64 GiB in "
-              "bf16; the demo: 16, or 8 with a vocabulary over 8192)",
+              "micro-batch rows, B (GPT-2/3 templates: 64, halved until the model and every activation fit 64 GiB "
+              "in bf16; the demo: 16, or 8 with a vocabulary over 8192)",
               1),
       integer("train-batch-tokens", "schedule",
               "tokens per optimizer step (a multiple of B*T; the rest is gradient accumulation)", 1),
@@ -130,6 +130,12 @@ std::vector<FlagSpec> run_flags() {
              "CUDA: on launches each kernel as a programmatic dependent launch, so its blocks may start while the "
              "kernel before it finishes (the same results); off (default): each starts after",
              "on off"),
+      choice("recompute", "run",
+             "activations the backward recomputes instead of keeping a copy for every layer, for less memory and "
+             "more compute: attention (ln1, qkv, the attention's output, residual2), mlp (ln2, fc's output before "
+             "and after GELU), all (both: a layer keeps only its output) or none (default); each reruns about a "
+             "third of the forward's work, and the gradients are the same",
+             "none attention mlp all", "none"),
       choice("graphs", "run",
              "on: record the forward/backward micro-step once as a CUDA graph and replay it (after one step run op "
              "by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the "

@@ -162,6 +162,9 @@ class TrainingRun {
   int finish();
   int report();
   Json op_library_json() const;
+  // The op library's block for the model and a micro-batch, and the activations' part of it.
+  size_t memory_bytes() const { return family_->memory_bytes(setup_.dtype, B_, T_); }
+  size_t activation_bytes() const { return memory_bytes() - family_->memory_bytes(setup_.dtype, 0, 0); }
 
   TrainConfig c_;  // the run's; its seed is the resumed run's where --seed is not given
   const int B_, T_;
@@ -246,10 +249,12 @@ int TrainingRun::restore() {
     if (same_data && !data_.train.seek(pos, &error_)) return fail(start_.state_path + ": " + error_);
   }
   const std::string gemms = setup_.matmul.empty() ? "" : " with " + setup_.matmul + " GEMMs";
-  std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s%s on %s (%s), %.1f GiB for the model and micro-batch %d x %d%s%s\n",
+  std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s%s on %s (%s), %.1f GiB for the model and micro-batch %d x %d "
+               "(activations %.1f MiB, --recompute %s)%s%s\n",
                c_.model_family.c_str(), c_.template_name.c_str(), family_->num_parameters(),
                setup_.dtype_name.c_str(), gemms.c_str(), backend_.name.c_str(), backend_.path.c_str(),
-               static_cast<double>(family_->memory_bytes(setup_.dtype, B_, T_)) / (1 << 30), B_, T_,
+               static_cast<double>(memory_bytes()) / (1 << 30), B_, T_,
+               static_cast<double>(activation_bytes()) / (1 << 20), c_.recompute.c_str(),
                start_.from.empty() ? "" : ", resuming from ", start_.from.c_str());
   return 0;
 }
@@ -470,6 +475,8 @@ int TrainingRun::report() {
   report.set("validation_losses", val_losses_);
   report.set("final_validation_loss", std::isfinite(final_val_) ? Json(static_cast<double>(final_val_)) : Json());
   report.set("op_library", op_library_json());
+  report.set("memory_bytes", static_cast<uint64_t>(memory_bytes()));  // in the run's dtype
+  report.set("activation_bytes", static_cast<uint64_t>(activation_bytes()));
   report.set("checkpoint_dir", c_.output_dir);
   report.set("model_file", model_path_.empty() ? Json() : Json(model_path_));
   report.set("manifest_file", join_path(c_.output_dir, "manifest.json"));

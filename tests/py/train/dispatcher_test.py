@@ -148,6 +148,31 @@ class DispatcherTest(unittest.TestCase):
         self.assertEqual((p["batch"]["batch_size"], p["batch"]["grad_accum_steps"]), (32, 32))
         self.assertGreater(p["memory_gib"]["bf16"], 64)
 
+    def test_recompute_shrinks_the_block_by_what_it_recomputes(self):
+        # GPT-2 124M at micro-batch 64 in bf16. --recompute attention keeps one layer's copy,
+        # not 12, of ln1, qkv (3), atty and residual2 (6 values a token at 2 bytes), ln1's mean
+        # and rstd and the attention's log-sum-exp of each head (f32); mlp of ln2, fch (4) and
+        # fch_gelu (4) (9 values) and ln2's mean and rstd; all of both.
+        L, C, NH, N = 12, 768, 12, 64 * 1024
+        attention = (L - 1) * N * (6 * C * 2 + 2 * 4 + NH * 4)
+        mlp = (L - 1) * N * (9 * C * 2 + 2 * 4)
+        args = ["--base-model", "gpt2", "--template-name", "gpt2-124m"]
+        none = plan(args)
+        self.assertEqual((none["recompute"], none["memory_gib"]["bf16"], none["activation_gib"]["bf16"]),
+                         ("none", 20.65, 18.8))
+        for mode, saved in (("attention", attention), ("mlp", mlp), ("all", attention + mlp)):
+            p = plan(args + ["--recompute", mode])
+            self.assertEqual((p["recompute"], p["batch"]["batch_size"]), (mode, 64))
+            for key in ("memory_gib", "activation_gib"):  # each rounded to 0.01
+                self.assertAlmostEqual(none[key]["bf16"] - p[key]["bf16"], saved / 2**30, delta=0.0101, msg=mode)
+        self.assertEqual(plan(args + ["--recompute", "all"])["memory_gib"]["bf16"], 5.14)
+        # The recipe's micro-batch is the one that keeps every activation; with --recompute all,
+        # 774M and 1558M would fit llm.c's 64 rows in the same 64 GiB (docs/training.md).
+        for template, batch in (("gpt2-774m", 32), ("gpt2-1558m", 16)):
+            args = ["--base-model", "gpt2", "--template-name", template, "--recompute", "all"]
+            self.assertEqual(plan(args)["batch"]["batch_size"], batch)
+            self.assertLessEqual(plan(args + ["--batch-size", "64"])["memory_gib"]["bf16"], 64, template)
+
     def test_demo_schedule_follows_the_vocabulary(self):
         def schedule(args):
             p = plan(["--base-model", "gpt"] + args)

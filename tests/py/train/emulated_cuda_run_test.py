@@ -9,7 +9,9 @@ the next is queued). With graphs (--graphs auto, the default, turns them on here
 forward/backward is recorded once, after the first step, and replayed: bitwise the same run,
 one graph launch where the ops were; the resumed run, with graphs, is bitwise the run without;
 with --overlap on (a second stream for the weight and bias gradients, inside the graph) and
---pdl on (every kernel a programmatic dependent launch) the run is bitwise the same again. tools/device_check.sh makes the comparison on a real GPU."""
+--pdl on (every kernel a programmatic dependent launch) the run is bitwise the same again, and
+so it is with --recompute all (each layer's activations but its output rerun in the backward).
+tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
 import re
@@ -83,6 +85,11 @@ class EmulatedCudaRunTest(unittest.TestCase):
         cls.overlap = run(cls.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
                                         "--attention", "flash_mma", "--overlap", "on", "--pdl", "on",
                                         "--output-dir", os.path.join(cls.tmp, "overlap")])
+        # --recompute all: each layer's backward reruns its forward but for the output, inside
+        # the recorded graph too.
+        cls.recompute = run(cls.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "bf16",
+                                          "--attention", "flash_mma", "--recompute", "all",
+                                          "--output-dir", os.path.join(cls.tmp, "recompute")])
 
     @classmethod
     def tearDownClass(cls):
@@ -255,6 +262,20 @@ class EmulatedCudaRunTest(unittest.TestCase):
         lib = self.overlap["op_library"]
         self.assertEqual((lib["graphs"], lib["graph_recordings"], "graphs_note" in lib), (True, 1, False))
         self.assertEqual(lib["options"], {"attention": "flash_mma", "overlap": "on", "pdl": "on"})
+
+    def test_recompute_is_the_same_run_in_less_memory(self):
+        # The recomputed activations are the forward's bit for bit (the same kernels on the same
+        # inputs), so the gradients are, and the run is the op-by-op bf16 run that kept them all;
+        # its sample too.
+        self.assert_same_run(self.recompute, "recompute")
+        eager = self.cuda["bf16", "flash_mma"]
+        self.assertEqual(self.recompute["sample_tokens"], eager["sample_tokens"])
+        lib = self.recompute["op_library"]
+        self.assertEqual((lib["graphs"], lib["graph_recordings"]), (True, 1))
+        # Two layers: one layer's copy of everything but each layer's output is kept, not two.
+        self.assertLess(self.recompute["activation_bytes"], eager["activation_bytes"])
+        self.assertEqual(self.recompute["memory_bytes"] - self.recompute["activation_bytes"],
+                         eager["memory_bytes"] - eager["activation_bytes"])
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
         proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,

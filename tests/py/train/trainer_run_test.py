@@ -141,6 +141,42 @@ class TrainerRunTest(unittest.TestCase):
         for f in ["model_00000006.bin", "state_00000006_00000.bin"]:
             self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(self.full, f)), f)
 
+    def test_recompute_trains_the_same_weights_in_less_memory(self):
+        # The backward reruns what a mode recomputes instead of keeping it for each layer: the
+        # same ops on the same inputs, so every checkpoint (two micro-steps a step: accumulated
+        # gradients), validation and the sample are the full run's, byte for byte. The block
+        # shrinks by L - 1 layers' copies of what is recomputed (f32, in 256-byte slots).
+        L, C, NH, N = 2, 32, 2, 4 * 16
+        align = lambda b: (b + 255) // 256 * 256
+        saved = lambda *per_layer: sum(align(L * b) - align(b) for b in per_layer)
+        attention = saved(N * C * 4, N * 4, N * 4, 3 * N * C * 4, N * C * 4, N * NH * 4, N * C * 4)
+        mlp = saved(N * C * 4, N * 4, N * 4, 4 * N * C * 4, 4 * N * C * 4)
+        for mode, bytes_saved in (("attention", attention), ("mlp", mlp), ("all", attention + mlp)):
+            with self.subTest(mode=mode):
+                out = os.path.join(self.tmp, "recompute_" + mode)
+                proc = run(self.common + ["--output-dir", out, "--json", "--recompute", mode])
+                r = json.loads(proc.stdout)
+                for key in ("train_losses", "validation_losses", "sample_tokens"):
+                    self.assertEqual(r[key], self.report[key], key)
+                for f in ["model_00000003.bin", "model_00000006.bin", "state_00000006_00000.bin"]:
+                    self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(self.full, f)), f)
+                self.assertEqual(self.report["activation_bytes"] - r["activation_bytes"], bytes_saved)
+                self.assertEqual(self.report["memory_bytes"] - r["memory_bytes"], bytes_saved)
+                self.assertEqual(r["config"]["recompute"], mode)
+                first = proc.stderr.splitlines()[0]
+                self.assertIn(f"(activations {r['activation_bytes'] / 2**20:.1f} MiB, --recompute {mode})", first)
+        self.assertEqual(self.report["config"]["recompute"], "none")
+        # A checkpoint of a run that kept every activation resumes under recompute, bitwise.
+        out = self.interrupted_copy("recompute_resumed")
+        report = json.loads(run(self.common + ["--output-dir", out, "--resume", "auto", "--json",
+                                               "--recompute", "all"]).stdout)
+        self.assertEqual(report["train_losses"], self.report["train_losses"][3:])
+        for f in ["model_00000006.bin", "state_00000006_00000.bin"]:
+            self.assertEqual(self.read(os.path.join(out, f)), self.read(os.path.join(self.full, f)), f)
+        bad = run(self.common + ["--output-dir", os.path.join(self.tmp, "x"), "--recompute", "some"], check=False)
+        self.assertEqual((bad.returncode, bad.stderr), (2, "nfn_gpt_native_train: error: --recompute some: expected "
+                                                           "one of none, attention, mlp, all\n"))
+
     def test_resume_with_another_schedule_says_so(self):
         # The schedule comes from this run's flags (or its template's recipe, which may have
         # changed since the checkpoint's run began); where it differs from the one the
