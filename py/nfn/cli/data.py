@@ -1,13 +1,15 @@
 """Prepare and list datasets: raw text to cached llm.c-format token shards.
 
-  nfn data prepare --dataset ALIAS|--pretraining-file PATH --tokenizer NAME [--json]
+  nfn data prepare --dataset ALIAS|--pretraining-file PATH|--parquet PATH_OR_GLOB --tokenizer NAME [--json]
   nfn data list [--json]
   nfn data tokenizers [--json]
 
 Aliases: shakespeare (default), moby-dick, tinystories, fineweb-sp1024-1shard and
 fineweb-sp1024-10shards (1 or 10 train shards of FineWeb tokenized with sp1024, from
 $NFN_FINEWEB_SP1024_DIR; golf1 and golf10 name them too); or a directory of token shards,
-or a *_train*.bin file (its *_val*.bin siblings are found beside it).
+or a *_train*.bin file (its *_val*.bin siblings are found beside it). --parquet takes Parquet
+files (a file, a directory's *.parquet, or a glob; FineWeb-Edu's layout), one document a row in
+--text-column, read a batch of rows at a time.
 Tokenizers: gpt2, sp1024, sp2048, sp4096, sp8192, or a name trained by `nfn tokenizer train`.
 Prepared shards live under $NFN_DATASETS_DIR (default ~/.cache/nfn/datasets).
 """
@@ -27,6 +29,9 @@ def register(sub):
                                           "(default: shakespeare)")
     source.add_argument("--pretraining-file", help="UTF-8 text file or directory of .txt files")
     source.add_argument("--tinystories", action="store_true", help="same as --dataset tinystories")
+    source.add_argument("--parquet", metavar="PATH_OR_GLOB",
+                        help="Parquet files, one document a row: a file, a directory's *.parquet or a glob")
+    prep.add_argument("--text-column", default="text", help="the Parquet column holding the text (default: text)")
     prep.add_argument("--tokenizer", help="tokenizer name (default: gpt2, or the one existing shards were made with)")
     prep.add_argument("--shard-tokens", type=int, default=100_000_000,
                       help="tokens per shard file (default: 100000000, as llm.c)")
@@ -47,12 +52,13 @@ def run_prepare(args):
 
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
-    if "" in (args.dataset, args.pretraining_file, args.tokenizer):
-        raise UserError("an empty path or name was given (--dataset, --pretraining-file or --tokenizer ''); "
-                        "an unset shell variable?")
+    if "" in (args.dataset, args.pretraining_file, args.tokenizer, args.parquet, args.text_column):
+        raise UserError("an empty path or name was given (--dataset, --pretraining-file, --parquet, --text-column "
+                        "or --tokenizer ''); an unset shell variable?")
     dataset = "tinystories" if args.tinystories else args.dataset
     result = prepare_dataset(dataset=dataset, pretraining_file=args.pretraining_file, tokenizer="gpt2" if args.tokenizer is None else args.tokenizer,
-                             quiet=args.json, shard_tokens=args.shard_tokens, workers=args.workers)
+                             quiet=args.json, shard_tokens=args.shard_tokens, workers=args.workers,
+                             parquet=args.parquet, text_column=args.text_column)
     if args.tokenizer is not None and result["tokenizer"] != args.tokenizer:  # shards that name their own tokenizer
         raise UserError(f"{result['dataset']}: its shards were made with tokenizer {result['tokenizer']}, "
                         f"not {args.tokenizer} (--tokenizer); prepare the text with {args.tokenizer} instead")

@@ -22,7 +22,7 @@ from nfn.data.parallel_encode import encode_stream
 from nfn.data.progress import Progress
 from nfn.data.resolve import SPLITS, resolve
 from nfn.data.shard_writer import DEFAULT_SHARD_TOKENS, ShardWriter, shard_prefix
-from nfn.data.text_pieces import explicit_pieces, split_pieces, total_bytes
+from nfn.data.text_pieces import explicit_pieces, split_pieces, split_stream, total_bytes
 from nfn.errors import UserError
 
 VAL_FRACTION = 0.1
@@ -117,6 +117,11 @@ def _pieces_for(src, quiet):
         files = ensure_tinystories(quiet)
         inputs = [files["train"], files["val"]]
         return explicit_pieces([files["train"]], [files["val"]]), inputs, total_bytes(inputs)
+    if src.text_column:  # Parquet rows
+        from nfn.data import parquet_text
+        size = parquet_text.text_bytes(src.files)
+        pieces = (p for path in src.files for p in parquet_text.document_pieces(path, src.text_column))
+        return split_stream(pieces, min(int(size * VAL_FRACTION), VAL_MAX_BYTES)), src.files, size
     files = sources.text_files(src.text_alias, quiet) if src.text_alias else src.files
     size = total_bytes(files)
     return split_pieces(files, min(int(size * VAL_FRACTION), VAL_MAX_BYTES)), files, size
@@ -177,12 +182,12 @@ def _build(src, tok, quiet, shard_tokens, workers):
 
 
 def prepare_dataset(dataset=None, pretraining_file=None, tokenizer="gpt2", quiet=False,
-                    shard_tokens=DEFAULT_SHARD_TOKENS, workers=None, splits=SPLITS):
+                    shard_tokens=DEFAULT_SHARD_TOKENS, workers=None, splits=SPLITS, parquet=None, text_column="text"):
     """The prepared dataset (keys as `nfn data prepare --json`), tokenizing only when not cached.
     splits: those existing shards must have (resolve); text is prepared into both."""
     if shard_tokens < 1:
         raise UserError(f"--shard-tokens must be positive, got {shard_tokens}")
-    src = resolve(dataset, pretraining_file, tokenizer, splits)
+    src = resolve(dataset, pretraining_file, tokenizer, splits, parquet, text_column)
     if src.kind == "shards":
         summary = cache.shard_summary(src)
         _check_token_range(summary)

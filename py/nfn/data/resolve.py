@@ -45,7 +45,8 @@ class Source:
     key: str = ""            # text: the cache directory name
     identity: dict = field(default_factory=dict)  # text: what must match for a cache hit
     text_alias: str = ""     # text: "shakespeare", "moby-dick", "tinystories" or "" for files
-    files: list = field(default_factory=list)     # text: --pretraining-file inputs
+    files: list = field(default_factory=list)     # text: --pretraining-file or --parquet inputs
+    text_column: str = ""    # text from --parquet: the column holding each row's document
     train: list = field(default_factory=list)     # shards: paths
     val: list = field(default_factory=list)
 
@@ -110,13 +111,27 @@ def _shard_source(name, tokenizer, train_path_or_dir, splits=SPLITS):
     return Source("shards", name, tokenizer, train=found["train"], val=found["val"])
 
 
-def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS):
+def _parquet_source(pattern, column, tokenizer):
+    """Parquet files' rows as documents (nfn.data.parquet_text), keyed by the files and column."""
+    from nfn.data import parquet_text
+    files = parquet_text.parquet_files(pattern)
+    parquet_text.check_column(files, column)
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(files[0]).rsplit(".", 1)[0]) or "parquet"
+    digest = hashlib.sha256("\0".join(files + [column]).encode()).hexdigest()[:10]
+    return Source("text", os.path.abspath(os.path.expanduser(pattern)), tokenizer,
+                  key=f"parquet-{stem}-{digest}-{tokenizer}",
+                  identity={"files": _file_identity(files), "text_column": column}, files=files, text_column=column)
+
+
+def resolve(dataset=None, pretraining_file=None, tokenizer="gpt2", splits=SPLITS, parquet=None, text_column="text"):
     """The Source the names mean. splits: those existing shards must have (the others are not
     looked for); text is always prepared into both."""
     from nfn import tokenizers
     tokenizers.vocab_size_of(tokenizer)  # unknown tokenizer: fail before anything else
-    if dataset and pretraining_file:
-        raise UserError("give --dataset or --pretraining-file, not both")
+    if sum(bool(x) for x in (dataset, pretraining_file, parquet)) > 1:
+        raise UserError("give one of --dataset, --pretraining-file and --parquet")
+    if parquet:
+        return _parquet_source(parquet, text_column, tokenizer)
     if pretraining_file:
         path = os.path.abspath(os.path.expanduser(pretraining_file))
         files = text_files_of(path)

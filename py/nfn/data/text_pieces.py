@@ -61,11 +61,16 @@ def document_pieces(path, piece_chars=None):
 
 
 def split_pieces(files, val_bytes, piece_chars=None):
-    """Yield (split, doc_start, text, nbytes): the first val_bytes of text go to "val", the rest
-    to "train", cut at the first line end (or piece or document end) after that; where the
-    text's last piece has none left but its final line break, at the first word's end after it."""
+    """split_stream over the documents of text files."""
+    return split_stream((p for path in files for p in document_pieces(path, piece_chars)), val_bytes)
+
+
+def split_stream(pieces, val_bytes):
+    """Yield (split, doc_start, text, nbytes) from (doc_start, text) pieces: the first val_bytes
+    of text go to "val", the rest to "train", cut at the first line end (or piece or document
+    end) after that; where the text's last piece has none left but its final line break, at
+    the first word's end after it."""
     val_left = val_bytes
-    pieces = ((doc_start, text) for path in files for doc_start, text in document_pieces(path, piece_chars))
     ahead = next(pieces, None)
     while ahead is not None:
         (doc_start, text), ahead = ahead, next(pieces, None)
