@@ -5,12 +5,14 @@ local_python (interpreter from PYTHON_BIN_PATH, else python3 on PATH) provides
                                   as their shebang, so tests work under a stripped PATH
   @local_python//:python_headers  Python.h
   @local_python//:nanobind        nanobind compiled from the pip package's sources
-  @local_python//:defs.bzl        PYTHON, PY_EXT_SUFFIX, NUMPY_INCLUDE, NANOBIND_DIR
+  @local_python//:defs.bzl        PYTHON, PY_EXT_SUFFIX, PY_WHEEL_TAG, NUMPY_INCLUDE,
+                                  NANOBIND_DIR
 
 local_cuda (off when NFN_DISABLE_CUDA is set to anything but 0; nvcc from NFN_CUDA_PATH,
 CUDA_PATH, PATH or /usr/local/cuda) provides
   @local_cuda//:defs.bzl  HAS_CUDA, NVCC, CUDA_PATH, CUDA_COMPATIBLE
   @local_cuda//:cudart    headers and libcudart; incompatible (so skipped) without CUDA
+  @local_cuda//:runtime   libcudart.so.* files, which the wheel bundles (none without CUDA)
 """
 
 _PY_PROBE = """
@@ -18,6 +20,11 @@ import os, sys, sysconfig
 print(sys.executable)
 print(sysconfig.get_paths()["include"])
 print(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+# A wheel's tag for extensions built here: full CPython ABI of this minor version, the plain
+# platform (no manylinux audit), e.g. cp311-cp311-linux_x86_64; empty for other interpreters.
+py = "cp%d%d" % sys.version_info[:2]
+print("%s-%s%s-%s" % (py, py, sys.abiflags, sysconfig.get_platform().replace("-", "_").replace(".", "_"))
+      if sys.implementation.name == "cpython" else "")
 try:
     import numpy
     print(numpy.get_include())
@@ -53,7 +60,7 @@ def _local_python_impl(rctx):
     res = rctx.execute([str(python), "-c", _PY_PROBE])
     if res.return_code != 0:
         fail("local_python: probing %s failed:\n%s" % (python, res.stderr))
-    exe, inc, ext_suffix, np_inc, nb_dir = (res.stdout.strip("\n").split("\n") + ["", ""])[:5]
+    exe, inc, ext_suffix, wheel_tag, np_inc, nb_dir = (res.stdout.strip("\n").split("\n") + ["", ""])[:6]
     if not nb_dir:
         fail("local_python: nanobind is not installed for %s; run tools/bootstrap.sh" % exe)
     rctx.symlink(inc, "python_include")
@@ -61,6 +68,7 @@ def _local_python_impl(rctx):
     rctx.file("defs.bzl", "\n".join([
         "PYTHON = %r" % exe,
         "PY_EXT_SUFFIX = %r" % ext_suffix,
+        "PY_WHEEL_TAG = %r" % wheel_tag,
         "NUMPY_INCLUDE = %r" % np_inc,
         "NANOBIND_DIR = %r" % nb_dir,
         "",
@@ -139,6 +147,10 @@ def _local_cuda_impl(rctx):
             fail("local_cuda: no TOP= line in `%s --dryrun` output:\n%s" % (nvcc, res.stderr))
         cuda_path = str(rctx.path(top[0][len("#$ TOP="):].strip()).realpath)
         rctx.symlink(cuda_path + "/include", "cuda_include")
+        # The runtime the CUDA op library links (libcudart.so.N), for the wheel to bundle.
+        for lib in rctx.path(cuda_path + "/lib64").readdir():
+            if lib.basename.startswith("libcudart.so."):
+                rctx.symlink(lib, "runtime/" + lib.basename)
     rctx.file("defs.bzl", "\n".join([
         "HAS_CUDA = %r" % (nvcc != None),
         "NVCC = %r" % (nvcc or ""),
@@ -161,6 +173,7 @@ cc_library(
     deps = [":cuda_headers"],
     linkopts = ["-L{p}/lib64", "-Wl,-rpath,{p}/lib64", "-lcudart"],
 )
+filegroup(name = "runtime", srcs = glob(["runtime/*"]))
 """.format(p = cuda_path))
     else:
         rctx.file("BUILD", """
@@ -171,6 +184,7 @@ constraint_setting(name = "cuda_setting")
 constraint_value(name = "cuda_unavailable", constraint_setting = ":cuda_setting")
 cc_library(name = "cuda_headers", target_compatible_with = [":cuda_unavailable"])
 cc_library(name = "cudart", target_compatible_with = [":cuda_unavailable"])
+filegroup(name = "runtime")
 """)
 
 local_cuda = repository_rule(

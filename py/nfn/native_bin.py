@@ -17,9 +17,12 @@ DISPATCHER = "nfn_native_train"
 
 def find(name, env=None):
     """The native program `name` (the dispatcher, nfn_op_probe): $NFN_NATIVE_BIN_DIR, else
-    Bazel's runfiles beside this package; None where neither holds it."""
+    the installed wheel's copy inside this package, else Bazel's runfiles beside this
+    package; None where none holds it."""
     env = os.environ if env is None else env
     candidates = [os.path.join(env[BINARY_ENV], name)] if env.get(BINARY_ENV) else []
+    # The wheel puts the binaries and their libraries in nfn/_native_bin (tools/build_wheel.py).
+    candidates.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_bin", name))
     # <runfiles>/nfn/py/nfn/native_bin.py -> <runfiles>/nfn/cc/bin/
     workspace = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     candidates.append(os.path.join(workspace, "cc", "bin", name))
@@ -31,8 +34,9 @@ def trainer_binary():
     path = find(DISPATCHER)
     if path:
         return path
-    raise UserError(f"the native trainer {DISPATCHER} is not built; run through `bazel run //py:nfn` "
-                    f"or point ${BINARY_ENV} at a directory holding it")
+    raise UserError(f"the native trainer {DISPATCHER} is not built; run through `bazel run //py:nfn`, "
+                    f"install the wheel (`bazel build //py:wheel`) or point ${BINARY_ENV} at a directory "
+                    "holding it")
 
 
 def ask(args):
