@@ -16,6 +16,7 @@ apt_install() {
 command -v bazel >/dev/null 2>&1 || apt_install bazel-bootstrap
 command -v g++ >/dev/null 2>&1 || apt_install g++
 command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap  # the Python tool's sandbox
+command -v make >/dev/null 2>&1 || apt_install make  # builds the written op examples
 
 # pip runs again only when requirements.txt or the interpreter changed.
 stamp_dir=${XDG_CACHE_HOME:-$HOME/.cache}/nfn/bootstrap

@@ -14,6 +14,8 @@ HELP_PATHS = [
     ["infer", "--help"],
     ["eval", "--help"],
     ["kernels", "--help"],
+    ["kernels", "bench", "--help"],
+    ["kernels", "examples", "--help"],
     ["data", "--help"],
     ["data", "prepare", "--help"],
     ["tokenizer", "--help"],

@@ -1,4 +1,4 @@
-"""Inspect the op libraries: which ops exist on which backend and dtype.
+"""Inspect the op libraries: which ops exist where, how fast they run, and how to call them.
 
   nfn kernels list [--json]     the op registry, from metadata only (no library is loaded)
   nfn kernels doctor [--json]   the CUDA toolchain, driver and GPU found here, which op
@@ -8,6 +8,11 @@
                                 would open, whether its ThunderKittens attention runs here,
                                 and the CPU: its GEMM features and whether `--matmul bf16`
                                 runs on it
+  nfn kernels bench [--json]    each op timed at model shapes: median ms, GFLOP/s or GB/s, and
+                                the fraction of the device's peak where a datasheet gives one
+  nfn kernels examples [--write --output-dir DIR]
+                                a runnable C++ example a category of ops, calling the op ABI;
+                                lists them, or writes them with a Makefile to DIR
 """
 import json
 import os
@@ -22,11 +27,16 @@ def run_list(args):
     from nfn.kernels import registry
 
     reg = registry.load()
-    if args.json:
-        json.dump(reg, sys.stdout, indent=1)
+    return _print(reg, args.json, registry.format_table)
+
+
+def _print(report, as_json, format_text):
+    """The report as JSON, or as format_text makes it; 0 (the command's exit code)."""
+    if as_json:
+        json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(registry.format_table(reg))
+        print(format_text(report))
     return 0
 
 
@@ -212,13 +222,60 @@ def format_report(r):
 
 
 def run_doctor(args):
-    report = doctor_report()
-    if args.json:
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print(format_report(report))
+    return _print(doctor_report(), args.json, format_report)
+
+
+def run_bench(args):
+    from nfn.kernels import bench
+
+    return _print(bench.report(args, cpu_info()), args.json, bench.format_report)
+
+
+def run_examples(args):
+    from nfn.errors import UserError
+    from nfn.kernels import examples
+
+    if bool(args.write) != bool(args.output_dir):
+        raise UserError("--write and --output-dir DIR go together (without them: the list)")
+    bundle = examples.load()
+    if not args.write:
+        print(examples.format_list(bundle))
+        return 0
+    examples.write(bundle, args.output_dir)
+    lib = examples.cpu_library() or "/path/to/libnfn_native_train_cpu_ops.so"
+    print(f"wrote {len(bundle['examples'])} examples, the loader, the ABI headers and a Makefile to "
+          f"{args.output_dir}\n  build: make -C {args.output_dir}\n  run:   make -C {args.output_dir} run LIB={lib}")
     return 0
+
+
+BENCH_EPILOG = """\
+rate: GFLOP/s for the compute-bound ops (linears, attention, the LM head), GB/s for the others,
+counting each element an op must read or write once. % peak: of the device's dense bf16 peak or
+memory bandwidth where cc/train/mfu.h's datasheet table names the GPU (bf16 storage for the
+compute peak); none on CPUs. Defaults take seconds on a GPU and under a minute on 2 CPU cores.
+"""
+
+
+def add_bench_parser(actions):
+    import argparse
+
+    p = actions.add_parser("bench", help="each op timed at model shapes: ms, GFLOP/s or GB/s, %% of peak",
+                           description="Times each op of an op library at the shapes a GPT's training\n"
+                                       "step calls it with (nfn_kernels_bench).",
+                           epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
+                   help="the op library, found as the trainers find it (auto: CUDA where it opens)")
+    p.add_argument("--tile-ops-lib", metavar="PATH", help="this op library instead")
+    p.add_argument("--ops", metavar="NAME,...", help="only these ops (names as `nfn kernels list` gives)")
+    p.add_argument("--shapes", metavar="NAME[:BATCH],...",
+                   help="of tiny, small, demo, gpt2, each with an optional micro-batch (default demo,gpt2:1 "
+                        "on the CPU, demo,gpt2 on CUDA)")
+    p.add_argument("--iterations", type=int, default=5, metavar="N", help="samples a median is taken of (5)")
+    p.add_argument("--dtype", choices=("f32", "bf16"), help="storage dtype (default bf16 on CUDA, f32 on CPU)")
+    p.add_argument("--configure", action="append", metavar="KEY=VALUE",
+                   help="a context option, e.g. matmul=bf16 (CPU), attention=cudnn (CUDA); repeatable")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run_bench)
 
 
 def register(sub):
@@ -232,3 +289,9 @@ def register(sub):
                                             "and the CPU's GEMM features")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")
     doc.set_defaults(run=run_doctor)
+    add_bench_parser(actions)
+    ex = actions.add_parser("examples", help="a runnable C++ example a category of ops: list, or write")
+    ex.add_argument("--write", action="store_true", help="write the examples, the loader, the ABI "
+                                                         "headers and a Makefile to --output-dir")
+    ex.add_argument("--output-dir", metavar="DIR", help="where --write writes (a new or empty directory)")
+    ex.set_defaults(run=run_examples)

@@ -117,6 +117,15 @@ class WheelInstallTest(unittest.TestCase):
         cpu = doctor["op_libraries"]["cpu"]
         self.assertTrue(cpu["opens"], cpu)
         self.assertEqual(cpu["path"], os.path.join(self.native_bin, "libnfn_native_train_cpu_ops.so"))
+        # The benchmark opens the CPU library beside it; the examples come with the package.
+        bench = json.loads(self.nfn("kernels", "bench", "--device", "cpu", "--ops", "residual_forward", "--shapes",
+                                    "tiny", "--iterations", "1", "--json"))
+        self.assertEqual(bench["library"], cpu["path"])
+        self.assertEqual([row["op"] for row in bench["rows"]], ["residual_forward"])
+        examples = os.path.join(self.tmp, "examples")
+        written = self.nfn("kernels", "examples", "--write", "--output-dir", examples)
+        self.assertIn(f"run LIB={cpu['path']}", written)
+        self.assertTrue(os.path.isfile(os.path.join(examples, "cc", "examples", "linear.cc")))
 
     def test_train_then_infer(self):
         rng = random.Random(0)

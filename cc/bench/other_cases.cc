@@ -1,0 +1,107 @@
+#include "cc/bench/other_cases.h"
+
+#include <vector>
+
+namespace nfn::bench {
+namespace {
+
+void add_norm_and_elementwise_cases(const CaseSink& s, const Shape& g) {
+  const nfn_op_table* o = s.ops;
+  nfn_ctx* ctx = s.ctx;
+  const nfn_dtype dt = s.dtype();
+  const int N = g.B * g.T, C = g.C;
+  const size_t NC = size_t(N) * C;
+  const double e = s.e(), nc = static_cast<double>(NC), n4 = 4 * nc;
+  DeviceBuffers& buf = *s.buf;
+  if (s.wants_any({"rmsnorm_forward", "rmsnorm_backward"})) {
+    void *x = buf.random(NC, 21, 1.f), *y = buf.zeros(NC), *dy = buf.random(NC, 22, 1.f), *dx = buf.zeros(NC);
+    void *w = buf.random(C, 23, 1.f), *dw = buf.zeros(C);
+    auto* rstd = static_cast<float*>(buf.zeros(N, true));
+    s.add({"rmsnorm_forward", "", 0, false, 0, e * (2 * nc + C) + 4.0 * N, false,
+           [=] { return o->rmsnorm_forward(ctx, y, rstd, x, w, N, C, dt); }});
+    s.add({"rmsnorm_backward", "", 0, false, 0, e * (4 * nc + 3.0 * C) + 4.0 * N, false,
+           [=] { return o->rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd, N, C, dt); }});
+  }
+  if (s.wants_any({"gelu_forward", "gelu_backward"})) {
+    const size_t n = 4 * NC;
+    void *pre = buf.random(n, 24, 1.f), *out = buf.zeros(n), *dout = buf.random(n, 25, 1.f), *din = buf.zeros(n);
+    s.add({"gelu_forward", "", 0, false, 0, e * 2 * n4, false, [=] { return o->gelu_forward(ctx, out, pre, n, dt); }});
+    s.add({"gelu_backward", "", 0, false, 0, e * 3 * n4, false,
+           [=] { return o->gelu_backward(ctx, din, pre, dout, n, dt); }});
+  }
+  if (s.want("residual_forward")) {
+    void *res = buf.random(NC, 26, 1.f), *inp = buf.random(NC, 27, 1.f), *bias = buf.random(C, 28, 0.02f);
+    void* out = buf.zeros(NC);
+    s.add({"residual_forward", "", 0, false, 0, e * (3 * nc + C), false,
+           [=] { return o->residual_forward(ctx, out, res, inp, bias, N, C, dt); }});
+  }
+}
+
+void add_generation_cases(const CaseSink& s, const Shape& g) {
+  const nfn_op_table* o = s.ops;
+  nfn_ctx* ctx = s.ctx;
+  const nfn_dtype dt = s.dtype();
+  const int B = g.B, T = g.T, C = g.C, NH = g.NH, vocab = g.vocab, Vp = g.Vp;
+  const double e = s.e();
+  DeviceBuffers& buf = *s.buf;
+  if (s.want("softmax_forward")) {
+    void* logits = buf.random(size_t(B) * Vp, 31, 3.f);
+    auto* probs = static_cast<float*>(buf.zeros(size_t(B) * vocab, true));
+    s.add({"softmax_forward", "(sampling rows)", 0, false, 0, (e + 4) * B * double(vocab), false,
+           [=] { return o->softmax_forward(ctx, probs, logits, B, vocab, Vp, dt); }});
+  }
+  if (s.want("attention_kv_cached")) {
+    const size_t cache = size_t(B) * T * C;
+    void *k = buf.random(cache, 32, 1.f), *v = buf.random(cache, 33, 1.f);
+    void *qkv = buf.random(size_t(B) * 3 * C, 34, 1.f), *out = buf.zeros(size_t(B) * C);
+    // The new row's q, k, v read, k and v written to the cache, the whole cache read, out written.
+    const double bytes = e * (3.0 * B * C + 2.0 * B * C + 2.0 * cache + 1.0 * B * C);
+    s.add({"attention_kv_cached", "(decode at the last position)", 0, false, 0, bytes, false,
+           [=] { return o->attention_kv_cached(ctx, out, k, v, qkv, B, 1, T - 1, T, C, NH, dt); }});
+  }
+}
+
+void add_memory_cases(const CaseSink& s, const Shape& g) {
+  const nfn_op_table* o = s.ops;
+  nfn_ctx* ctx = s.ctx;
+  const nfn_dtype dt = s.dtype();
+  const size_t N = size_t(g.B) * g.T, NC = N * g.C;
+  const double e = s.e(), nc = static_cast<double>(NC), bytes = e * nc;
+  DeviceBuffers& buf = *s.buf;
+  if (s.want("fill")) {
+    void* dst = buf.zeros(NC);
+    s.add({"fill", "", 0, false, 0, bytes, false, [=] { return o->fill(ctx, dst, dt, 0.5f, NC); }});
+  }
+  if (s.want("convert")) {
+    void *src = buf.random(NC, 41, 1.f, true), *dst = buf.zeros(NC);
+    s.add({"convert", "f32->bf16", 0, false, 0, 6 * nc, false,
+           [=] { return o->convert(ctx, dst, NFN_BF16, src, NFN_F32, NC); }});
+  }
+  if (s.want("copy")) {
+    void *a = buf.random(NC, 42, 1.f), *b = buf.zeros(NC), *h = buf.host(NC * buf.element_bytes());
+    const size_t n = NC * buf.element_bytes();
+    s.add({"copy", "device to device", 0, false, 0, 2 * bytes, false,
+           [=] { return o->copy(ctx, b, a, n, NFN_DEVICE_TO_DEVICE); }});
+    s.add({"copy", "host to device", 0, false, 0, bytes, true,
+           [=] { return o->copy(ctx, b, h, n, NFN_HOST_TO_DEVICE); }});
+    s.add({"copy", "device to host", 0, false, 0, bytes, true,
+           [=] { return o->copy(ctx, h, a, n, NFN_DEVICE_TO_HOST); }});
+  }
+  if (s.want("widen_tokens")) {
+    std::vector<uint16_t> ids(N);
+    for (size_t i = 0; i < N; ++i) ids[i] = static_cast<uint16_t>(i * 40503u);
+    auto* src = static_cast<const uint16_t*>(buf.put(ids.data(), N * 2));
+    auto* dst = static_cast<int32_t*>(buf.zeros(N, true));
+    s.add({"widen_tokens", "", 0, false, 0, 6.0 * N, false, [=] { return o->widen_tokens(ctx, dst, src, N); }});
+  }
+}
+
+}  // namespace
+
+void add_other_cases(const CaseSink& s, const Shape& g) {
+  add_norm_and_elementwise_cases(s, g);
+  add_generation_cases(s, g);
+  add_memory_cases(s, g);
+}
+
+}  // namespace nfn::bench
