@@ -4,19 +4,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cc/ckpt/header_words.h"
 #include "cc/util/bf16.h"
 #include "cc/util/files.h"
 
 namespace nfn {
 
 namespace {
-
-void put_u64(int32_t* header, int index, uint64_t value) { std::memcpy(&header[index], &value, 8); }
-uint64_t get_u64(const int32_t* header, int index) {
-  uint64_t v;
-  std::memcpy(&v, &header[index], 8);
-  return v;
-}
 
 // Elements a checkpoint streams at a time: 16 MB of f32.
 constexpr size_t kChunk = size_t{1} << 22;

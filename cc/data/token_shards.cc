@@ -86,6 +86,19 @@ uint64_t splitmix64(uint64_t* state) {
 
 }  // namespace
 
+bool check_shards(const std::vector<TokenShard>& shards, std::string* error) {
+  if (shards.empty()) return fail(error, "batch", "no shards to sample from");
+  for (const auto& s : shards) {
+    if (s.token_bytes != 2 && s.token_bytes != 4)  // shards come from read_shard_header, or from Python
+      return fail(error, s.path, "token width " + std::to_string(s.token_bytes) + " bytes (2 or 4)");
+    if (s.num_tokens < 0) return fail(error, s.path, "negative token count " + std::to_string(s.num_tokens));
+    if (s.token_bytes != shards[0].token_bytes)
+      return fail(error, s.path, "holds " + std::to_string(8 * s.token_bytes) + "-bit tokens but " + shards[0].path +
+                                     " holds " + std::to_string(8 * shards[0].token_bytes) + "-bit tokens");
+  }
+  return true;
+}
+
 bool read_shard_header(const std::string& path, TokenShard* out, std::string* error) {
   // O_NONBLOCK: a FIFO named like a shard is refused below instead of blocking the open.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -185,26 +198,72 @@ std::vector<int64_t> shard_order(int64_t num_shards, uint64_t seed, int64_t epoc
   return order;
 }
 
-TokenBatchSampler::~TokenBatchSampler() {
+bool check_position(const std::vector<TokenShard>& shards, uint64_t seed, const BatchSampler::Position& p,
+                    std::string* error) {
+  const int64_t n = static_cast<int64_t>(shards.size());
+  if (p.epoch > kMaxEpoch)
+    return fail(error, "data position", "epoch " + std::to_string(p.epoch) + " is past the last one the sampler "
+                                            "takes (" + std::to_string(kMaxEpoch) + ")");
+  if (p.epoch < 0 || p.shard < 0 || p.shard >= n || p.offset < 0) {
+    return fail(error, "data position", "epoch " + std::to_string(p.epoch) + ", shard " + std::to_string(p.shard) +
+                                            ", offset " + std::to_string(p.offset) + " is out of range for " +
+                                            std::to_string(n) + " shards");
+  }
+  const TokenShard& s = shards[shard_order(n, seed, p.epoch)[p.shard]];
+  if (p.offset > s.num_tokens) {
+    return fail(error, s.path, "data position offset " + std::to_string(p.offset) + " is past the shard's " +
+                                   std::to_string(s.num_tokens) + " tokens");
+  }
+  return true;
+}
+
+ShardFile::~ShardFile() { close(); }
+
+void ShardFile::close() {
   if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  path_.clear();
+}
+
+bool ShardFile::read(const TokenShard& shard, int64_t offset, int64_t count, void* dst, std::string* error) {
+  if (fd_ < 0 || path_ != shard.path) {
+    close();
+    fd_ = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // never blocks on a FIFO
+    if (fd_ < 0) return fail(error, shard.path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st;
+    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fd_ = -1;
+      return fail(error, shard.path, "not a regular file");
+    }
+    path_ = shard.path;
+  }
+  if (!read_exact(fd_, dst, static_cast<size_t>(count) * shard.token_bytes,
+                  kShardHeaderBytes + offset * shard.token_bytes))
+    return fail(error, shard.path, "truncated: could not read tokens " + std::to_string(offset) + ".." +
+                                       std::to_string(offset + count) + " (the file changed after it was validated?)");
+  return true;
+}
+
+bool widen_ids(const TokenShard& shard, const uint8_t* raw, int64_t first, int64_t count, int64_t vocab_size,
+               int32_t* out, std::string* error) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t id = token_id(raw, i, shard.token_bytes);
+    if ((vocab_size > 0 && id >= vocab_size) || id > INT32_MAX)  // ids are int32 from here on
+      return fail(error, shard.path, "token id " + std::to_string(id) + " at token " + std::to_string(first + i) +
+                                         " is out of range for " +
+                                         (vocab_size > 0 ? "vocab size " + std::to_string(vocab_size) : "int32"));
+    out[i] = static_cast<int32_t>(id);
+  }
+  return true;
 }
 
 bool TokenBatchSampler::open(std::vector<TokenShard> shards, int B, int T, uint64_t seed,
                              std::string* error) {
   if (B <= 0 || T <= 0)
     return fail(error, "batch", "B and T must be positive (got B=" + std::to_string(B) + ", T=" + std::to_string(T) + ")");
-  if (shards.empty()) return fail(error, "batch", "no shards to sample from");
-  for (const auto& s : shards) {
-    if (s.token_bytes != 2 && s.token_bytes != 4)  // shards come from read_shard_header, or from Python
-      return fail(error, s.path, "token width " + std::to_string(s.token_bytes) + " bytes (2 or 4)");
-    if (s.num_tokens < 0) return fail(error, s.path, "negative token count " + std::to_string(s.num_tokens));
-    if (s.token_bytes != shards[0].token_bytes)
-      return fail(error, s.path, "holds " + std::to_string(8 * s.token_bytes) + "-bit tokens but " + shards[0].path +
-                                     " holds " + std::to_string(8 * shards[0].token_bytes) + "-bit tokens");
-  }
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  fd_shard_ = -1;
+  if (!check_shards(shards, error)) return false;
+  file_.close();
   shards_ = std::move(shards);
   B_ = B;
   T_ = T;
@@ -224,6 +283,7 @@ bool TokenBatchSampler::open(std::vector<TokenShard> shards, int B, int T, uint6
   pos_ = Position{};
   skip_to_valid_window();
   window_.assign(static_cast<size_t>(window_tokens()) * token_bytes(), 0);
+  ids_.assign(static_cast<size_t>(window_tokens()), 0);
   return true;
 }
 
@@ -246,49 +306,15 @@ void TokenBatchSampler::skip_to_valid_window() {
   }
 }
 
-bool TokenBatchSampler::ensure_open(int64_t shard, std::string* error) {
-  if (fd_shard_ == shard) return true;
-  if (fd_ >= 0) ::close(fd_);
-  fd_shard_ = -1;
-  fd_ = ::open(shards_[shard].path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // never blocks on a FIFO
-  if (fd_ < 0) return fail(error, shards_[shard].path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st;
-  if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
-    return fail(error, shards_[shard].path, "not a regular file");
-  }
-  fd_shard_ = shard;
-  return true;
-}
-
 bool TokenBatchSampler::next(int32_t* inputs, int32_t* targets, std::string* error) {
   if (shards_.empty()) return fail(error, "batch", "sampler is not open");
-  const int64_t shard = order_[pos_.shard];
-  const TokenShard& s = shards_[shard];
-  if (!ensure_open(shard, error)) return false;
+  const TokenShard& s = shards_[order_[pos_.shard]];
   const int64_t n = window_tokens();
-  if (!read_exact(fd_, window_.data(), window_.size(), kShardHeaderBytes + pos_.offset * s.token_bytes))
-    return fail(error, s.path, "truncated: could not read tokens " + std::to_string(pos_.offset) + ".." +
-                                   std::to_string(pos_.offset + n) + " (the file changed after it was validated?)");
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t id;
-    if (s.token_bytes == 2) {
-      uint16_t v;
-      std::memcpy(&v, &window_[i * 2], 2);
-      id = v;
-    } else {
-      uint32_t v;
-      std::memcpy(&v, &window_[i * 4], 4);
-      id = v;
-    }
-    if ((vocab_size_ > 0 && id >= vocab_size_) || id > INT32_MAX)  // ids are int32 from here on
-      return fail(error, s.path, "token id " + std::to_string(id) + " at token " + std::to_string(pos_.offset + i) +
-                                     " is out of range for " +
-                                     (vocab_size_ > 0 ? "vocab size " + std::to_string(vocab_size_) : "int32"));
-    if (i < n - 1) inputs[i] = static_cast<int32_t>(id);
-    if (i > 0) targets[i - 1] = static_cast<int32_t>(id);
-  }
+  if (!file_.read(s, pos_.offset, n, window_.data(), error) ||
+      !widen_ids(s, window_.data(), pos_.offset, n, vocab_size_, ids_.data(), error))
+    return false;
+  std::copy(ids_.begin(), ids_.end() - 1, inputs);
+  std::copy(ids_.begin() + 1, ids_.end(), targets);
   pos_.offset += n - 1;
   skip_to_valid_window();
   return true;
@@ -296,24 +322,8 @@ bool TokenBatchSampler::next(int32_t* inputs, int32_t* targets, std::string* err
 
 bool TokenBatchSampler::seek(const Position& p, std::string* error) {
   if (shards_.empty()) return fail(error, "batch", "sampler is not open");
-  const int64_t n = static_cast<int64_t>(shards_.size());
-  // Epochs past kMaxEpoch come only from a damaged or hand-made position: refused, so that the
-  // epoch counter never wraps (2^62 more epochs would be needed).
-  if (p.epoch > kMaxEpoch)
-    return fail(error, "data position", "epoch " + std::to_string(p.epoch) + " is past the last one the sampler "
-                                            "takes (" + std::to_string(kMaxEpoch) + ")");
-  if (p.epoch < 0 || p.shard < 0 || p.shard >= n || p.offset < 0) {
-    return fail(error, "data position", "epoch " + std::to_string(p.epoch) + ", shard " + std::to_string(p.shard) +
-                                            ", offset " + std::to_string(p.offset) + " is out of range for " +
-                                            std::to_string(n) + " shards");
-  }
-  std::vector<int64_t> order = shard_order(n, seed_, p.epoch);
-  const TokenShard& s = shards_[order[p.shard]];
-  if (p.offset > s.num_tokens) {
-    return fail(error, s.path, "data position offset " + std::to_string(p.offset) + " is past the shard's " +
-                                   std::to_string(s.num_tokens) + " tokens");
-  }
-  order_ = std::move(order);
+  if (!check_position(shards_, seed_, p, error)) return false;
+  order_ = shard_order(static_cast<int64_t>(shards_.size()), seed_, p.epoch);
   pos_ = p;
   skip_to_valid_window();
   return true;

@@ -1,6 +1,7 @@
 #include "cc/train/checkpointing.h"
 
 #include "cc/ckpt/checkpoint.h"
+#include "cc/ckpt/packing_state.h"
 #include "cc/train/manifest.h"
 #include "cc/util/files.h"
 
@@ -22,10 +23,25 @@ FloatSink into_model(TrainableModel& model, Stored which) {
   };
 }
 
+// A best-fit run's packing state (the documents its sampler read ahead); a contiguous run's
+// step has none, so one an earlier best-fit run left for this step goes.
+bool write_packing(const TrainConfig& c, int step, const data::BatchSampler& sampler, std::string* error) {
+  const std::string path = join_path(c.output_dir, packing_file_name(step));
+  const std::vector<data::DocumentSpan>* buffered = sampler.read_ahead();
+  if (buffered == nullptr) return remove_file(path, error);
+  PackingState state;
+  state.step = step;
+  state.bos = c.eot_token;
+  state.row_tokens = c.seq_len + 1;
+  state.buffer_size = c.packing_buffer;
+  state.buffered = *buffered;
+  return write_packing_file(path, state, error);
+}
+
 }  // namespace
 
 bool save_checkpoint(const TrainConfig& c, ModelFamily& family, int step, const std::string& run_id, const Rng& rng,
-                     const data::TokenBatchSampler& sampler, std::string* model_path, std::string* error) {
+                     const data::BatchSampler& sampler, std::string* model_path, std::string* error) {
   if (!make_dirs(c.output_dir, error)) return false;
   TrainableModel& model = family.model();
   TrainState st;
@@ -53,6 +69,7 @@ bool save_checkpoint(const TrainConfig& c, ModelFamily& family, int step, const 
          family.write_weights(*model_path, c.checkpoint_version, error) &&
          write_state_file(join_path(c.output_dir, state_file_name(step)), st, from_model(model, Stored::kFirstMoment),
                           from_model(model, Stored::kSecondMoment), error, bf16_file ? &master : nullptr) &&
+         write_packing(c, step, sampler, error) &&
          write_file_atomic(join_path(c.output_dir, "manifest.json"), manifest, error) &&
          write_file_atomic(join_path(c.output_dir, done_file_name(step)), manifest, error);
 }

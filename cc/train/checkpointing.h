@@ -1,10 +1,10 @@
-// A run's checkpoints: written (model file, state file, manifest.json, then the DONE marker
-// last) and read back into the model for a resume.
+// A run's checkpoints: written (model file, state file, a best-fit run's packing state,
+// manifest.json, then the DONE marker last) and read back into the model for a resume.
 #pragma once
 
 #include <string>
 
-#include "cc/data/token_shards.h"
+#include "cc/data/batch_sampler.h"
 #include "cc/train/family.h"
 #include "cc/train/resume.h"
 #include "cc/train/train_config.h"
@@ -13,7 +13,7 @@
 namespace nfn {
 
 bool save_checkpoint(const TrainConfig& c, ModelFamily& family, int step, const std::string& run_id, const Rng& rng,
-                     const data::TokenBatchSampler& sampler, std::string* model_path, std::string* error);
+                     const data::BatchSampler& sampler, std::string* model_path, std::string* error);
 
 // The resumed checkpoint's weights, moments and (where the state keeps them) f32 master
 // weights, loaded into the model.

@@ -43,6 +43,12 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   // `nfn train` passes it back as --seed when resuming, and read_marker compares it with
   // --seed to tell whether the data position applies.
   training.set("seed", static_cast<int64_t>(c.seed));
+  // Only best-fit runs name their packing, so a contiguous run's marker is what it was before
+  // packing could be chosen; a marker without it is contiguous.
+  if (c.packing == "bestfit") {
+    training.set("packing", c.packing);
+    training.set("packing_buffer", c.packing_buffer);
+  }
   m.set("training", training);
   return m;
 }
@@ -102,6 +108,10 @@ Marker read_marker(const std::string& dir, int step) {
     out.seed = static_cast<uint64_t>(seed->as_integer());  // as the --seed flag takes it
   }
   if (const Json* t = m.is_object() ? m.find("training") : nullptr; t != nullptr && t->is_object()) out.training = *t;
+  if (const Json* p = field("training", "packing"); p != nullptr && p->is_string()) out.packing = p->as_string();
+  if (const Json* b = field("training", "packing_buffer"); b != nullptr && b->is_integer() && b->as_integer() > 0 &&
+                                                             b->as_integer() <= INT32_MAX)
+    out.packing_buffer = static_cast<int>(b->as_integer());
   return out;
 }
 

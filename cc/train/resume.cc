@@ -49,6 +49,26 @@ bool step_of_file(const std::string& path, int* step, std::string* error) {
   return true;
 }
 
+// A best-fit checkpoint's packing state, which its marker says it has (written before it).
+bool read_packing(const Marker& marker, const std::string& dir, int step, Start* s, std::string* error) {
+  s->packing = marker.packing;
+  s->packing_buffer = marker.packing_buffer;
+  if (marker.packing == "contiguous") return true;
+  if (marker.packing != "bestfit") {
+    *error = join_path(dir, done_file_name(step)) + ": training.packing " + marker.packing +
+             " (contiguous or bestfit are known)";
+    return false;
+  }
+  s->packing_path = join_path(dir, packing_file_name(step));
+  if (!read_packing_file(s->packing_path, &s->packing_state, error)) return false;
+  if (s->packing_state.step != step) {
+    *error = s->packing_path + ": step " + std::to_string(s->packing_state.step) + " in a checkpoint of step " +
+             std::to_string(step);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool resolve_resume(const TrainConfig& c, const ModelFamily& family, Start* s, std::string* error) {
@@ -85,7 +105,7 @@ bool resolve_resume(const TrainConfig& c, const ModelFamily& family, Start* s, s
   s->seed = marker.seed;
   s->schedule_changes = schedule_differences(marker.training, c);
   s->from = model_path;
-  return true;
+  return read_packing(marker, dir, step, s, error);
 }
 
 Json resume_choice_json(const TrainConfig& c) {
@@ -112,6 +132,33 @@ Json resume_choice_json(const TrainConfig& c) {
   out.set("manifest", m);
   return out;
 }
+
+// Tells how a resume that names another packing (or best-fit buffer) than its checkpoint's run
+// reads on: from the same stream position either way.
+void tell_packing_changes(const TrainConfig& c, const Start& start) {
+  if (start.packing != c.packing) {
+    const std::string skipped = std::to_string(start.packing_state.buffered.size());
+    const std::string how = c.packing == "bestfit"
+                                ? "best-fit rows from the first document start at its data position on"
+                                : "contiguous windows from its data position on; the " + skipped +
+                                      " documents its best-fit buffer held are skipped";
+    std::fprintf(stderr, "nfn: resuming a --packing %s run's checkpoint with --packing %s: %s\n",
+                 start.packing.c_str(), c.packing.c_str(), how.c_str());
+  } else if (c.packing == "bestfit" && start.packing_buffer > 0 && start.packing_buffer != c.packing_buffer) {
+    std::fprintf(stderr, "nfn: resuming with --packing-buffer %d, its run's was %d: its buffered documents stay, and "
+                 "the buffer refills to %d\n", c.packing_buffer, start.packing_buffer, c.packing_buffer);
+  }
+}
+
+// A resumed run reads its data in its run's order and cuts rows as its run did, unless --seed,
+// --packing or --packing-buffer names another.
+void keep_resumed_data_order(const Start& start, TrainConfig* c) {
+  if (start.from.empty()) return;
+  if (!c->seed_given && start.has_seed) c->seed = start.seed;
+  if (!c->packing_given) c->packing = start.packing;
+  if (!c->packing_buffer_given && start.packing_buffer > 0) c->packing_buffer = start.packing_buffer;
+}
+
 
 std::string shard_list(const std::vector<data::TokenShard>& shards) {
   std::vector<std::string> items;

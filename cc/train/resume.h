@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cc/ckpt/checkpoint.h"
+#include "cc/ckpt/packing_state.h"
 #include "cc/data/token_shards.h"
 #include "cc/train/family.h"
 #include "cc/train/train_config.h"
@@ -22,10 +23,21 @@ struct Start {
   std::string from;  // checkpoint model file resumed from ("" when fresh)
   std::string state_path;  // and its state file
   TrainState state;  // its fields; the moments stay in the file until the model exists
+  std::string packing = "contiguous";  // how its run cut rows (its marker's)
+  int packing_buffer = 0;              // and best fit's buffer (0 where the marker names none)
+  std::string packing_path;            // a best-fit checkpoint's packing state file
+  PackingState packing_state;          // and what it holds
   std::string schedule_changes;  // how its run's schedule differs from this run's ("" when not)
 };
 
 bool resolve_resume(const TrainConfig& c, const ModelFamily& family, Start* s, std::string* error);
+
+// A resumed run reads its data in its run's order (seed) and cuts rows as its run did (packing
+// and best fit's buffer), unless --seed, --packing or --packing-buffer names another.
+void keep_resumed_data_order(const Start& start, TrainConfig* c);
+// Tells on stderr how a resume that names another packing (or best-fit buffer) than its
+// checkpoint's run reads on, from the same data position.
+void tell_packing_changes(const TrainConfig& c, const Start& start);
 
 // For the plan: the checkpoint --resume names, as {"model_file", "step", "manifest"} (its
 // DONE marker's manifest, else the directory's manifest.json), file and step null where it

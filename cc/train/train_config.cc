@@ -227,6 +227,10 @@ bool resolve_schedule(const Flags& f, bool recipe, TrainConfig* c, std::string* 
   c->grad_accum_steps = static_cast<int>(c->train_batch_tokens / micro);
   c->seed = static_cast<uint64_t>(f.get_int("seed"));
   c->seed_given = f.has("seed");
+  c->packing = f.get("packing");
+  c->packing_given = f.has("packing");
+  c->packing_buffer = static_cast<int>(f.get_int("packing-buffer"));
+  c->packing_buffer_given = f.has("packing-buffer");
   if (c->eot_token < 0) c->eot_token = c->model.vocab_size == 50257 ? 50256 : 0;
   read_int(f, "eot-token", &c->eot_token);
   if (c->eot_token >= c->model.vocab_size) {
@@ -331,6 +335,8 @@ Json plan_json(const TrainConfig& c) {
   data.set("val", c.val_data);
   data.set("dataset_name", c.dataset_name);
   data.set("tokenizer", c.tokenizer);
+  data.set("packing", c.packing);
+  if (c.packing == "bestfit") data.set("packing_buffer", c.packing_buffer);
   p.set("data", data);
   Json lib = Json::object();
   lib.set("backend", c.backend);

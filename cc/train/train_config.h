@@ -34,6 +34,11 @@ struct TrainConfig {
   bool write_checkpoints = true;  // false: --no-checkpoint
   uint64_t seed = 1337;
   bool seed_given = false;  // --seed named: else a resumed run keeps its checkpoint's run's seed
+  // How rows are cut from the shards: "contiguous" (TokenBatchSampler) or "bestfit"
+  // (BestFitSampler, buffering packing_buffer documents). Unnamed, a resumed run keeps its run's.
+  std::string packing = "contiguous";
+  int packing_buffer = 1000;
+  bool packing_given = false, packing_buffer_given = false;
   int sample_tokens = 0;
 
   std::string backend = "auto", tile_ops_lib, dtype, matmul, threads, attention, gemm_tune, deterministic, overlap, pdl;

@@ -82,6 +82,16 @@ std::vector<FlagSpec> schedule_flags() {
              "f32 bf16", "f32"),
       number("max-grad-norm", "schedule", "clip the global gradient norm to this (0: no clipping)", 1e300, "1.0"),
       FlagSpec{"seed", "schedule", FlagType::kInt, "seed of the initialisation, data order and samples", "1337"},
+      choice("packing", "schedule",
+             "how rows are cut from the token stream, in training and validation: contiguous (llm.c's B*T+1 "
+             "consecutive tokens, rows run across documents; the default) or bestfit (nanochat's BOS-aligned best "
+             "fit: each row starts at a document's BOS and holds whole documents, the last one cropped to fill it; "
+             "the BOS id is --eot-token). A resumed run keeps its checkpoint's unless this names another",
+             "contiguous bestfit", "contiguous"),
+      integer("packing-buffer", "schedule",
+              "documents --packing bestfit chooses each row's documents from (nanochat's 1000; a resumed run keeps "
+              "its checkpoint's unless this names another)",
+              1, "1000"),
       integer("sample-tokens", "schedule",
               "tokens to sample after training, at most the context less one (the report holds their ids; nfn "
               "train decodes them into sample.txt)",

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "cc/data/best_fit.h"
 #include "cc/data/token_shards.h"
 #include "cc/ops/host_buffers.h"
 #include "cc/train/checkpointing.h"
@@ -50,11 +51,33 @@ int print_plan(const TrainConfig& c) {
   return 0;
 }
 
-// The shards a run reads: --train-data's, and --val-data's or the train shards' val siblings.
+// The shards a run reads: --train-data's, and --val-data's or the train shards' val siblings,
+// both cut into rows as --packing says.
 struct RunData {
-  data::TokenBatchSampler train, val;
+  std::unique_ptr<data::BatchSampler> train, val;
+  data::TokenBatchSampler* contiguous = nullptr;  // train, where contiguous: its windows go up as uint16
+  data::BestFitSampler* best_fit = nullptr;       // train, where best fit: a resume restores its buffer
   bool have_val = false;
 };
+
+// A sampler of `shards` as c.packing says: contiguous windows, or best-fit rows (BOS c.eot_token).
+std::unique_ptr<data::BatchSampler> open_sampler(const TrainConfig& c, std::vector<data::TokenShard> shards, int B,
+                                                 uint64_t seed, std::string* error) {
+  std::unique_ptr<data::BatchSampler> out;
+  bool ok;
+  if (c.packing == "bestfit") {
+    auto fit = std::make_unique<data::BestFitSampler>();
+    ok = fit->open(std::move(shards), B, c.seq_len, seed, c.eot_token, c.packing_buffer, error);
+    out = std::move(fit);
+  } else {
+    auto windows = std::make_unique<data::TokenBatchSampler>();
+    ok = windows->open(std::move(shards), B, c.seq_len, seed, error);
+    out = std::move(windows);
+  }
+  if (!ok) return nullptr;
+  out->set_vocab_size(c.model.vocab_size);
+  return out;
+}
 
 bool open_data(const TrainConfig& c, RunData* d, std::string* error) {
   if (c.train_data.empty()) {
@@ -71,17 +94,16 @@ bool open_data(const TrainConfig& c, RunData* d, std::string* error) {
   } else {
     data::find_validation_siblings(c.train_data, &val_shards, &ignored);
   }
-  if (!d->train.open(train_shards, c.batch_size, c.seq_len, c.seed, error)) return false;
-  d->train.set_vocab_size(c.model.vocab_size);
+  if (!(d->train = open_sampler(c, std::move(train_shards), c.batch_size, c.seed, error))) return false;
+  d->contiguous = dynamic_cast<data::TokenBatchSampler*>(d->train.get());
+  d->best_fit = dynamic_cast<data::BestFitSampler*>(d->train.get());
   d->have_val = !val_shards.empty() && c.eval_batches > 0;
-  if (!d->have_val) return true;
-  if (!d->val.open(val_shards, c.eval_batch_size, c.seq_len, 0, error)) return false;
-  d->val.set_vocab_size(c.model.vocab_size);
-  return true;
+  // Validation rows are cut as training's, from the split's start (seed 0: sorted order).
+  return !d->have_val || (d->val = open_sampler(c, std::move(val_shards), c.eval_batch_size, 0, error)) != nullptr;
 }
 
 // Mean loss over the first `batches` validation batches (fewer if the split is smaller).
-bool validate(TrainableModel& model, data::TokenBatchSampler& val, int batches, int B, int T, float* loss,
+bool validate(TrainableModel& model, data::BatchSampler& val, int batches, int B, int T, float* loss,
               std::string* error) {
   if (!val.seek({}, error)) return false;
   int n = static_cast<int>(std::min<int64_t>(batches, val.batches_per_epoch()));
@@ -102,7 +124,7 @@ bool validate(TrainableModel& model, data::TokenBatchSampler& val, int batches, 
 // The data position is a place in its own run's shards, in its seed's shard order: on other
 // shards or another order the run reads the data from the start (the weights, moments and
 // schedule go on). Returns whether the position applies.
-bool resume_position_applies(const TrainConfig& c, const Start& start, const data::TokenBatchSampler& train) {
+bool resume_position_applies(const TrainConfig& c, const Start& start, const data::BatchSampler& train) {
   const std::string shards = shard_list(train.shards());
   const bool other_shards = !start.shards.empty() && !same_shards(start.shards, shards);
   const int64_t n = static_cast<int64_t>(train.shards().size());
@@ -121,6 +143,7 @@ bool resume_position_applies(const TrainConfig& c, const Start& start, const dat
   if (!start.schedule_changes.empty())
     std::fprintf(stderr, "nfn: resuming %s, whose run had another schedule: %s (this run's, from its flags or "
                  "its template's recipe, applies from here)\n", start.from.c_str(), start.schedule_changes.c_str());
+  if (!other_shards && !other_order) tell_packing_changes(c, start);
   return !other_shards && !other_order;
 }
 
@@ -155,7 +178,9 @@ class TrainingRun {
   int setup();
   int restore();
   int train();
+  bool restore_data_position();
   int issue_step(int step, Clock::time_point t_step, float* lr);
+  bool upload_micro_batch(size_t slot);
   bool forward_backward(int step);
   int finish_step(const Issued& s, const Clock::time_point* next_start);
   bool run_validation(int step, float* loss, bool logged = true);
@@ -205,8 +230,7 @@ int TrainingRun::setup() {
   // One run writes a directory at a time: two at once left checkpoints marked complete whose
   // files came from both.
   if (!lock_directory(c_.output_dir, &error_) || !resolve_resume(c_, *family_, &start_, &error_)) return fail(error_);
-  // A resumed run reads its data in its run's order unless --seed names another.
-  if (!c_.seed_given && start_.has_seed) c_.seed = start_.seed;
+  keep_resumed_data_order(start_, &c_);
   if (!open_data(c_, &data_, &error_)) return fail(error_);
   if (int n = remove_orphaned_temp_files(c_.output_dir))
     std::fprintf(stderr, "nfn: removed %d unfinished file%s in %s that a killed run was writing\n", n,
@@ -217,11 +241,13 @@ int TrainingRun::setup() {
   step_graph_ = std::make_unique<StepGraph>(&ops, backend_.ctx);
   readback_ = std::make_unique<StepReadback>(ops, backend_.ctx);
   windows_ = std::make_unique<HostBuffers>(ops, backend_.ctx);
-  // uint16 windows go up from page-locked memory, one buffer per micro-step and two sets,
-  // alternating by step: an upload is only queued, and a set is written again only after
-  // the step that used it is known to be done (its scalars were read).
-  window_bytes_ = (static_cast<size_t>(B_) * T_ + 1) * 2;
-  if (data_.train.token_bytes() == 2 &&
+  // uint16 windows (best fit: int32 inputs and targets) go up from page-locked memory, one
+  // buffer per micro-step and two sets, alternating by step: an upload is only queued, and a
+  // set is written again only after the step that used it is known to be done (its scalars
+  // were read).
+  const size_t tokens = static_cast<size_t>(B_) * T_;
+  window_bytes_ = data_.best_fit ? 2 * tokens * sizeof(int32_t) : (tokens + 1) * 2;
+  if ((data_.best_fit || data_.train->token_bytes() == 2) &&
       !windows_->alloc(2 * c_.grad_accum_steps, window_bytes_, "page-locked token buffers", &error_))
     return fail(error_);
   if (!readback_->init(&error_)) return fail(error_);
@@ -236,17 +262,35 @@ int TrainingRun::setup() {
   return 0;
 }
 
+// The training sampler where the checkpoint's run left it: the state file's data position,
+// and where both runs pack best fit, the buffer its packing state file holds.
+bool TrainingRun::restore_data_position() {
+  const data::BatchSampler::Position pos{start_.state.data_epoch, start_.state.data_shard, start_.state.data_offset};
+  std::string why;
+  if (data_.best_fit == nullptr || start_.packing_path.empty()) {
+    if (data_.train->seek(pos, &why)) return true;
+    error_ = start_.state_path + ": " + why;
+    return false;
+  }
+  if (start_.packing_state.bos != c_.eot_token) {
+    error_ = start_.packing_path + ": BOS id " + std::to_string(start_.packing_state.bos) + ", but this run's "
+             "--eot-token is " + std::to_string(c_.eot_token);
+    return false;
+  }
+  if (data_.best_fit->restore(pos, start_.packing_state.buffered, &why)) return true;
+  error_ = start_.packing_path + ": " + why;
+  return false;
+}
+
 int TrainingRun::restore() {
   rng_ = Rng(c_.seed ^ 0x6e666e5f67707400ull);
   if (start_.from.empty()) {
     if (!family_->initialize(&error_)) return fail(error_);
   } else {
     rng_.set_state(start_.state.rng_state);
-    const bool same_data = resume_position_applies(c_, start_, data_.train);
+    const bool same_data = resume_position_applies(c_, start_, *data_.train);
     if (!load_checkpoint(start_, *family_, &error_)) return fail(error_);
-    const data::TokenBatchSampler::Position pos{start_.state.data_epoch, start_.state.data_shard,
-                                                start_.state.data_offset};
-    if (same_data && !data_.train.seek(pos, &error_)) return fail(start_.state_path + ": " + error_);
+    if (same_data && !restore_data_position()) return fail(error_);
   }
   const std::string gemms = setup_.matmul.empty() ? "" : " with " + setup_.matmul + " GEMMs";
   std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s%s on %s (%s), %.1f GiB for the model and micro-batch %d x %d "
@@ -263,7 +307,7 @@ int TrainingRun::restore() {
 // that had nothing left to train already logged it).
 bool TrainingRun::run_validation(int step, float* loss, bool logged) {
   const auto t = Clock::now();
-  if (!validate(family_->model(), data_.val, c_.eval_batches, c_.eval_batch_size, T_, loss, &error_)) return false;
+  if (!validate(family_->model(), *data_.val, c_.eval_batches, c_.eval_batch_size, T_, loss, &error_)) return false;
   ph_.validation += seconds_since(t);
   Json& r = val_losses_.push(Json::array());
   r.push(step);
@@ -292,22 +336,30 @@ bool TrainingRun::forward_backward(int step) {
   return ok;
 }
 
+// Reads the next micro-batch and queues its upload: best-fit rows as int32 inputs and targets
+// and contiguous uint16 windows as they are, both through page-locked buffer `slot`; uint32
+// windows from host vectors.
+bool TrainingRun::upload_micro_batch(size_t slot) {
+  TrainableModel& model = family_->model();
+  if (data_.best_fit) {
+    int32_t* inputs = static_cast<int32_t*>((*windows_)[slot]);
+    int32_t* targets = inputs + static_cast<size_t>(B_) * T_;
+    return data_.train->next(inputs, targets, &error_) && model.upload_tokens(inputs, targets, B_, T_, &error_);
+  }
+  if (!data_.train->next(in_.data(), tg_.data(), &error_)) return false;
+  if (data_.train->token_bytes() != 2) return model.upload_tokens(in_.data(), tg_.data(), B_, T_, &error_);
+  void* window = (*windows_)[slot];
+  std::memcpy(window, data_.contiguous->last_window().data(), window_bytes_);
+  return model.upload_window_u16(static_cast<const uint16_t*>(window), B_, T_, &error_);
+}
+
 // Issues a step's micro-batches and its optimizer step, and queues the read of its scalars.
 int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr) {
   TrainableModel& model = family_->model();
   if (!model.zero_grads(&error_) || !model.zero_loss(&error_)) return fail(error_);
   for (int micro = 0; micro < c_.grad_accum_steps; ++micro) {
     auto t0 = Clock::now();
-    if (!data_.train.next(in_.data(), tg_.data(), &error_)) return fail(error_);
-    bool up;
-    if (data_.train.token_bytes() == 2) {
-      void* window = (*windows_)[(step & 1) * c_.grad_accum_steps + micro];
-      std::memcpy(window, data_.train.last_window().data(), window_bytes_);
-      up = model.upload_window_u16(static_cast<const uint16_t*>(window), B_, T_, &error_);
-    } else {
-      up = model.upload_tokens(in_.data(), tg_.data(), B_, T_, &error_);
-    }
-    if (!up) return fail(error_);
+    if (!upload_micro_batch((step & 1) * c_.grad_accum_steps + micro)) return fail(error_);
     ph_.data += seconds_since(t0);
     t0 = Clock::now();
     if (!forward_backward(step)) return fail(error_);
@@ -392,7 +444,7 @@ int TrainingRun::train() {
     }
     if (checkpoint_now) {
       const auto t0 = Clock::now();
-      if (!save_checkpoint(c_, *family_, done, start_.run_id, rng_, data_.train, &model_path_, &error_))
+      if (!save_checkpoint(c_, *family_, done, start_.run_id, rng_, *data_.train, &model_path_, &error_))
         return fail(error_);
       ph_.checkpoint += seconds_since(t0);
     }
@@ -410,7 +462,8 @@ int TrainingRun::finish() {
   trained_ = start_.step < c_.max_steps;
   if (!trained_)
     model_path_ = start_.from;
-  else if (c_.write_checkpoints && !save_checkpoint(c_, *family_, c_.max_steps, start_.run_id, rng_, data_.train, &model_path_, &error_))
+  else if (c_.write_checkpoints &&
+           !save_checkpoint(c_, *family_, c_.max_steps, start_.run_id, rng_, *data_.train, &model_path_, &error_))
     return fail(error_);
   ph_.checkpoint += seconds_since(t0);
   if (data_.have_val && !run_validation(c_.max_steps, &final_val_, trained_)) return fail(error_);

@@ -11,6 +11,7 @@ one graph launch where the ops were; the resumed run, with graphs, is bitwise th
 with --overlap on (a second stream for the weight and bias gradients, inside the graph) and
 --pdl on (every kernel a programmatic dependent launch) the run is bitwise the same again, and
 so it is with --recompute all (each layer's activations but its output rerun in the backward).
+Best-fit rows (--packing bestfit, int32 uploads) track the CPU's as contiguous windows do.
 tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
@@ -55,6 +56,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
             tokens.append(int(succ[tokens[-1]]) if rng.random() > 0.1 else int(rng.integers(VOCAB)))
         write_shard(os.path.join(data, "tiny_train_000000.bin"), tokens[:5000])
         write_shard(os.path.join(data, "tiny_val_000000.bin"), tokens[5000:])
+        cls.frequent = int(np.bincount(tokens[:5000]).argmax())  # a BOS id for --packing bestfit
         # Head size 64 and one 64-row tile: the tensor-core attention runs (not its fallback).
         cls.common = ["--train-data", data, "--vocab-size", str(VOCAB), "--num-layers", "2",
                       "--num-heads", "2", "--model-dim", "128", "--train-seq-len", "64", "--batch-size", "2",
@@ -276,6 +278,19 @@ class EmulatedCudaRunTest(unittest.TestCase):
         self.assertLess(self.recompute["activation_bytes"], eager["activation_bytes"])
         self.assertEqual(self.recompute["memory_bytes"] - self.recompute["activation_bytes"],
                          eager["memory_bytes"] - eager["activation_bytes"])
+
+    def test_best_fit_rows_track_the_cpu(self):
+        # --packing bestfit: rows go up as int32 inputs and targets from the page-locked buffers,
+        # queued, two sets alternating by step, with the micro-step replayed as a graph.
+        packing = ["--packing", "bestfit", "--packing-buffer", "8", "--eot-token", str(self.frequent),
+                   "--eval-batches", "0", "--sample-tokens", "0", "--checkpoint-every", "0"]
+        cpu = run(self.common + packing + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB, "--threads", "2",
+                                           "--matmul", "f32", "--output-dir", os.path.join(self.tmp, "cpu_fit")])
+        cuda = run(self.common + packing + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "f32",
+                                            "--output-dir", os.path.join(self.tmp, "cuda_fit")])
+        self.assertEqual(cuda["op_library"]["graph_recordings"], 1)
+        self.assertLess(np.max(np.abs(losses(cuda) - losses(cpu)) / losses(cpu)), 1e-5)
+        self.assertGreater(np.max(np.abs(losses(cpu) - losses(self.cpu))), 1e-3)  # other rows than contiguous
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
         proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,
