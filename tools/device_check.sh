@@ -6,8 +6,9 @@
 #   2. a short training run of a tiny GPT (head size 64) on cuda (f32, bf16, bf16 with each
 #      tensor-core attention: flash_mma, cudnn, thunderkittens) against the same run on cpu, and the
 #      flash_mma run again with --graphs on, with --graphs on --overlap on, with --graphs on
-#      --pdl on, and with all three (PDL kernels after a second stream's join, in a graph): the
-#      same losses bit for bit, and the step time against op by op (skipped, and said so, when
+#      --pdl on, with all three (PDL kernels after a second stream's join, in a graph), and with
+#      --stage-timing (events between the stages; its table in logs.tgz): the same losses bit
+#      for bit, and the step time against op by op (skipped, and said so, when
 #      .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
@@ -98,7 +99,8 @@ PY
   timeout 40 "$trainer" "${common[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --matmul f32 --output-dir /tmp/nfn-cpu \
     > "$logs/train_cpu.json" 2> "$logs/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs \
-             bf16:flash_mma:graphs+overlap bf16:flash_mma:graphs+pdl bf16:flash_mma:graphs+overlap+pdl; do
+             bf16:flash_mma:graphs+overlap bf16:flash_mma:graphs+pdl bf16:flash_mma:graphs+overlap+pdl \
+             bf16:flash_mma:timing; do
     IFS=: read -r dt attn extras <<< "$run"
     name=${dt}_$attn${extras:+_${extras//+/_}}
     frontend_log "train_$name"
@@ -106,6 +108,7 @@ PY
       --graphs "$([[ "$extras" == *graphs* ]] && echo on || echo off)" \
       --overlap "$([[ "$extras" == *overlap* ]] && echo on || echo off)" \
       --pdl "$([[ "$extras" == *pdl* ]] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
+      $([[ "$extras" == *timing* ]] && echo --stage-timing) \
       > "$logs/train_cuda_$name.json" 2> "$logs/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
@@ -113,9 +116,9 @@ PY
       train "$logs/train_cpu.json" "$logs/train_cuda_$name.json" "$bound" "$status"
   done
   # Graphs replay the same kernels on the same buffers, overlap runs them on two streams, and
-  # PDL starts each kernel's blocks early (they wait for the writes before theirs): the losses
-  # must agree bit for bit.
-  for extras in graphs graphs_overlap graphs_pdl graphs_overlap_pdl; do
+  # PDL starts each kernel's blocks early (they wait for the writes before theirs), and stage
+  # timing only records events between the ops: the losses must agree bit for bit.
+  for extras in graphs graphs_overlap graphs_pdl graphs_overlap_pdl timing; do
     summary_row "train ${extras//_/+} vs op by op" \
       same "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json"
   done

@@ -422,15 +422,19 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
   if (!check(o.embedding_forward(ctx_, a.encoded, a.inputs, param(WTE), param(WPE), B, T, C, dtype_),
              "embedding_forward", error))
     return false;
+  mark(Stage::kEmbedding);
   const void* residual = a.encoded;
   for (int l = 0; l < L; ++l) {
     const Layer x = layer(l);
+    if (!attention_half(l, x, error)) return false;
+    mark(Stage::kAttentionForward, l);
     // residual3 = residual2 + fcproj(mlp hidden)
-    if (!attention_half(l, x, error) || !mlp_hidden(l, x, error) ||
+    if (!mlp_hidden(l, x, error) ||
         !check(o.linear_forward(ctx_, x.res3, nullptr, x.fch_gelu, layer_slice(params_, FCPROJW, l),
                                 layer_slice(params_, FCPROJB, l), x.res2, N, 4 * C, C, NFN_EPILOGUE_NONE, dtype_),
                "linear_forward (fcproj)", error))
       return false;
+    mark(Stage::kMlpForward, l);
     residual = x.res3;
   }
   if (!check(o.layernorm_forward(ctx_, a.lnf, a.lnf_mean, a.lnf_rstd, residual, param(LNFW), param(LNFB), N, C,
@@ -438,10 +442,13 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
     return false;
   if (!with_loss) return true;
   // The LM head and loss, fused with the first step of the backward (dlnf into dln).
-  return check(o.lm_head_cross_entropy(ctx_, a.losses, loss_sum_, backward ? a.dln : nullptr,
-                                       backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets, N, C,
-                                       config_.vocab_size, config_.padded_vocab_size, grad_scale, dtype_),
-               "lm_head_cross_entropy", error);
+  if (!check(o.lm_head_cross_entropy(ctx_, a.losses, loss_sum_, backward ? a.dln : nullptr,
+                                     backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets, N, C,
+                                     config_.vocab_size, config_.padded_vocab_size, grad_scale, dtype_),
+             "lm_head_cross_entropy", error))
+    return false;
+  mark(Stage::kLmHead);
+  return true;
 }
 
 bool GPT::backward(std::string* error) {
@@ -461,35 +468,59 @@ bool GPT::backward(std::string* error) {
                                   param(LNFW), a.lnf_mean, a.lnf_rstd, B * T, C, dtype_),
              "layernorm_backward (lnf)", error))
     return false;
+  mark(Stage::kLmHead);
   for (int l = L - 1; l >= 0; --l)
     if (!layer_backward(l, error)) return false;
-  return check(o.embedding_backward(ctx_, grad(WTE), grad(WPE), a.dresidual, a.inputs, B, T, C, dtype_),
-               "embedding_backward", error);
+  if (!check(o.embedding_backward(ctx_, grad(WTE), grad(WPE), a.dresidual, a.inputs, B, T, C, dtype_),
+             "embedding_backward", error))
+    return false;
+  mark(Stage::kEmbedding);
+  return true;
 }
 
-// Layer l's backward, after what it recomputes. The last layer's recomputed tensors still
-// hold the forward's.
+// Layer l's backward, after what it recomputes: the attention half's rerun counts in the
+// layer's attention backward, the MLP's in its MLP backward. The last layer's recomputed
+// tensors still hold the forward's.
 bool GPT::layer_backward(int l, std::string* error) {
-  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, N = B * T;
-  const nfn_op_table& o = *ops_;
-  Acts& a = *acts_;
   const Layer x = layer(l);
   const bool rerun = l < config_.num_layers - 1;
-  if (rerun && recompute_.attention && !attention_half(l, x, error)) return false;
-  if (rerun && recompute_.mlp && !mlp_hidden(l, x, error)) return false;
+  if (rerun && recompute_.attention) {
+    if (!attention_half(l, x, error)) return false;
+    mark(Stage::kAttentionBackward, l);
+  }
+  if ((rerun && recompute_.mlp && !mlp_hidden(l, x, error)) || !mlp_half_backward(l, x, error)) return false;
+  mark(Stage::kMlpBackward, l);
+  if (!attention_half_backward(l, x, error)) return false;
+  mark(Stage::kAttentionBackward, l);
+  return true;
+}
+
+// MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); fcproj's dinp comes back
+// through the GELU (with respect to fch, the pre-activation). fcproj's bias gradient came
+// from the norm backward above this block.
+bool GPT::mlp_half_backward(int l, const Layer& x, std::string* error) {
+  const int C = config_.channels, N = B_ * T_;
+  const nfn_op_table& o = *ops_;
+  Acts& a = *acts_;
   auto pl = [&](int i) { return layer_slice(params_, i, l); };
   auto gl = [&](int i) { return layer_slice(grads_, i, l); };
-  // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); fcproj's dinp comes back
-  // through the GELU (with respect to fch, the pre-activation). fcproj's bias gradient came
-  // from the norm backward above this block.
   return check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW), nullptr, gl(FCB), a.dresidual, x.fch_gelu, pl(FCPROJW),
                                  x.fch, N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
          check(o.linear_backward(ctx_, a.dln, gl(FCW), nullptr, nullptr, a.dbig, x.ln2, pl(FCW), nullptr, N, C,
                                  4 * C, 0, dtype_), "linear_backward (fc)", error) &&
          check(o.layernorm_backward(ctx_, a.dresidual, gl(LN2W), gl(LN2B), gl(ATTPROJB), a.dln, x.res2, pl(LN2W),
-                                    x.ln2_mean, x.ln2_rstd, N, C, dtype_), "layernorm_backward (ln2)", error) &&
-         // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-         check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW), nullptr, nullptr, a.dresidual, x.atty, pl(ATTPROJW),
+                                    x.ln2_mean, x.ln2_rstd, N, C, dtype_), "layernorm_backward (ln2)", error);
+}
+
+// Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))); ln1's backward
+// sums the stream's gradient for the bias of the projection below (the layer before's fcproj).
+bool GPT::attention_half_backward(int l, const Layer& x, std::string* error) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, N = B * T;
+  const nfn_op_table& o = *ops_;
+  Acts& a = *acts_;
+  auto pl = [&](int i) { return layer_slice(params_, i, l); };
+  auto gl = [&](int i) { return layer_slice(grads_, i, l); };
+  return check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW), nullptr, nullptr, a.dresidual, x.atty, pl(ATTPROJW),
                                  nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
          check(o.attention_backward(ctx_, a.dbig, a.dln, x.qkv, x.atty, x.lse, B, T, C, NH, dtype_),
                "attention_backward", error) &&
@@ -558,10 +589,13 @@ bool GPT::optimizer_step(const OptimizerStep& s, std::string* error) {
                                 layout_[i].count,
                                 param_decays(i) ? s.weight_decay : 0.f};
   }
-  return check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, grad_sumsq_),
-               "sum_squares_many", error) &&
-         check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, s.step, s.lr, s.beta1, s.beta2, s.eps,
-                                     grad_sumsq_, s.max_grad_norm, dtype_), "adamw_step_many", error);
+  if (!check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, grad_sumsq_),
+             "sum_squares_many", error) ||
+      !check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, s.step, s.lr, s.beta1, s.beta2, s.eps,
+                                   grad_sumsq_, s.max_grad_norm, dtype_), "adamw_step_many", error))
+    return false;
+  mark(Stage::kOptimizer);
+  return true;
 }
 
 bool GPT::read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) {

@@ -80,6 +80,7 @@ class GPT : public TrainableModel {
   bool queue_scalars(float* host, std::string* error) override;
   // Changes with a new micro-batch shape (StepGraph holds the activations' addresses).
   uint64_t activations_version() const override { return activations_version_; }
+  void set_stage_timer(StageTimer* timer) override { timer_ = timer; }
 
  private:
   struct Acts;
@@ -101,6 +102,11 @@ class GPT : public TrainableModel {
   bool forward(bool with_loss, bool backward, float grad_scale, std::string* error);
   bool backward(std::string* error);
   bool layer_backward(int l, std::string* error);
+  bool mlp_half_backward(int l, const Layer& x, std::string* error);
+  bool attention_half_backward(int l, const Layer& x, std::string* error);
+  void mark(Stage stage, int layer = -1) {
+    if (timer_ != nullptr) timer_->mark(stage, layer);
+  }
   void* param(int i) const;
   void* grad(int i) const;
   void* layer_slice(void* block, int i, int l) const;
@@ -130,6 +136,7 @@ class GPT : public TrainableModel {
   Acts* acts_ = nullptr;
   bool have_inputs_ = false;   // tokens uploaded into the current activations
   bool have_targets_ = false;  // and targets with them
+  StageTimer* timer_ = nullptr;
 };
 
 }  // namespace nfn

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/model/stage_timer.h"
+
 namespace nfn {
 
 // One optimizer step's hyperparameters (AdamW; weight decay applies to the groups that
@@ -40,6 +42,9 @@ class TrainableModel {
   virtual bool queue_scalars(float* host, std::string* error) = 0;
   // Changes whenever the activation buffers move: a recorded step must be recorded again.
   virtual uint64_t activations_version() const = 0;
+  // Where step_forward_backward and optimizer_step end each stage of their work (null: no
+  // timer, and no cost). The timer outlives the model's use of it.
+  virtual void set_stage_timer(StageTimer* timer) = 0;
 
   // The f32 state a checkpoint holds, elements [offset, offset + count) at a time.
   enum class Stored { kMaster, kFirstMoment, kSecondMoment };

@@ -18,8 +18,9 @@ extern "C" {
 
 /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
  * 5: alloc_host, free_host; 6: event ops; 7: lm_head_cross_entropy takes the padded Vp;
- * 8: layernorm_backward and linear_backward take dinp_colsum; 9: ctx_query */
-#define NFN_ABI_VERSION 9
+ * 8: layernorm_backward and linear_backward take dinp_colsum; 9: ctx_query;
+ * 10: event_create takes flags (NFN_EVENT_TIMING), event_elapsed */
+#define NFN_ABI_VERSION 10
 
 typedef enum nfn_status {
   NFN_OK = 0,
@@ -66,6 +67,12 @@ typedef struct nfn_graph nfn_graph;
 
 /* A point in a context's stream the host can wait for (the event ops in nfn_ops.def). */
 typedef struct nfn_event nfn_event;
+
+/* event_create's flags: NFN_EVENT_TIMING makes an event event_elapsed can read. */
+typedef enum nfn_event_flags {
+  NFN_EVENT_DEFAULT = 0,
+  NFN_EVENT_TIMING = 1,
+} nfn_event_flags;
 
 int nfn_abi_version(void);
 const char* nfn_backend_name(void);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "cc/train/stage_timing.h"
 #include "cc/train/step_graph.h"
 #include "cc/util/files.h"
 
@@ -72,7 +73,8 @@ bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int*
     return false;
   }
   // Graphs: on needs the library's; auto takes them where it has them (CUDA), and gives them
-  // up if the first recording fails.
+  // up if the first recording fails, or for --stage-timing (resolve_train_config refuses it
+  // with --graphs on), whose events a recording cannot hold.
   if (c.graphs != "off") {
     setup->graphs = StepGraph::supported(ops, backend->ctx, error);
     if (!setup->graphs && c.graphs == "on") {
@@ -80,6 +82,14 @@ bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int*
       return false;
     }
     error->clear();
+    if (setup->graphs && c.stage_timing) {
+      setup->graphs = false;
+      setup->graphs_note = "graphs off: --stage-timing records events between the ops, which a recording cannot hold";
+    }
+  }
+  if (c.stage_timing && !StageTiming::supported(ops, backend->ctx, error)) {
+    *error = "--stage-timing: " + *error;
+    return false;
   }
   return attention_runs(c, backend, *setup, code, error);
 }

@@ -19,6 +19,7 @@ struct RunSetup {
   std::string dtype_name;
   nfn_dtype dtype = NFN_F32;
   bool graphs = false;
+  std::string graphs_note;  // why graphs are off where the library records them, when they are
 };
 
 // Backend options (flag, the library's key, the value given), each passed to the op library
@@ -26,8 +27,9 @@ struct RunSetup {
 std::vector<std::tuple<const char*, const char*, const std::string*>> backend_options(const TrainConfig& c);
 
 // Opens the op library and configures it: the backend options, the CPU's GEMM mode, the
-// storage dtype, whether the step records graphs, and whether attention runs at the model's
-// geometry. false with the message and the exit code.
+// storage dtype, whether the step records graphs, whether it times the stages of a step
+// (--stage-timing), and whether attention runs at the model's geometry. false with the
+// message and the exit code.
 bool setup_backend(const TrainConfig& c, Backend* backend, RunSetup* setup, int* code, std::string* error);
 
 // Whether `dir` can be made and written, without making it.

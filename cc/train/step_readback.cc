@@ -15,7 +15,7 @@ bool StepReadback::check(nfn_status s, const char* what, std::string* error) con
 bool StepReadback::init(std::string* error) {
   if (!host_.alloc(2, 2 * sizeof(float), "page-locked loss buffers", error)) return false;
   for (nfn_event*& e : events_)
-    if (!check(ops_.event_create(ctx_, &e), "step events", error)) return false;
+    if (!check(ops_.event_create(ctx_, NFN_EVENT_DEFAULT, &e), "step events", error)) return false;
   return true;
 }
 

@@ -260,6 +260,12 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->lm_head_rows = f.get("lm-head-row-chunk-size");
   c->recompute = f.get("recompute");
   c->graphs = f.get("graphs");
+  c->stage_timing = f.has("stage-timing");
+  if (c->stage_timing && c->graphs == "on") {
+    *error = "--stage-timing with --graphs on: stage timing records an event between the stages of each step, "
+             "which a graph's recording cannot hold (leave --graphs auto or set it off)";
+    return false;
+  }
   c->checkpoint_version = f.get("checkpoint-dtype") == "f32" ? 3 : 5;
   c->output_dir = f.has("output-dir") ? f.get("output-dir") : default_output_dir(c->model_family);
   if (c->output_dir.empty()) {
@@ -306,6 +312,7 @@ Json plan_json(const TrainConfig& c) {
   GPTRecompute recompute;
   parse_recompute(c.recompute, &recompute);
   p.set("recompute", c.recompute);
+  p.set("stage_timing", c.stage_timing);
   Json memory = Json::object(), activations = Json::object();
   for (nfn_dtype dtype : {NFN_BF16, NFN_F32}) {
     const size_t state = GPT::memory_bytes(c.model, dtype, 0, 0);

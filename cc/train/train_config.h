@@ -47,6 +47,9 @@ struct TrainConfig {
   // Replay the micro-step as a recorded graph (StepGraph): on, off, or auto (where the op
   // library records graphs, and unless the first recording fails).
   std::string graphs = "auto";
+  // Events between the stages of each step, read into per-stage times (StageTiming); the step
+  // runs op by op, since a graph's recording cannot hold events.
+  bool stage_timing = false;
   int checkpoint_version = 3;
   std::string output_dir, resume;
   bool dry_run = false, json = false;

@@ -151,6 +151,11 @@ std::vector<FlagSpec> run_flags() {
              "by op); off: launch every op; auto: on where the op library records graphs (CUDA), op by op if the "
              "first recording fails",
              "on off auto", "auto"),
+      toggle("stage-timing", "run",
+             "time each stage of a step (data, embedding, each block's attention and MLP forward and backward, "
+             "LM head, optimizer) with the op library's events: CUDA's clock, or the host's on the CPU; the "
+             "report's stage_timing and a table at the end give the median over the steps (the first left "
+             "out); the step runs op by op (graphs off)"),
       text("output-dir", "run",
            "where checkpoints, the manifest and the report go (default: $NFN_ARTIFACTS_DIR/FAMILY, else "
            "~/NeuralFn/artifacts/FAMILY)"),

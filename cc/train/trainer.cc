@@ -20,6 +20,7 @@
 #include "cc/train/resume.h"
 #include "cc/train/run_setup.h"
 #include "cc/train/schedule.h"
+#include "cc/train/stage_timing.h"
 #include "cc/train/step_graph.h"
 #include "cc/train/step_readback.h"
 #include "cc/train/train_log.h"
@@ -183,6 +184,9 @@ class TrainingRun {
   bool upload_micro_batch(size_t slot);
   bool forward_backward(int step);
   int finish_step(const Issued& s, const Clock::time_point* next_start);
+  void mark_stage(Stage stage) {
+    if (stage_timing_) stage_timing_->mark(stage);
+  }
   bool run_validation(int step, float* loss, bool logged = true);
   int finish();
   int report();
@@ -202,6 +206,7 @@ class TrainingRun {
   std::unique_ptr<ModelFamily> family_;
   std::unique_ptr<StepGraph> step_graph_;
   std::unique_ptr<StepReadback> readback_;
+  std::unique_ptr<StageTiming> stage_timing_;  // --stage-timing, else null
   std::unique_ptr<HostBuffers> windows_;  // uint16 token windows, two sets (by step parity)
   size_t window_bytes_ = 0;
   Rng rng_{0};
@@ -251,6 +256,12 @@ int TrainingRun::setup() {
       !windows_->alloc(2 * c_.grad_accum_steps, window_bytes_, "page-locked token buffers", &error_))
     return fail(error_);
   if (!readback_->init(&error_)) return fail(error_);
+  if (c_.stage_timing) {
+    stage_timing_ = std::make_unique<StageTiming>(ops, backend_.ctx, c_.model.num_layers,
+                                                  backend_.name == "cuda" ? "cuda events" : "host clock");
+    family_->model().set_stage_timer(stage_timing_.get());
+  }
+  graphs_note_ = setup_.graphs_note;
   // A resumed run with nothing to train leaves its log as it is (it logs nothing).
   if (start_.step < c_.max_steps && !log_.open(c_.output_dir, start_.step, &error_)) return fail(error_);
   in_.resize(static_cast<size_t>(B_) * T_);
@@ -293,12 +304,15 @@ int TrainingRun::restore() {
     if (same_data && !restore_data_position()) return fail(error_);
   }
   const std::string gemms = setup_.matmul.empty() ? "" : " with " + setup_.matmul + " GEMMs";
+  const char* timing = !c_.stage_timing           ? ""
+                       : setup_.graphs_note.empty() ? ", --stage-timing"
+                                                    : ", --stage-timing (graphs off)";
   std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s%s on %s (%s), %.1f GiB for the model and micro-batch %d x %d "
-               "(activations %.1f MiB, --recompute %s)%s%s\n",
+               "(activations %.1f MiB, --recompute %s)%s%s%s\n",
                c_.model_family.c_str(), c_.template_name.c_str(), family_->num_parameters(),
                setup_.dtype_name.c_str(), gemms.c_str(), backend_.name.c_str(), backend_.path.c_str(),
                static_cast<double>(memory_bytes()) / (1 << 30), B_, T_,
-               static_cast<double>(activation_bytes()) / (1 << 20), c_.recompute.c_str(),
+               static_cast<double>(activation_bytes()) / (1 << 20), c_.recompute.c_str(), timing,
                start_.from.empty() ? "" : ", resuming from ", start_.from.c_str());
   return 0;
 }
@@ -354,12 +368,18 @@ bool TrainingRun::upload_micro_batch(size_t slot) {
 }
 
 // Issues a step's micro-batches and its optimizer step, and queues the read of its scalars.
+// With --stage-timing, the step's stages are marked as they are issued: the model marks its
+// own; zeroing the gradients and the loss is the optimizer's, reading and uploading a batch
+// the data's.
 int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr) {
   TrainableModel& model = family_->model();
+  if (stage_timing_ && !stage_timing_->begin_step(step, &error_)) return fail(error_);
   if (!model.zero_grads(&error_) || !model.zero_loss(&error_)) return fail(error_);
+  mark_stage(Stage::kOptimizer);
   for (int micro = 0; micro < c_.grad_accum_steps; ++micro) {
     auto t0 = Clock::now();
     if (!upload_micro_batch((step & 1) * c_.grad_accum_steps + micro)) return fail(error_);
+    mark_stage(Stage::kData);
     ph_.data += seconds_since(t0);
     t0 = Clock::now();
     if (!forward_backward(step)) return fail(error_);
@@ -371,7 +391,9 @@ int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr) {
   const OptimizerStep opt{step + 1, *lr, static_cast<float>(c_.beta1), static_cast<float>(c_.beta2),
                           static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay),
                           static_cast<float>(c_.max_grad_norm)};
-  if (!model.optimizer_step(opt, &error_) || !readback_->queue(model, step, &error_)) return fail(error_);
+  if (!model.optimizer_step(opt, &error_) || (stage_timing_ && !stage_timing_->end_step(&error_)) ||
+      !readback_->queue(model, step, &error_))
+    return fail(error_);
   ph_.optimizer += seconds_since(t0);
   enqueue_seconds_.push(seconds_since(t_step));
   return 0;
@@ -391,6 +413,7 @@ int TrainingRun::finish_step(const Issued& s, const Clock::time_point* next_star
   const double dt = std::chrono::duration<double>((next_start != nullptr ? *next_start : now) - s.start).count();
   train_time_ += dt;
   step_seconds_.push(dt);
+  if (stage_timing_ && !stage_timing_->collect(s.step, dt, &error_)) return fail(error_);
   trained_tokens_ += c_.train_batch_tokens;
   last_loss_ = loss_sum / static_cast<float>(c_.train_batch_tokens);
   const int done = s.step + 1;
@@ -530,6 +553,7 @@ int TrainingRun::report() {
   report.set("op_library", op_library_json());
   report.set("memory_bytes", static_cast<uint64_t>(memory_bytes()));  // in the run's dtype
   report.set("activation_bytes", static_cast<uint64_t>(activation_bytes()));
+  report.set("stage_timing", stage_timing_ ? stage_timing_->report() : Json());
   report.set("checkpoint_dir", c_.output_dir);
   report.set("model_file", model_path_.empty() ? Json() : Json(model_path_));
   report.set("manifest_file", join_path(c_.output_dir, "manifest.json"));
@@ -540,6 +564,7 @@ int TrainingRun::report() {
   for (int id : samples_) sample_ids.push(id);
   report.set("sample_tokens", sample_ids);
   if (!write_file_atomic(report_path, report.dump(2) + "\n", &error_)) return fail(error_);
+  if (stage_timing_) stage_timing_->print_table(stderr);
   if (c_.json) std::printf("%s\n", report.dump(2).c_str());
   else if (model_path_.empty()) std::fprintf(stderr, "nfn: wrote %s (no checkpoint: --no-checkpoint)\n", report_path.c_str());
   else if (trained_) std::fprintf(stderr, "nfn: wrote %s and %s\n", model_path_.c_str(), report_path.c_str());

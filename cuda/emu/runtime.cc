@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -837,6 +838,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
@@ -1022,10 +1024,13 @@ struct nfn_emu_stream {
   unsigned flags;
 };
 
-// An event: the record it marks (0: never recorded) and the copies issued before it.
+// An event: the record it marks (0: never recorded), the copies issued before it and, for
+// a timing event, the host's clock at the record.
 struct nfn_emu_event {
+  unsigned flags = 0;
   uint64_t record = 0;
   uint64_t copies_before = 0;
+  std::chrono::steady_clock::time_point at;
   // Recorded inside a capture: which capture, on which stream, after how much of its work.
   const void* capture = nullptr;
   cudaStream_t stream = nullptr;
@@ -1039,8 +1044,9 @@ uint64_t completed_records = 0;  // records a wait or synchronize has covered
 
 }  // namespace
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   *event = new nfn_emu_event;
+  (*event)->flags = flags;
   return cudaSuccess;
 }
 
@@ -1062,6 +1068,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->capture = nullptr;
   event->record = ++records;
   event->copies_before = copies_issued;
+  event->at = std::chrono::steady_clock::now();
   nfn_emu::trace("event record");
   return cudaSuccess;
 }
@@ -1083,6 +1090,19 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   complete_pending_copies("the event wait", event->copies_before);
   completed_records = std::max(completed_records, event->record);
   nfn_emu::trace("event wait");
+  return cudaSuccess;
+}
+
+// As CUDA answers: a handle error for an event without timing or never recorded, "not
+// ready" until a wait has covered both records.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr) return nfn_emu::last_error = cudaErrorInvalidValue;
+  if (refused_in_capture("cudaEventElapsedTime")) return cudaErrorStreamCaptureUnsupported;
+  if (((start->flags | end->flags) & cudaEventDisableTiming) != 0 || start->record == 0 || end->record == 0)
+    return nfn_emu::last_error = cudaErrorInvalidResourceHandle;
+  if (std::max(start->record, end->record) > completed_records) return nfn_emu::last_error = cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  nfn_emu::trace("event elapsed");
   return cudaSuccess;
 }
 

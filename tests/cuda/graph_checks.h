@@ -209,7 +209,7 @@ inline void check_graphs(const Backend& gpu, std::mt19937& rng) {
   gpu.ok(o.alloc(ctx, 64, &dev), "alloc");
   char host[64] = {};
   nfn_event* ev = nullptr;
-  gpu.ok(o.event_create(ctx, &ev), "event_create");
+  gpu.ok(o.event_create(ctx, NFN_EVENT_TIMING, &ev), "event_create");
   gpu.ok(o.graph_begin(ctx), "graph_begin");
   refused(o.graph_begin(ctx), "graph_begin", "already recording");
   void* more = nullptr;
@@ -220,6 +220,8 @@ inline void check_graphs(const Backend& gpu, std::mt19937& rng) {
   refused(o.copy(ctx, host, dev, 64, NFN_DEVICE_TO_HOST), "copy to the host", "inside a graph recording");
   refused(o.event_record(ctx, ev), "event_record", "inside a graph recording");
   refused(o.event_wait(ctx, ev), "event_wait", "inside a graph recording");
+  float ms = 0;
+  refused(o.event_elapsed(ctx, ev, ev, &ms), "event_elapsed", "inside a graph recording");
   nfn_graph* g = nullptr;
   gpu.ok(o.graph_end(ctx, &g), "graph_end");
   gpu.ok(o.event_free(ctx, ev), "event_free");

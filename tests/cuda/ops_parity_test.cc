@@ -5,11 +5,14 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -526,8 +529,8 @@ void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 void check_events(const Backend& b, void* up, void* down, void* dev, const void* want, size_t bytes) {
   const nfn_op_table& o = b.ops();
   nfn_event *ev = nullptr, *idle = nullptr;
-  b.ok(o.event_create(b.ctx, &ev), "event_create");
-  b.ok(o.event_create(b.ctx, &idle), "event_create");
+  b.ok(o.event_create(b.ctx, NFN_EVENT_DEFAULT, &ev), "event_create");
+  b.ok(o.event_create(b.ctx, NFN_EVENT_DEFAULT, &idle), "event_create");
   if (ev == nullptr || idle == nullptr) return;
   int done = 0;
   b.ok(o.event_query(b.ctx, idle, &done), "event_query");
@@ -549,6 +552,55 @@ void check_events(const Backend& b, void* up, void* down, void* dev, const void*
   expect(o.event_query(b.ctx, ev, nullptr) == NFN_ERR_INVALID_ARGUMENT, b.name() + ": event_query without *done");
   b.ok(o.event_free(b.ctx, ev), "event_free");
   b.ok(o.event_free(b.ctx, idle), "event_free");
+}
+
+// event_elapsed: the stream's time between two timing events. The stream is idle while the
+// host sleeps between the records, so the time covers the sleep; both records and the wait
+// lie inside the host's span around them, so it is no longer than that span. Before the
+// wait, a backend whose stream may still be behind (CUDA; the emulator always is) refuses.
+void check_event_timing(const Backend& b, void* dev, size_t bytes) {
+  const nfn_op_table& o = b.ops();
+  using Clock = std::chrono::steady_clock;
+  nfn_event *t0 = nullptr, *t1 = nullptr, *plain = nullptr, *unrecorded = nullptr;
+  b.ok(o.event_create(b.ctx, NFN_EVENT_TIMING, &t0), "event_create (timing)");
+  b.ok(o.event_create(b.ctx, NFN_EVENT_TIMING, &t1), "event_create (timing)");
+  b.ok(o.event_create(b.ctx, NFN_EVENT_TIMING, &unrecorded), "event_create (timing)");
+  b.ok(o.event_create(b.ctx, NFN_EVENT_DEFAULT, &plain), "event_create");
+  if (!t0 || !t1 || !plain || !unrecorded) return;
+  const double sleep_ms = 20;
+  const auto host_start = Clock::now();
+  b.ok(o.event_record(b.ctx, t0), "event_record");
+  b.ok(o.fill(b.ctx, dev, NFN_F32, 1.f, bytes / 4), "fill");
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(sleep_ms));
+  b.ok(o.event_record(b.ctx, t1), "event_record");
+  b.ok(o.event_record(b.ctx, plain), "event_record");
+  float ms = -1;
+  const nfn_status early = o.event_elapsed(b.ctx, t0, t1, &ms);
+  const bool may_be_behind = b.name() == "cuda", emulated = emulated_shared_optin(b) != nullptr;
+  const bool not_finished = std::string(o.ctx_last_error(b.ctx)).find("has not finished") != std::string::npos;
+  expect(early == NFN_OK ? !emulated : may_be_behind && not_finished,
+         b.name() + ": event_elapsed before the wait: status " + std::to_string(early) + " " + o.ctx_last_error(b.ctx));
+  b.ok(o.event_wait(b.ctx, t1), "event_wait");
+  const double host_ms = std::chrono::duration<double, std::milli>(Clock::now() - host_start).count();
+  ms = -1;
+  b.ok(o.event_elapsed(b.ctx, t0, t1, &ms), "event_elapsed");
+  expect(ms >= 0.99 * sleep_ms && ms <= host_ms + 0.01,
+         b.name() + ": event_elapsed " + std::to_string(ms) + " ms, not within the " + std::to_string(sleep_ms) +
+             " ms sleep and the host's " + std::to_string(host_ms) + " ms");
+  float back = 0;
+  b.ok(o.event_elapsed(b.ctx, t1, t0, &back), "event_elapsed (reversed)");
+  expect(std::fabs(back + ms) <= 1e-3f * ms, b.name() + ": event_elapsed end to start is the negative");
+  auto refused = [&](nfn_status s, const std::string& says, const std::string& what) {
+    const std::string msg = o.ctx_last_error(b.ctx);
+    expect(s == NFN_ERR_INVALID_ARGUMENT && msg.find(says) != std::string::npos && msg.rfind("event_", 0) == 0,
+           b.name() + ": " + what + ": status " + std::to_string(s) + " '" + msg + "'");
+  };
+  refused(o.event_elapsed(b.ctx, t0, plain, &ms), "NFN_EVENT_TIMING", "event_elapsed of an event without timing");
+  refused(o.event_elapsed(b.ctx, unrecorded, t1, &ms), "never recorded", "event_elapsed of an event never recorded");
+  refused(o.event_elapsed(b.ctx, t0, t1, nullptr), "null", "event_elapsed without *ms");
+  nfn_event* bad = nullptr;
+  refused(o.event_create(b.ctx, 6, &bad), "unknown flags", "event_create with unknown flags");
+  for (nfn_event* e : {t0, t1, plain, unrecorded}) b.ok(o.event_free(b.ctx, e), "event_free");
 }
 
 void check_memory(const Backend& cpu, const Backend& gpu) {
@@ -630,6 +682,7 @@ void check_memory(const Backend& cpu, const Backend& gpu) {
     b->ok(b->ops().synchronize(b->ctx), "synchronize");
     expect(std::memcmp(down, narrow.data(), bytes) == 0, b->name() + ": a round trip through alloc_host memory");
     check_events(*b, up, down, dev, narrow.data(), bytes);
+    check_event_timing(*b, dev, bytes);
     b->ok(b->ops().free(b->ctx, dev), "free");
     b->ok(b->ops().free_host(b->ctx, up), "free_host");
     b->ok(b->ops().free_host(b->ctx, down), "free_host");
@@ -713,7 +766,8 @@ void check_contract(const Backend& gpu) {
   void* p = nullptr;
   nfn_event* e = nullptr;
   expect(o.alloc(nullptr, 8, &p) == NFN_ERR_INVALID_ARGUMENT && o.synchronize(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
-             o.graph_begin(nullptr) == NFN_ERR_INVALID_ARGUMENT && o.event_create(nullptr, &e) == NFN_ERR_INVALID_ARGUMENT,
+             o.graph_begin(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
+             o.event_create(nullptr, NFN_EVENT_DEFAULT, &e) == NFN_ERR_INVALID_ARGUMENT,
          "ops without a context are refused");
   refused(o.attention_kv_cached(gpu.ctx, dev, dev, dev, dev, 1, 1, INT32_MAX, 16, 64, 1, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "kv_cached at pos INT_MAX", "do not fit the cache");

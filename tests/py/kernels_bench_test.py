@@ -18,7 +18,7 @@ CUDA_LIB = "libnfn_native_train_tile_ops.so"
 CPU_LIB = "libnfn_native_train_cpu_ops.so"
 # Ops with no data work to time: allocation, graph and event ops.
 UNTIMED = {"alloc", "free", "alloc_host", "free_host", "graph_begin", "graph_end", "graph_launch", "graph_free",
-           "event_create", "event_record", "event_query", "event_wait", "event_free"}
+           "event_create", "event_record", "event_query", "event_wait", "event_free", "event_elapsed"}
 TINY = {"L": 1, "NH": 2, "C": 128, "T": 64, "B": 2, "vocab": 512, "Vp": 512}
 
 

@@ -152,7 +152,7 @@ def expect_graph(v, backend):
 
 
 def expect_event(v):
-    return {"done": [1], "host": np.full(4, 2.5)}
+    return {"done": [1], "host": np.full(4, 2.5), "timed": [1]}
 
 
 EXPECT = {"memory": expect_memory, "embedding": expect_embedding, "norm": expect_norm, "linear": expect_linear,

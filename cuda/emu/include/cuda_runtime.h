@@ -58,6 +58,7 @@ typedef enum cudaError {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInsufficientDriver = 35,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
@@ -79,8 +80,10 @@ enum cudaStreamCaptureMode {
 
 // Events (runtime.cc): a point in the stream the host can wait for. The emulator runs every
 // call at once, but answers like a GPU that is always behind: an event is done only once a
-// wait covers it, and a copy into page-locked memory lands only then.
+// wait covers it, and a copy into page-locked memory lands only then. A timing event keeps
+// the host's clock at its record, when everything before it has run.
 typedef struct nfn_emu_event* cudaEvent_t;
+constexpr unsigned cudaEventDefault = 0;
 constexpr unsigned cudaEventDisableTiming = 2;
 
 enum cudaMemcpyKind {
@@ -279,6 +282,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);

@@ -89,7 +89,7 @@ static void test_sum_squares(nfn_ctx* ctx) {
     nfn_event* e = nullptr;
     float f[8] = {};
     EXPECT(nfn_alloc(nullptr, 8, &q) == NFN_ERR_INVALID_ARGUMENT && nfn_synchronize(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
-               nfn_event_create(nullptr, &e) == NFN_ERR_INVALID_ARGUMENT &&
+               nfn_event_create(nullptr, NFN_EVENT_DEFAULT, &e) == NFN_ERR_INVALID_ARGUMENT &&
                nfn_graph_begin(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
                nfn_gelu_forward(nullptr, f, f, 8, NFN_F32) == NFN_ERR_INVALID_ARGUMENT &&
                nfn_linear_forward(nullptr, f, nullptr, f, f, nullptr, nullptr, 2, 2, 2, NFN_EPILOGUE_NONE, NFN_F32) ==

@@ -10,8 +10,9 @@ forward/backward is recorded once, after the first step, and replayed: bitwise t
 one graph launch where the ops were; the resumed run, with graphs, is bitwise the run without;
 with --overlap on (a second stream for the weight and bias gradients, inside the graph) and
 --pdl on (every kernel a programmatic dependent launch) the run is bitwise the same again, and
-so it is with --recompute all (each layer's activations but its output rerun in the backward).
-Best-fit rows (--packing bestfit, int32 uploads) track the CPU's as contiguous windows do.
+so it is with --recompute all (each layer's activations but its output rerun in the backward)
+and with --stage-timing (events between the stages, so the step runs op by op). Best-fit rows
+(--packing bestfit, int32 uploads) track the CPU's as contiguous windows do.
 tools/device_check.sh makes the comparison on a real GPU."""
 import json
 import os
@@ -291,6 +292,28 @@ class EmulatedCudaRunTest(unittest.TestCase):
         self.assertEqual(cuda["op_library"]["graph_recordings"], 1)
         self.assertLess(np.max(np.abs(losses(cuda) - losses(cpu)) / losses(cpu)), 1e-5)
         self.assertGreater(np.max(np.abs(losses(cpu) - losses(self.cpu))), 1e-3)  # other rows than contiguous
+
+    def test_stage_timing_runs_op_by_op_and_changes_nothing(self):
+        # --graphs auto would record the step here; the timing events cannot be recorded in a
+        # graph, so the step runs op by op (the run says so) and is bitwise the op-by-op run.
+        proc = subprocess.run([TRAINER] + self.common + ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB,
+                                                         "--dtype", "bf16", "--attention", "flash_mma",
+                                                         "--stage-timing", "--output-dir",
+                                                         os.path.join(self.tmp, "stage_timing")],
+                              capture_output=True, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        report = json.loads(proc.stdout)
+        self.assert_same_run(report, "stage_timing")
+        self.assertIn(", --stage-timing (graphs off)", proc.stderr.splitlines()[0])
+        lib = report["op_library"]
+        self.assertEqual((lib["graphs"], lib["graph_recordings"]), (False, 0))
+        self.assertIn("--stage-timing", lib["graphs_note"])
+        t = report["stage_timing"]
+        self.assertEqual((t["clock"], t["timed_steps"]), ("cuda events", STEPS - 1))
+        self.assertEqual(len(t["stage_ms"]), 8)
+        self.assertTrue(all(ms > 0 for ms in t["stage_ms"].values()), t["stage_ms"])
+        self.assertLessEqual(t["total_ms"], t["step_ms"])
+        self.assertIn("nfn: stage timing (cuda events): median of 3 steps", proc.stderr)
 
     def test_graphs_on_the_cpu_library_fail_up_front(self):
         proc = subprocess.run([TRAINER] + self.common + ["--backend", "cpu", "--tile-ops-lib", CPU_LIB,

@@ -177,6 +177,56 @@ class TrainerRunTest(unittest.TestCase):
         self.assertEqual((bad.returncode, bad.stderr), (2, "nfn_gpt_native_train: error: --recompute some: expected "
                                                            "one of none, attention, mlp, all\n"))
 
+    def test_stage_timing_accounts_for_the_step(self):
+        # Every stage is timed (two micro-steps a step) and the run is the untimed one, bit for
+        # bit. On the CPU the events read the host's clock inside each step, so the stages add
+        # up to no more than the step; what lies outside them is the host's bookkeeping after
+        # the optimizer (queueing the loss's read, its event, a log line): microseconds of a
+        # step of milliseconds. Medians over five steps, so one preempted step on a shared
+        # machine does not decide; 0.9 would still fail where a stage's events were missing.
+        stages = ["data", "embedding", "attention_forward", "mlp_forward", "lm_head", "mlp_backward",
+                  "attention_backward", "optimizer"]
+        out = os.path.join(self.tmp, "stage_timing")
+        proc = run(self.common + ["--output-dir", out, "--json", "--stage-timing"])
+        r = json.loads(proc.stdout)
+        for key in ("train_losses", "validation_losses", "sample_tokens"):
+            self.assertEqual(r[key], self.report[key], key)
+        self.assertIsNone(self.report["stage_timing"])
+        self.assertFalse(self.report["config"]["stage_timing"])
+        self.assertTrue(r["config"]["stage_timing"])
+        t = r["stage_timing"]
+        self.assertEqual((t["clock"], t["timed_steps"]), ("host clock", 5))  # the first step left out
+        self.assertEqual(list(t["stage_ms"]), stages)
+        self.assertTrue(all(ms > 0 for ms in t["stage_ms"].values()), t["stage_ms"])
+        self.assertEqual(list(t["layer_ms"]), ["attention_forward", "mlp_forward", "mlp_backward",
+                                               "attention_backward"])
+        for stage, per_layer in t["layer_ms"].items():
+            self.assertEqual(len(per_layer), 2, stage)
+            self.assertTrue(all(ms > 0 for ms in per_layer), (stage, per_layer))
+        self.assertAlmostEqual(t["step_ms"], 1e3 * sorted(r["step_seconds"][1:])[2], delta=1e-4)
+        self.assertLessEqual(t["total_ms"], t["step_ms"])
+        self.assertGreater(t["total_ms"], 0.9 * t["step_ms"], t)
+        # The table at the end lists every stage and the total, with the report's medians.
+        lines = proc.stderr.splitlines()
+        self.assertIn(", --stage-timing", lines[0])
+        start = next(i for i, line in enumerate(lines)
+                     if line.startswith("nfn: stage timing (host clock): median of 5 steps"))
+        rows = [line.split() for line in lines[start + 2:start + 2 + len(stages)]]
+        self.assertEqual([row[0] for row in rows], stages)
+        for row in rows:
+            self.assertAlmostEqual(float(row[1]), t["stage_ms"][row[0]], delta=0.0006)
+        self.assertEqual([len(row) for row in rows], [3, 3, 6, 6, 3, 6, 6, 3])  # per layer: block stages
+        medians, total = lines[start + 2 + len(stages)].split(), lines[start + 3 + len(stages)].split()
+        self.assertEqual(medians[:4], ["sum", "of", "the", "medians"])
+        self.assertAlmostEqual(float(medians[4]), sum(t["stage_ms"].values()), delta=0.003)
+        self.assertEqual(total[0], "total")
+        self.assertAlmostEqual(float(total[1]), t["total_ms"], delta=0.0006)
+        # Graphs cannot hold the events.
+        bad = run(self.common + ["--output-dir", os.path.join(self.tmp, "x"), "--stage-timing", "--graphs", "on"],
+                  check=False)
+        self.assertEqual((bad.returncode, len(bad.stderr.strip().splitlines())), (2, 1), bad.stderr)
+        self.assertIn("--stage-timing with --graphs on", bad.stderr)
+
     def test_resume_with_another_schedule_says_so(self):
         # The schedule comes from this run's flags (or its template's recipe, which may have
         # changed since the checkpoint's run began); where it differs from the one the
