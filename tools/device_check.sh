@@ -7,7 +7,8 @@
 #      tensor-core attention: flash_mma, cudnn, thunderkittens) against the same run on cpu, and the
 #      flash_mma run again with --graphs on, with --graphs on --overlap on, with --graphs on
 #      --pdl on, with all three (PDL kernels after a second stream's join, in a graph), and with
-#      --stage-timing (events between the stages; its table in logs.tgz): the same losses bit
+#      --stage-timing (events between the stages; its table in logs.tgz), and with --graphs on
+#      --recompute all (activations rerun in the backward): the same losses bit
 #      for bit, and the step time against op by op (skipped, and said so, when
 #      .device/bin/nfn_gpt_native_train is absent)
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
@@ -100,7 +101,7 @@ PY
     > "$logs/train_cpu.json" 2> "$logs/train_cpu.err"
   for run in f32:flash bf16:flash bf16:flash_mma bf16:cudnn bf16:thunderkittens bf16:flash_mma:graphs \
              bf16:flash_mma:graphs+overlap bf16:flash_mma:graphs+pdl bf16:flash_mma:graphs+overlap+pdl \
-             bf16:flash_mma:timing; do
+             bf16:flash_mma:timing bf16:flash_mma:graphs+recompute; do
     IFS=: read -r dt attn extras <<< "$run"
     name=${dt}_$attn${extras:+_${extras//+/_}}
     frontend_log "train_$name"
@@ -109,6 +110,7 @@ PY
       --overlap "$([[ "$extras" == *overlap* ]] && echo on || echo off)" \
       --pdl "$([[ "$extras" == *pdl* ]] && echo on || echo off)" --output-dir "/tmp/nfn-cuda-$name" \
       $([[ "$extras" == *timing* ]] && echo --stage-timing) \
+      $([[ "$extras" == *recompute* ]] && echo --recompute all) \
       > "$logs/train_cuda_$name.json" 2> "$logs/train_cuda_$name.err"
     status=$?
     bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
@@ -117,8 +119,9 @@ PY
   done
   # Graphs replay the same kernels on the same buffers, overlap runs them on two streams, and
   # PDL starts each kernel's blocks early (they wait for the writes before theirs), and stage
-  # timing only records events between the ops: the losses must agree bit for bit.
-  for extras in graphs graphs_overlap graphs_pdl graphs_overlap_pdl timing; do
+  # timing only records events between the ops, and recompute reruns the same forward ops in
+  # the backward: the losses must agree bit for bit.
+  for extras in graphs graphs_overlap graphs_pdl graphs_overlap_pdl timing graphs_recompute; do
     summary_row "train ${extras//_/+} vs op by op" \
       same "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json"
   done
