@@ -19,8 +19,8 @@ extern "C" {
 /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
  * 5: alloc_host, free_host; 6: event ops; 7: lm_head_cross_entropy takes the padded Vp;
  * 8: layernorm_backward and linear_backward take dinp_colsum; 9: ctx_query;
- * 10: event_create takes flags (NFN_EVENT_TIMING), event_elapsed */
-#define NFN_ABI_VERSION 10
+ * 10: event_create takes flags (NFN_EVENT_TIMING), event_elapsed; 11: muon_step_many */
+#define NFN_ABI_VERSION 11
 
 typedef enum nfn_status {
   NFN_OK = 0,
@@ -52,6 +52,18 @@ typedef struct nfn_adamw_group {
   size_t n;
   float weight_decay;
 } nfn_adamw_group;
+
+/* One matrix parameter for muon_step_many, row-major (rows, cols) as a linear layer's weight
+ * (out, in). master and momentum are f32 (rows*cols elements); grad is in the op's dtype;
+ * param is the compute copy in the op's dtype, or NULL when master is the parameter itself. */
+typedef struct nfn_muon_group {
+  float* master;
+  void* param;
+  const void* grad;
+  float* momentum;
+  int rows;
+  int cols;
+} nfn_muon_group;
 
 typedef enum nfn_copy_kind {
   NFN_HOST_TO_DEVICE = 0,

@@ -522,6 +522,36 @@ void check_adamw(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_adamw(cpu, gpu, dt, {1000, 20, 4096});
 }
 
+// Muon on a square, a tall and a wide matrix in one call, two steps (the second reads the
+// first's momentum), with and without Nesterov; lr large enough that the orthogonalized
+// update, not the old parameter, dominates the master's change.
+void check_muon(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  const int shapes[3][2] = {{48, 48}, {72, 24}, {24, 72}};
+  for (int nesterov : {1, 0}) {
+    std::vector<Tensor> ts;
+    for (int g = 0; g < 3; ++g) {
+      const size_t n = static_cast<size_t>(shapes[g][0]) * shapes[g][1];
+      const std::string k = std::to_string(g);
+      ts.push_back(accumulated("master" + k, random_floats(n, rng, 0.02f), Kind::f32));
+      ts.push_back(output("param" + k, n));
+      ts.push_back(input("grad" + k, random_floats(n, rng, 0.1f)));
+      ts.push_back(accumulated("momentum" + k, random_floats(n, rng, 0.05f), Kind::f32));
+    }
+    compare(cpu, gpu, Case{nesterov ? "muon_step_many" : "muon_step_many (no nesterov)", ts,
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             nfn_muon_group groups[3];
+                             for (int g = 0; g < 3; ++g)
+                               groups[g] = nfn_muon_group{F(4 * g), P(4 * g + 1), P(4 * g + 2), F(4 * g + 3),
+                                                          shapes[g][0], shapes[g][1]};
+                             nfn_status s = b.ops().muon_step_many(b.ctx, groups, 3, 0.05f, 0.95f, nesterov, 5,
+                                                                   0.1f, d);
+                             if (s != NFN_OK) return s;
+                             return b.ops().muon_step_many(b.ctx, groups, 3, 0.05f, 0.95f, nesterov, 5, 0.1f, d);
+                           }},
+            dt);
+  }
+}
+
 // Ops whose result must be bit-identical: fill, convert, widen_tokens (same dtypes on both).
 // Events: the host waits for a point in the stream instead of all of it. A copy into
 // alloc_host memory is there once an event recorded after it is waited for, and the upload
@@ -716,6 +746,7 @@ void check_ops(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_kv_cached(cpu, gpu, dt);
   check_softmax_and_loss(cpu, gpu, dt);
   check_adamw(cpu, gpu, dt);
+  check_muon(cpu, gpu, dt);
 }
 
 // Bad arguments are refused with a status and a message naming the op.
@@ -790,6 +821,17 @@ void check_contract(const Backend& gpu) {
           NFN_ERR_INVALID_ARGUMENT, "adamw eps = 0", "eps must be positive");
   refused(o.adamw_step_many(gpu.ctx, nullptr, 0, 1, NAN, 0.9f, 0.999f, 1e-8f, nullptr, 0.f, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "adamw lr = NaN", "lr=nan");
+  {
+    float dummy = 0.f;
+    nfn_muon_group bad{&dummy, nullptr, &dummy, &dummy, 0, 4};
+    refused(o.muon_step_many(gpu.ctx, &bad, 1, 0.02f, 0.95f, 1, 5, 0.f, NFN_F32), NFN_ERR_INVALID_ARGUMENT,
+            "muon rows = 0", "rows and cols must be positive");
+    bad.rows = 4, bad.grad = nullptr;
+    refused(o.muon_step_many(gpu.ctx, &bad, 1, 0.02f, 0.95f, 1, 5, 0.f, NFN_F32), NFN_ERR_INVALID_ARGUMENT,
+            "muon null grad", "null master, grad or momentum");
+    refused(o.muon_step_many(gpu.ctx, nullptr, 0, 0.02f, 0.95f, 1, -1, 0.f, NFN_F32), NFN_ERR_INVALID_ARGUMENT,
+            "muon ns_steps = -1", "ns_steps=-1 must lie in [0, 5]");
+  }
   // Ids only the device reads: a negative token embeds as NaN and adds to no dwte row; a
   // target past the vocabulary scores NaN with a zero gradient. Nothing outside is touched.
   const int C = 8, V = 10, Vp = 16, N = 2;

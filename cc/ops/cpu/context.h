@@ -12,7 +12,7 @@
 namespace nfn::cpu {
 struct GemmState;
 // Scratch slots: each op that needs temporary memory owns one, so nested use cannot clash.
-enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchSlots };
+enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchMuon, kScratchSlots };
 }  // namespace nfn::cpu
 
 struct nfn_ctx {
