@@ -184,6 +184,25 @@ void add_attention_and_loss_cases(const CaseSink& s, const Shape& g, const Activ
   }
 }
 
+// Muon on one fc weight (4C, C): five Polar Express steps of three GEMMs on the C x C Gram
+// matrix; master and momentum read and written (f32), the gradient read, the copy written.
+void add_muon_case(const CaseSink& s, const Shape& g) {
+  if (!s.want("muon_step_many")) return;
+  const nfn_op_table* o = s.ops;
+  nfn_ctx* ctx = s.ctx;
+  const nfn_dtype dt = s.dtype();
+  const int rows = 4 * g.C, cols = g.C;
+  const size_t n = size_t(rows) * cols;
+  DeviceBuffers& buf = *s.buf;
+  const nfn_muon_group group = {static_cast<float*>(buf.random(n, 11, 0.02f, true)),
+                                dt == NFN_F32 ? nullptr : buf.zeros(n), buf.random(n, 12, 1e-3f),
+                                static_cast<float*>(buf.zeros(n, true)), rows, cols};
+  const double r = rows, c = cols, e = s.e();
+  s.add({"muon_step_many", "fc " + std::to_string(rows) + "x" + std::to_string(cols), 0, false,
+         5 * (4 * r * c * c + 2 * c * c * c), static_cast<double>(n) * (16 + e + (dt == NFN_F32 ? 0 : e)), false,
+         [=] { return o->muon_step_many(ctx, &group, 1, 0.02f, 0.95f, 1, 5, 0.f, dt); }});
+}
+
 void add_optimizer_cases(const CaseSink& s, const Shape& g) {
   const nfn_op_table* o = s.ops;
   nfn_ctx* ctx = s.ctx;
@@ -210,6 +229,7 @@ void add_optimizer_cases(const CaseSink& s, const Shape& g) {
   s.add({"adamw_step_many", "", 1, false, 0, n * (24 + e + (weights ? e : 0)) + 4, false, [=] {
            return o->adamw_step_many(ctx, &group, 1, ++*step, 1e-4f, 0.9f, 0.95f, 1e-8f, sumsq, 1.f, dt);
          }});
+  add_muon_case(s, g);
 }
 
 }  // namespace
@@ -232,7 +252,7 @@ void add_step_cases(const CaseSink& s, const Shape& g) {
     add_linear_cases(s, g, a);
     add_attention_and_loss_cases(s, g, a, wte, dwte);
   }
-  if (s.wants_any({"sum_squares_many", "adamw_step_many"})) add_optimizer_cases(s, g);
+  if (s.wants_any({"sum_squares_many", "adamw_step_many", "muon_step_many"})) add_optimizer_cases(s, g);
 }
 
 }  // namespace nfn::bench
