@@ -16,6 +16,8 @@ OPS = ["embedding_forward", "embedding_backward", "embedding_backward (text-like
        "linear_forward fcproj+residual 512->128", "linear_backward qkv", "linear_backward proj",
        "linear_backward fc", "linear_backward fcproj+gelu", "attention_forward", "attention_backward",
        "lm_head_cross_entropy (+backward)", "sum_squares_many", "adamw_step_many", "calibration: linear 256^3"]
+# Muon on one fc weight (4C x C; outside the step total: GPT-2 trains with AdamW).
+OPS += ["muon_step_many fc 512x128"]
 # Each linear backward's products alone (outside the step total).
 OPS += [f"linear_backward {name}: {part}" for name in ("qkv", "proj", "fc", "fcproj+gelu")
         for part in ("dinp", "dweight", "dweight+dbias")]
@@ -38,8 +40,8 @@ class BenchOpsTest(unittest.TestCase):
         calls = {name: int(m.group(2)) for name, m in rows.items()}
         self.assertEqual((calls["layernorm_forward"], calls["layernorm_backward"], calls["layernorm_backward +dinp_colsum"],
                           calls["calibration: linear 256^3"], calls["embedding_backward (text-like ids)"],
-                          calls["linear_backward qkv: dinp"]),
-                         (3, 1, 2, 0, 0, 0))  # 2L + 1 norms at one layer; the others are not step ops
+                          calls["linear_backward qkv: dinp"], calls["muon_step_many fc 512x128"]),
+                         (3, 1, 2, 0, 0, 0, 0))  # 2L + 1 norms at one layer; the others are not step ops
         self.assertTrue(lines[-1].startswith("ops per micro-step: "), lines[-1])
 
     def test_cpu_library(self):
