@@ -37,6 +37,50 @@ void add_norm_and_elementwise_cases(const CaseSink& s, const Shape& g) {
   }
 }
 
+// The modern decoder's ops at the shape's geometry: rotary embeddings in place on its fused
+// qkv (every head a k head too: NKV = NH), ReLU² and SwiGLU on an MLP of hidden width 4C, the
+// logit soft-cap (nanochat's 15) on the sampling rows.
+void add_decoder_cases(const CaseSink& s, const Shape& g) {
+  const nfn_op_table* o = s.ops;
+  nfn_ctx* ctx = s.ctx;
+  const nfn_dtype dt = s.dtype();
+  const int N = g.B * g.T, C = g.C, NH = g.NH, H = 4 * g.C;
+  const double e = s.e(), nc = double(N) * C, nh = double(N) * H;
+  DeviceBuffers& buf = *s.buf;
+  if (s.wants_any({"rope_forward", "rope_backward"})) {
+    void* qkv = buf.random(size_t(N) * 3 * C, 51, 1.f);
+    // q and k read and written, v untouched
+    s.add({"rope_forward", "(in place on qkv)", 0, false, 0, e * 4 * nc, false,
+           [=] { return o->rope_forward(ctx, qkv, qkv, N, g.T, 0, 3 * C, NH, NH, C / NH, 10000.f, 1, dt); }});
+    s.add({"rope_backward", "(in place on dqkv)", 0, false, 0, e * 4 * nc, false,
+           [=] { return o->rope_backward(ctx, qkv, qkv, N, g.T, 0, 3 * C, NH, NH, C / NH, 10000.f, 1, dt); }});
+  }
+  if (s.wants_any({"relu_squared_forward", "relu_squared_backward"})) {
+    const size_t n = size_t(N) * H;
+    void *pre = buf.random(n, 52, 1.f), *out = buf.zeros(n), *dout = buf.random(n, 53, 1.f), *din = buf.zeros(n);
+    s.add({"relu_squared_forward", "", 0, false, 0, e * 2 * nh, false,
+           [=] { return o->relu_squared_forward(ctx, out, pre, n, dt); }});
+    s.add({"relu_squared_backward", "", 0, false, 0, e * 3 * nh, false,
+           [=] { return o->relu_squared_backward(ctx, din, pre, dout, n, dt); }});
+  }
+  if (s.wants_any({"swiglu_forward", "swiglu_backward"})) {
+    void *gate_up = buf.random(size_t(N) * 2 * H, 54, 1.f), *out = buf.zeros(size_t(N) * H);
+    void *dout = buf.random(size_t(N) * H, 55, 1.f), *din = buf.zeros(size_t(N) * 2 * H);
+    s.add({"swiglu_forward", "", 0, false, 0, e * 3 * nh, false,
+           [=] { return o->swiglu_forward(ctx, out, gate_up, N, H, dt); }});
+    s.add({"swiglu_backward", "", 0, false, 0, e * 5 * nh, false,
+           [=] { return o->swiglu_backward(ctx, din, gate_up, dout, N, H, dt); }});
+  }
+  if (s.wants_any({"softcap_forward", "softcap_backward"})) {
+    const size_t n = size_t(g.B) * g.Vp;
+    void *pre = buf.random(n, 56, 10.f), *out = buf.zeros(n), *dout = buf.random(n, 57, 1.f), *din = buf.zeros(n);
+    s.add({"softcap_forward", "(sampling rows)", 0, false, 0, e * 2 * double(n), false,
+           [=] { return o->softcap_forward(ctx, out, pre, n, 15.f, dt); }});
+    s.add({"softcap_backward", "(sampling rows)", 0, false, 0, e * 3 * double(n), false,
+           [=] { return o->softcap_backward(ctx, din, pre, dout, n, 15.f, dt); }});
+  }
+}
+
 void add_generation_cases(const CaseSink& s, const Shape& g) {
   const nfn_op_table* o = s.ops;
   nfn_ctx* ctx = s.ctx;
@@ -100,6 +144,7 @@ void add_memory_cases(const CaseSink& s, const Shape& g) {
 
 void add_other_cases(const CaseSink& s, const Shape& g) {
   add_norm_and_elementwise_cases(s, g);
+  add_decoder_cases(s, g);
   add_generation_cases(s, g);
   add_memory_cases(s, g);
 }

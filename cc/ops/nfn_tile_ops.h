@@ -19,8 +19,10 @@ extern "C" {
 /* 2: linear_backward takes gelu_pre; 3: linear_forward takes residual; 4: graph ops;
  * 5: alloc_host, free_host; 6: event ops; 7: lm_head_cross_entropy takes the padded Vp;
  * 8: layernorm_backward and linear_backward take dinp_colsum; 9: ctx_query;
- * 10: event_create takes flags (NFN_EVENT_TIMING), event_elapsed; 11: muon_step_many */
-#define NFN_ABI_VERSION 11
+ * 10: event_create takes flags (NFN_EVENT_TIMING), event_elapsed; 11: muon_step_many;
+ * 12: rope_forward/backward, relu_squared_forward/backward, swiglu_forward/backward,
+ * softcap_forward/backward */
+#define NFN_ABI_VERSION 12
 
 typedef enum nfn_status {
   NFN_OK = 0,

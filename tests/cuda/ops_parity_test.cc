@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -277,6 +278,109 @@ void check_elementwise(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
                            }},
             dt);
   }
+}
+
+// ReLU², SwiGLU and soft-capping: n and H a whole number of 16-byte packs (the packed
+// kernels), then not (an element a load); SwiGLU's backward also in place over its input.
+void check_decoder_activations(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  for (size_t n : {size_t{70000}, size_t{70001}}) {
+    const std::string tag = " n" + std::to_string(n);
+    const auto x = random_floats(n, rng, 30.f);  // past nanochat's cap of 15, where it saturates
+    const float cap = 15.f;
+    compare(cpu, gpu, Case{"relu_squared_forward" + tag, {output("out", n), input("inp", x)},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().relu_squared_forward(b.ctx, P(0), P(1), n, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"relu_squared_backward" + tag,
+                           {output("dinp", n), input("pre", x), input("dout", random_floats(n, rng))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().relu_squared_backward(b.ctx, P(0), P(1), P(2), n, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"softcap_forward" + tag, {output("out", n), input("inp", x)},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().softcap_forward(b.ctx, P(0), P(1), n, cap, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"softcap_backward" + tag,
+                           {output("dinp", n), input("pre", x), input("dout", random_floats(n, rng))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().softcap_backward(b.ctx, P(0), P(1), P(2), n, cap, d);
+                           }},
+            dt);
+  }
+  const int N = 130;
+  for (int H : {96, 45}) {
+    const std::string tag = " H" + std::to_string(H);
+    const auto gate_up = random_floats(N * 2 * H, rng, 3.f);
+    compare(cpu, gpu, Case{"swiglu_forward" + tag, {output("out", N * H), input("inp", gate_up)},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().swiglu_forward(b.ctx, P(0), P(1), N, H, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"swiglu_backward" + tag,
+                           {output("dinp", N * 2 * H), input("inp", gate_up),
+                            input("dout", random_floats(N * H, rng))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().swiglu_backward(b.ctx, P(0), P(1), P(2), N, H, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"swiglu_backward in place" + tag,
+                           {accumulated("inp", gate_up), input("dout", random_floats(N * H, rng))},
+                           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                             return b.ops().swiglu_backward(b.ctx, P(0), P(0), P(1), N, H, d);
+                           }},
+            dt);
+  }
+}
+
+// Rotary embeddings on fused qkv rows (NH q, NKV k and NKV v heads, then `pad` channels), in
+// both conventions: sign 1 forward out of place (out starts random: its v and padding must
+// keep those values) and backward in place, sign -1 the other way round.
+void check_rope(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int pos, int NH, int NKV, int HD,
+                int pad, float theta) {
+  const int N = B * T, stride = (NH + 2 * NKV) * HD + pad;
+  const size_t n = static_cast<size_t>(N) * stride;
+  const std::string dims = " T" + std::to_string(T) + " pos" + std::to_string(pos) + " NH" + std::to_string(NH) +
+                           " NKV" + std::to_string(NKV) + " HD" + std::to_string(HD) + " stride" +
+                           std::to_string(stride);
+  for (int sign : {1, -1}) {
+    const std::string tag = dims + (sign == 1 ? " hf" : " nanochat");
+    auto rope = [=](bool forward, bool in_place) {
+      return [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+        void* src = in_place ? P(0) : P(1);
+        return forward ? b.ops().rope_forward(b.ctx, P(0), src, N, T, pos, stride, NH, NKV, HD, theta, sign, d)
+                       : b.ops().rope_backward(b.ctx, P(0), src, N, T, pos, stride, NH, NKV, HD, theta, sign, d);
+      };
+    };
+    const bool forward_in_place = sign == -1;
+    compare(cpu, gpu, Case{"rope_forward" + tag + (forward_in_place ? " in place" : ""),
+                           forward_in_place ? std::vector<Tensor>{accumulated("qkv", random_floats(n, rng))}
+                                            : std::vector<Tensor>{accumulated("out", random_floats(n, rng)),
+                                                                  input("qkv", random_floats(n, rng))},
+                           rope(true, forward_in_place)},
+            dt);
+    compare(cpu, gpu, Case{"rope_backward" + tag + (forward_in_place ? "" : " in place"),
+                           forward_in_place ? std::vector<Tensor>{accumulated("dqkv", random_floats(n, rng)),
+                                                                  input("dout", random_floats(n, rng))}
+                                            : std::vector<Tensor>{accumulated("dqkv", random_floats(n, rng))},
+                           rope(false, !forward_in_place)},
+            dt);
+  }
+}
+
+// Grouped-query rows in 16-byte packs with llama's theta; a head of 18 (element loads) with
+// nanochat's; a decode step (T 1, 3 rows) at a KV-cache offset; positions just below 2^24
+// (angles of 1.7e7 rad). Below 65536 (row, pack) items the CUDA kernel splits the heads into
+// groups over the grid, as these cases do; 65536 rows of one 2-channel q and k head keep
+// every head in one group, as training's many rows do.
+void check_rope(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  check_rope(cpu, gpu, dt, 2, 33, 5, 4, 2, 64, 8, 10000.f);
+  check_rope(cpu, gpu, dt, 2, 7, 0, 3, 1, 18, 1, 100000.f);
+  check_rope(cpu, gpu, dt, 3, 1, 1000, 8, 2, 128, 0, 500000.f);
+  check_rope(cpu, gpu, dt, 1, 16, (1 << 24) - 16, 2, 2, 32, 0, 10000.f);
+  check_rope(cpu, gpu, dt, 64, 1024, 0, 1, 1, 2, 0, 10000.f);
 }
 
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
@@ -744,6 +848,8 @@ void check_ops(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_norms(cpu, gpu, dt);
   check_linear(cpu, gpu, dt);
   check_elementwise(cpu, gpu, dt);
+  check_decoder_activations(cpu, gpu, dt);
+  check_rope(cpu, gpu, dt);
   check_attention(cpu, gpu, dt);
   check_kv_cached(cpu, gpu, dt);
   check_softmax_and_loss(cpu, gpu, dt);
@@ -873,6 +979,70 @@ void check_contract(const Backend& gpu) {
   for (void* d : {dev, tok, wte, out, dwte, dout, tgt, loss_dev, dx_dev}) gpu.ok(o.free(gpu.ctx, d), "free");
 }
 
+// The decoder ops refuse the same bad arguments with the same status and message in both
+// libraries (rope's checks are one function, cc/ops/rope.h); the CUDA library also refuses
+// rope heads wider than the 256 its kernel carries frequencies for.
+void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
+  using Refused = std::function<nfn_status(const nfn_op_table&, nfn_ctx*, void*)>;
+  auto rope = [](int N, int T, int pos, int stride, int NH, int NKV, int HD, float theta, int sign) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      return o.rope_forward(ctx, p, p, N, T, pos, stride, NH, NKV, HD, theta, sign, NFN_F32);
+    };
+  };
+  auto softcap = [](float cap, bool forward) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      return forward ? o.softcap_forward(ctx, p, p, 8, cap, NFN_F32)
+                     : o.softcap_backward(ctx, p, p, p, 8, cap, NFN_F32);
+    };
+  };
+  const std::vector<std::pair<std::string, Refused>> cases = {
+      {"rope_forward odd head dim", rope(2, 2, 0, 64, 4, 2, 7, 1e4f, 1)},
+      {"rope_forward stride below the q and k heads", rope(2, 2, 0, 47, 4, 2, 8, 1e4f, 1)},
+      {"rope_forward NKV not dividing NH", rope(2, 2, 0, 64, 4, 3, 8, 1e4f, 1)},
+      {"rope_forward N not a multiple of T", rope(3, 2, 0, 64, 4, 2, 8, 1e4f, 1)},
+      {"rope_forward negative pos_offset", rope(2, 2, -1, 64, 4, 2, 8, 1e4f, 1)},
+      {"rope_forward positions past 2^24", rope(2, 2, (1 << 24) - 1, 64, 4, 2, 8, 1e4f, 1)},
+      {"rope_forward theta 0", rope(2, 2, 0, 64, 4, 2, 8, 0.f, 1)},
+      {"rope_forward sign 0", rope(2, 2, 0, 64, 4, 2, 8, 1e4f, 0)},
+      {"rope_backward null dout",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.rope_backward(ctx, p, nullptr, 2, 2, 0, 64, 4, 2, 8, 1e4f, 1, NFN_F32);
+       }},
+      {"relu_squared_forward null inp",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.relu_squared_forward(ctx, p, nullptr, 8, NFN_F32);
+       }},
+      {"swiglu_forward H 0",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) { return o.swiglu_forward(ctx, p, p, 2, 0, NFN_F32); }},
+      {"swiglu_backward null dout",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.swiglu_backward(ctx, p, p, nullptr, 2, 4, NFN_F32);
+       }},
+      {"softcap_forward cap 0", softcap(0.f, true)},
+      {"softcap_forward cap NaN", softcap(NAN, true)},
+      {"softcap_backward cap -1", softcap(-1.f, false)},
+      {"softcap_backward cap inf", softcap(INFINITY, false)},
+  };
+  const std::vector<float> host(64, 1.f);
+  void* on_cpu = cpu.upload(host.data(), host.size() * sizeof(float));
+  void* on_gpu = gpu.upload(host.data(), host.size() * sizeof(float));
+  for (const auto& [what, call] : cases) {
+    const nfn_status want = call(cpu.ops(), cpu.ctx, on_cpu), got = call(gpu.ops(), gpu.ctx, on_gpu);
+    const std::string cpu_says = cpu.ops().ctx_last_error(cpu.ctx), gpu_says = gpu.ops().ctx_last_error(gpu.ctx);
+    expect(want == NFN_ERR_INVALID_ARGUMENT && got == want && gpu_says == cpu_says,
+           what + ": cpu " + std::to_string(want) + " '" + cpu_says + "', cuda " + std::to_string(got) + " '" +
+               gpu_says + "'");
+  }
+  if (gpu.name() == "cuda") {
+    const nfn_status wide = rope(1, 1, 0, 6 * 258, 4, 2, 258, 1e4f, 1)(gpu.ops(), gpu.ctx, on_gpu);
+    const std::string why = gpu.ops().ctx_last_error(gpu.ctx);
+    expect(wide == NFN_ERR_UNSUPPORTED && why == "rope_forward: head dim HD=258 exceeds 256",
+           "rope_forward at HD 258: status " + std::to_string(wide) + " '" + why + "'");
+  }
+  cpu.ok(cpu.ops().free(cpu.ctx, on_cpu), "free");
+  gpu.ok(gpu.ops().free(gpu.ctx, on_gpu), "free");
+}
+
 // nfn_ctx_query's keys (nfn_tile_ops.h): each answers; thunderkittens says "available"
 // exactly where configure takes attention=thunderkittens, else configure's own reason, with or
 // without a context; an unknown key, or a context key asked without one, is NULL.
@@ -972,6 +1142,7 @@ int main(int argc, char** argv) {
   }
   check_memory(cpu, gpu);
   check_order_dependent(cpu);
+  check_decoder_refusals(cpu, gpu);
   if (!self_check) check_errors(gpu);
   if (!self_check) check_graphs(gpu, rng);
   for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {

@@ -4,7 +4,8 @@ spills or uses a stack frame on sm_90a or sm_120, the ThunderKittens attention k
 the library was built with a ThunderKittens tree; sm_90a only) do not spill, none needs more
 than 255 registers, none declares more than 48 KiB of static shared memory, and the norm kernels
 that hold a row's packs in registers do not spill. Spills there are silent slowdowns a
-GPU-less machine can still catch. The table of every kernel is printed."""
+GPU-less machine can still catch. The decoder's kernels (rotary embeddings, ReLU², SwiGLU,
+soft-capping) do not spill or use a stack frame either. The table of every kernel is printed."""
 import re
 import shutil
 import subprocess
@@ -94,6 +95,18 @@ class ResourceUsageTest(unittest.TestCase):
         # dinp_colsum and RMSNorm, P 1-3
         self.assertEqual(len(held), 2 * (2 * 4 + 3 * 3))
         for key in held:
+            r = self.found[key]
+            self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
+                             f"{self.names[key]} on {key[1]}")
+
+    def test_decoder_kernels_do_not_spill(self):
+        # rope_kernel<T, P> (its cos and sin from cc/ops/rope.h: no slow path in local memory)
+        # and the ReLU², SwiGLU and soft-cap kernels, f32 and bf16, packed and not
+        decoder = [k for k in self.found
+                   if re.match(r"(rope_kernel|swiglu_\w+_kernel|(map|grad)_kernel)<", self.names[k])]
+        # two archs, two dtypes, two pack sizes: rope 1, SwiGLU 2, map and grad 2 each
+        self.assertEqual(len(decoder), 2 * 2 * 2 * (1 + 2 + 2 + 2))
+        for key in decoder:
             r = self.found[key]
             self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
                              f"{self.names[key]} on {key[1]}")

@@ -3,6 +3,7 @@
 // range that matters for softmax and GELU.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -30,5 +31,27 @@ inline float fast_exp(float x) {
 
 // tanh(x) = 1 - 2 / (e^{2x} + 1); absolute error about 1e-7 (what GELU needs).
 inline float fast_tanh(float x) { return 1.f - 2.f / (fast_exp(2.f * x) + 1.f); }
+
+// tanh(x) within a few ulp relative, near 0 too (fast_tanh's 1 - 2/(e^{2x}+1) cancels there):
+// Cephes' tanhf, an odd polynomial below |x| = 0.625 and (1 - e)/(1 + e), e = e^{-2|x|}, above.
+inline float precise_tanh(float x) {
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = x + x * z * p;
+  const float e = fast_exp(-2.f * std::fabs(x));
+  const float large = std::copysign((1.f - e) / (1.f + e), x);
+  return std::fabs(x) < 0.625f ? small : large;
+}
+
+// 1 - tanh(x)^2 = 4e / (1 + e)^2, e = e^{-2|x|}: relative accuracy where tanh saturates, which
+// 1 - t*t loses.
+inline float tanh_grad(float x) {
+  const float e = fast_exp(-2.f * std::fabs(x));
+  return 4.f * e / ((1.f + e) * (1.f + e));
+}
 
 }  // namespace nfn::cpu
