@@ -4,8 +4,10 @@
 // synchronization or allocation once the scratch has grown, so a graph can record it.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <cstdint>
 
+#include "cc/ops/muon_args.h"
 #include "cc/util/polar_express.h"
 #include "cuda/ops/context.h"
 #include "cuda/ops/cublaslt.h"
@@ -159,25 +161,8 @@ nfn_status muon_group(nfn_ctx* ctx, const nfn_muon_group& grp, const Work& w, fl
 
 nfn_status check_args(nfn_ctx* ctx, const nfn_muon_group* groups, int ngroups, float lr, float momentum, int ns_steps,
                       float weight_decay) {
-  const char* op = "muon_step_many";
-  if (ngroups < 0 || (ngroups > 0 && groups == nullptr))
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: ngroups=%d with null groups", op, ngroups);
-  if (!std::isfinite(lr) || !std::isfinite(weight_decay))
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: lr=%g weight_decay=%g must be finite", op, lr, weight_decay);
-  if (!(momentum >= 0.f && momentum < 1.f))
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: momentum %g must lie in [0, 1)", op, momentum);
-  if (ns_steps < 0 || ns_steps > nfn::kPolarExpressSteps)
-    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: ns_steps=%d must lie in [0, %d] (the Polar Express table)", op,
-                ns_steps, nfn::kPolarExpressSteps);
-  for (int k = 0; k < ngroups; ++k) {
-    const nfn_muon_group& g = groups[k];
-    if (g.rows <= 0 || g.cols <= 0)
-      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: group %d is %d x %d (rows and cols must be positive)", op, k,
-                  g.rows, g.cols);
-    if (g.master == nullptr || g.grad == nullptr || g.momentum == nullptr)
-      return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: group %d has a null master, grad or momentum", op, k);
-  }
-  return NFN_OK;
+  const std::string bad = nfn::muon::check_args(groups, ngroups, lr, momentum, ns_steps, weight_decay);
+  return bad.empty() ? NFN_OK : fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s", bad.c_str());
 }
 
 }  // namespace

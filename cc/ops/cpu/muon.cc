@@ -2,9 +2,11 @@
 // gemm.h's products, then the shape-scaled, weight-decayed step (nfn_ops.def has the math).
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "cc/ops/cpu/check.h"
 #include "cc/ops/cpu/gemm.h"
+#include "cc/ops/muon_args.h"
 #include "cc/util/polar_express.h"
 
 namespace {
@@ -124,20 +126,8 @@ nfn_status nfn_muon_step_many(nfn_ctx* ctx, const nfn_muon_group* host_groups, i
                               float momentum, int nesterov, int ns_steps, float weight_decay, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_storage_dtype(ctx, "muon_step_many", dtype));
-  NFN_REQUIRE(ngroups >= 0 && (ngroups == 0 || host_groups != nullptr),
-              "muon_step_many: ngroups=%d with null groups", ngroups);
-  NFN_REQUIRE(std::isfinite(lr) && std::isfinite(weight_decay), "muon_step_many: lr=%g weight_decay=%g must be finite",
-              lr, weight_decay);
-  NFN_REQUIRE(momentum >= 0.f && momentum < 1.f, "muon_step_many: momentum %g must lie in [0, 1)", momentum);
-  NFN_REQUIRE(ns_steps >= 0 && ns_steps <= nfn::kPolarExpressSteps,
-              "muon_step_many: ns_steps=%d must lie in [0, %d] (the Polar Express table)", ns_steps,
-              nfn::kPolarExpressSteps);
-  for (int k = 0; k < ngroups; ++k) {
-    const nfn_muon_group& g = host_groups[k];
-    NFN_REQUIRE(g.rows > 0 && g.cols > 0, "muon_step_many: group %d is %d x %d (rows and cols must be positive)", k,
-                g.rows, g.cols);
-    NFN_REQUIRE(g.master && g.grad && g.momentum, "muon_step_many: group %d has a null master, grad or momentum", k);
-  }
+  const std::string bad = nfn::muon::check_args(host_groups, ngroups, lr, momentum, ns_steps, weight_decay);
+  NFN_REQUIRE(bad.empty(), "%s", bad.c_str());
   for (int k = 0; k < ngroups; ++k) {
     const nfn_muon_group& g = host_groups[k];
     if (dtype == NFN_F32)
