@@ -3,7 +3,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const std::vector<float> x = {-3.f, -1.f, -0.5f, 0.f, 0.5f, 1.f, 3.f}, dout = example::values(x.size(), 1);
   const size_t n = x.size();

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int B = 1, T = 3, C = 4, NH = 2;
   const std::vector<float> qkv = example::values(B * T * 3 * C, 1);  // per row: q, then k, then v

@@ -3,7 +3,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int N = 2, C = 3;
   const std::vector<float> residual = example::values(N * C, 1), inp = example::values(N * C, 2);

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int B = 1, T = 3, C = 4, V = 5;
   const std::vector<int32_t> tokens = {2, 0, 2};  // id 2 twice

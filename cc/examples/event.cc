@@ -7,7 +7,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const size_t n = 4;
   void *x = nullptr, *host = nullptr;

@@ -14,7 +14,8 @@
 
 namespace example {
 
-struct Session {
+// The op library loaded and a context made on it: what every example calls ops through.
+struct Library {
   nfn::OpLibrary lib;
   nfn_ctx* ctx = nullptr;
   const nfn_op_table& ops() const { return lib.ops; }
@@ -25,14 +26,14 @@ struct Session {
   std::exit(1);
 }
 
-inline void check(const Session& s, nfn_status status, const char* what) {
+inline void check(const Library& s, nfn_status status, const char* what) {
   if (status != NFN_OK) fail(std::string(what) + ": " + s.lib.ops.ctx_last_error(s.ctx));
 }
 
 // argv[1]: the op library (libnfn_native_train_cpu_ops.so, or the CUDA library).
-inline Session open(int argc, char** argv) {
+inline Library open(int argc, char** argv) {
   if (argc != 2) fail(std::string("usage: ") + argv[0] + " PATH/TO/OP_LIBRARY.so");
-  Session s;
+  Library s;
   std::string error;
   if (!nfn::load_op_library(argv[1], &s.lib, &error)) fail(error);
   if (s.lib.ops.ctx_create(0, &s.ctx) != NFN_OK) fail(std::string(argv[1]) + ": " + s.lib.ops.ctx_last_error(nullptr));
@@ -41,14 +42,14 @@ inline Session open(int argc, char** argv) {
   return s;
 }
 
-inline void close(Session* s) {
+inline void close(Library* s) {
   s->lib.ops.ctx_destroy(s->ctx);
   nfn::unload_op_library(&s->lib);
 }
 
 // The library's memory holding `host` (copied up; the copy is done when this returns).
 template <typename T>
-T* upload(const Session& s, const std::vector<T>& host) {
+T* upload(const Library& s, const std::vector<T>& host) {
   void* p = nullptr;
   check(s, s.ops().alloc(s.ctx, host.size() * sizeof(T), &p), "alloc");
   check(s, s.ops().copy(s.ctx, p, host.data(), host.size() * sizeof(T), NFN_HOST_TO_DEVICE), "copy");
@@ -58,7 +59,7 @@ T* upload(const Session& s, const std::vector<T>& host) {
 
 // n elements of the library's memory, after every op issued so far.
 template <typename T = float>
-std::vector<T> download(const Session& s, const void* device, size_t n) {
+std::vector<T> download(const Library& s, const void* device, size_t n) {
   std::vector<T> host(n);
   check(s, s.ops().copy(s.ctx, host.data(), device, n * sizeof(T), NFN_DEVICE_TO_HOST), "copy");
   check(s, s.ops().synchronize(s.ctx), "synchronize");
@@ -66,7 +67,7 @@ std::vector<T> download(const Session& s, const void* device, size_t n) {
 }
 
 // Frees library memory from upload or alloc.
-inline void free_all(const Session& s, std::initializer_list<const void*> pointers) {
+inline void free_all(const Library& s, std::initializer_list<const void*> pointers) {
   for (const void* p : pointers) check(s, s.ops().free(s.ctx, const_cast<void*>(p)), "free");
 }
 

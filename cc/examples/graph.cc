@@ -5,7 +5,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int N = 1, C = 4;
   const std::vector<float> inp = {1.f, 2.f, 3.f, 4.f};

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int N = 2, IC = 3, OC = 4;
   const std::vector<float> inp = example::values(N * IC, 1), weight = example::values(OC * IC, 2);

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int N = 3, C = 4, V = 5, Vp = 6;  // wte has Vp rows; the softmax is over the first V
   const std::vector<int32_t> targets = {1, 4, -1};

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   // 1 + 2^-8 lies halfway between two bf16 values and rounds to the even one (1.0); 1 + 3 * 2^-8
   // rounds up to the even 1 + 2^-6.

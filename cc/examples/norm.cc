@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int N = 2, C = 5;
   const std::vector<float> x = example::values(N * C, 1), weight = example::values(C, 2), bias = example::values(C, 3);

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const std::vector<float> param = {0.5f, -0.25f, 1.f, 0.f}, grad = {0.3f, -1.2f, 0.8f, 2.f};
   const size_t n = param.size();

@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const std::vector<float> a = {3.f, 4.f, -1.f}, b = example::values(4, 1);
   float *d_a = example::upload(s, a), *d_b = example::upload(s, b), *sum = example::upload(s, std::vector<float>(1));

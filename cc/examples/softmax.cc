@@ -4,7 +4,7 @@
 #include "cc/examples/example.h"
 
 int main(int argc, char** argv) {
-  example::Session s = example::open(argc, argv);
+  example::Library s = example::open(argc, argv);
   const nfn_op_table& o = s.ops();
   const int N = 2, V = 3, stride = 4;
   const std::vector<float> logits = {1.f, 2.f, 3.f, 100.f, -1.f, 0.f, 0.5f, 100.f};
