@@ -23,8 +23,8 @@ bool is_regular_file(const std::string& path) {
 
 std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
 
-// The step of a "model_%08d.bin" name (exactly 8 digits, as the trainer names them); -1 for
-// any other name.
+}  // namespace
+
 int model_step(const std::string& name) {
   const std::string prefix = "model_", suffix = ".bin";
   if (name.size() != prefix.size() + 8 + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
@@ -34,6 +34,8 @@ int model_step(const std::string& name) {
   if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::atoi(digits.c_str());
 }
+
+namespace {
 
 std::string expand_user(const std::string& spec) {
   if (spec.empty() || spec[0] != '~') return spec;

@@ -28,6 +28,10 @@ struct FoundCheckpoint {
 bool find_checkpoint(const std::string& spec, bool for_resume, const std::string& artifacts_dir,
                      FoundCheckpoint* out, std::string* error);
 
+// The step of a "model_%08d.bin" name (exactly 8 digits, as the trainer names them); -1 for
+// any other name.
+int model_step(const std::string& name);
+
 // The manifest describing a trainer's model_%08d.bin: its DONE marker, where the trainer
 // writes the checkpoint's own manifest, else (an empty marker, from before run ids) the
 // directory's manifest.json; "" where neither is there.

@@ -32,9 +32,8 @@ bool step_in_directory(const TrainConfig& c, const std::string& dir, int* step, 
 
 // The step of `--resume DIR/model_%08d.bin`, whose checkpoint must be complete.
 bool step_of_file(const std::string& path, int* step, std::string* error) {
-  char tail = 0;
-  const std::string base = path.substr(path.find_last_of('/') + 1);
-  if (std::sscanf(base.c_str(), "model_%8d.bin%c", step, &tail) != 1) {
+  *step = model_step(path.substr(path.find_last_of('/') + 1));
+  if (*step < 0) {
     *error = "--resume " + path + ": expected auto, a checkpoint directory or a model_%08d.bin file";
     return false;
   }
@@ -113,14 +112,12 @@ Json resume_choice_json(const TrainConfig& c) {
   const std::string spec = c.resume == "auto" ? c.output_dir : c.resume;
   FoundCheckpoint found;
   std::string manifest, error;
-  int step = -1;
   const bool complete = find_checkpoint(spec, /*for_resume=*/true, "", &found, &error) && found.kind == "llmc";
   if (complete) {
     manifest = found.manifest;
   } else if (is_directory(spec)) {  // a run that stopped before its first checkpoint
     if (path_exists(join_path(spec, "manifest.json"))) manifest = join_path(spec, "manifest.json");
-  } else if (char tail = 0; std::sscanf(spec.substr(spec.find_last_of('/') + 1).c_str(), "model_%8d.bin%c", &step,
-                                        &tail) == 1) {
+  } else if (model_step(spec.substr(spec.find_last_of('/') + 1)) >= 0) {
     manifest = manifest_of(spec);  // a checkpoint not written (completely) yet: its directory's
   }
   Json m;
