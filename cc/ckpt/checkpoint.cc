@@ -5,33 +5,11 @@
 #include <cstring>
 
 #include "cc/ckpt/header_words.h"
-#include "cc/util/bf16.h"
 #include "cc/util/files.h"
 
 namespace nfn {
 
 namespace {
-
-// Elements a checkpoint streams at a time: 16 MB of f32.
-constexpr size_t kChunk = size_t{1} << 22;
-
-// Appends n elements of `source` to `file` through one chunk-sized buffer, as f32 or (bf16)
-// rounded to nearest even.
-bool stream(AtomicFileWriter* file, const FloatSource& source, size_t n, bool bf16, std::string* error) {
-  std::vector<float> chunk(std::min(n, kChunk));
-  std::vector<uint16_t> rounded(bf16 ? chunk.size() : 0);
-  for (size_t at = 0; at < n; at += chunk.size()) {
-    const size_t count = std::min(chunk.size(), n - at);
-    if (!source(at, count, chunk.data(), error)) return false;
-    if (!bf16) {
-      if (!file->write(chunk.data(), count * 4, error)) return false;
-      continue;
-    }
-    for (size_t i = 0; i < count; ++i) rounded[i] = f32_to_bf16(chunk[i]);
-    if (!file->write(rounded.data(), count * 2, error)) return false;
-  }
-  return true;
-}
 
 std::string numbered(const char* fmt, int a, int b = 0) {
   char buf[64];
@@ -44,13 +22,6 @@ std::string numbered(const char* fmt, int a, int b = 0) {
 std::string model_file_name(int step) { return numbered("model_%08d.bin", step); }
 std::string state_file_name(int step, int rank) { return numbered("state_%08d_%05d.bin", step, rank); }
 std::string done_file_name(int step) { return numbered("DONE_%08d", step); }
-
-FloatSource from_host(const std::vector<float>& v) {
-  return [&v](size_t offset, size_t count, float* dst, std::string*) {
-    std::copy(v.begin() + offset, v.begin() + offset + count, dst);
-    return true;
-  };
-}
 
 bool write_model_file(const std::string& path, const GPTConfig& c, const FloatSource& params, int version,
                       std::string* error) {
@@ -69,7 +40,7 @@ bool write_model_file(const std::string& path, const GPTConfig& c, const FloatSo
   header[7] = c.padded_vocab_size;
   AtomicFileWriter file;
   return file.open(path, error) && file.write(header, sizeof header, error) &&
-         stream(&file, params, num_parameters(c), version == kModelVersionBF16, error) && file.commit(error);
+         write_floats(&file, params, 0, num_parameters(c), version == kModelVersionBF16, error) && file.commit(error);
 }
 
 namespace {
@@ -124,49 +95,21 @@ bool read_model_header(const std::string& path, GPTConfig* config, int* version,
          parse_model_header(path, header, file.size(), config, version, error);
 }
 
-namespace {
-
-// n elements at byte `at` of `file` into sink, through one chunk-sized buffer: f32, or bf16
-// widened.
-bool drain(FileReader* file, size_t at, size_t n, bool bf16, const FloatSink& sink, std::string* error) {
-  std::vector<float> chunk(std::min(n, kChunk));
-  std::vector<uint16_t> stored(bf16 ? chunk.size() : 0);
-  for (size_t done = 0; done < n; done += chunk.size()) {
-    const size_t count = std::min(chunk.size(), n - done);
-    if (bf16) {
-      if (!file->read(at + done * 2, stored.data(), count * 2, error)) return false;
-      for (size_t i = 0; i < count; ++i) chunk[i] = bf16_to_f32(stored[i]);
-    } else if (!file->read(at + done * 4, chunk.data(), count * 4, error)) {
-      return false;
-    }
-    if (!sink(done, count, chunk.data(), error)) return false;
-  }
-  return true;
-}
-
-FloatSink into(std::vector<float>* v) {
-  return [v](size_t offset, size_t count, const float* src, std::string*) {
-    std::copy(src, src + count, v->begin() + offset);
-    return true;
-  };
-}
-
-}  // namespace
-
 bool read_model_file(const std::string& path, GPTConfig* config, const FloatSink& params, std::string* error) {
   FileReader file;
   int32_t header[256];
   int version = 0;
   return open_with_header(path, &file, header, error) &&
          parse_model_header(path, header, file.size(), config, &version, error) &&
-         drain(&file, 1024, num_parameters(*config), version == kModelVersionBF16, params, error);
+         read_floats(&file, 1024, num_parameters(*config),
+                     version == kModelVersionBF16 ? StoredFloat::kBF16 : StoredFloat::kF32, params, 0, error);
 }
 
 bool read_model_file(const std::string& path, GPTConfig* config, std::vector<float>* params, std::string* error) {
   int version = 0;
   if (!read_model_header(path, config, &version, error)) return false;
   params->resize(num_parameters(*config));
-  return read_model_file(path, config, into(params), error);
+  return read_model_file(path, config, into_host(params), error);
 }
 
 // State header fields: [0] magic, [1] version, [2] processes, [3] rank, [4] master weights
@@ -189,8 +132,9 @@ bool write_state_file(const std::string& path, const TrainState& s, const FloatS
   put_u64(header, 40, s.num_parameters);
   AtomicFileWriter file;
   return file.open(path, error) && file.write(header, sizeof header, error) &&
-         stream(&file, m, s.num_parameters, false, error) && stream(&file, v, s.num_parameters, false, error) &&
-         (master == nullptr || stream(&file, *master, s.num_parameters, false, error)) && file.commit(error);
+         write_floats(&file, m, 0, s.num_parameters, false, error) &&
+         write_floats(&file, v, 0, s.num_parameters, false, error) &&
+         (master == nullptr || write_floats(&file, *master, 0, s.num_parameters, false, error)) && file.commit(error);
 }
 
 bool read_state_header(const std::string& path, TrainState* s, std::string* error) {
@@ -227,8 +171,8 @@ bool read_state_header(const std::string& path, TrainState* s, std::string* erro
 bool read_state_moments(const std::string& path, const TrainState& s, const FloatSink& m, const FloatSink& v,
                         std::string* error) {
   FileReader file;
-  return file.open(path, error) && drain(&file, 1024, s.num_parameters, false, m, error) &&
-         drain(&file, 1024 + 4 * s.num_parameters, s.num_parameters, false, v, error);
+  return file.open(path, error) && read_floats(&file, 1024, s.num_parameters, StoredFloat::kF32, m, 0, error) &&
+         read_floats(&file, 1024 + 4 * s.num_parameters, s.num_parameters, StoredFloat::kF32, v, 0, error);
 }
 
 bool read_state_master(const std::string& path, const TrainState& s, const FloatSink& master, std::string* error) {
@@ -237,14 +181,15 @@ bool read_state_master(const std::string& path, const TrainState& s, const Float
     return false;
   }
   FileReader file;
-  return file.open(path, error) && drain(&file, 1024 + 8 * s.num_parameters, s.num_parameters, false, master, error);
+  return file.open(path, error) &&
+         read_floats(&file, 1024 + 8 * s.num_parameters, s.num_parameters, StoredFloat::kF32, master, 0, error);
 }
 
 bool read_state_file(const std::string& path, TrainState* s, std::string* error) {
   if (!read_state_header(path, s, error)) return false;
   s->m.resize(s->num_parameters);
   s->v.resize(s->num_parameters);
-  return read_state_moments(path, *s, into(&s->m), into(&s->v), error);
+  return read_state_moments(path, *s, into_host(&s->m), into_host(&s->v), error);
 }
 
 std::vector<int> complete_steps(const std::string& dir, bool need_state) {

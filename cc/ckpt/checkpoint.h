@@ -5,10 +5,10 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "cc/ckpt/float_stream.h"
 #include "cc/ckpt/gpt2_layout.h"
 
 namespace nfn {
@@ -22,16 +22,6 @@ constexpr int kStateVersion = 1;
 std::string model_file_name(int step);
 std::string state_file_name(int step, int rank = 0);
 std::string done_file_name(int step);
-
-// A tensor written from where it lives (the trainer's device memory), a range at a time:
-// fills dst with its f32 elements [offset, offset + count). Checkpoints stream through one
-// small buffer instead of a host copy of each tensor.
-using FloatSource = std::function<bool(size_t offset, size_t count, float* dst, std::string* error)>;
-// A host vector as a FloatSource.
-FloatSource from_host(const std::vector<float>& v);
-
-// Where a read puts a tensor, a range at a time: f32 elements [offset, offset + count).
-using FloatSink = std::function<bool(size_t offset, size_t count, const float* src, std::string* error)>;
 
 // Writes parameters (f32, in layout order) as version 3 (f32) or 5 (bf16), atomically.
 bool write_model_file(const std::string& path, const GPTConfig& config, const FloatSource& params, int version,

@@ -33,12 +33,15 @@ class Json {
   bool is_number() const { return type_ == Type::Number; }
   bool is_string() const { return type_ == Type::String; }
   bool is_object() const { return type_ == Type::Object; }
+  bool is_array() const { return type_ == Type::Array; }
   double as_number() const { return num_; }
   // A number written without fraction or exponent within int64's range, or made from an integer.
   bool is_integer() const { return type_ == Type::Number && is_int_; }
   int64_t as_integer() const { return int_; }  // exact, where is_integer()
   const std::string& as_string() const { return str_; }
   const std::vector<Json>& items() const { return items_; }
+  // An object's members in order (a parsed key given twice holds its last value, once).
+  const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
 
   // Object access: set keeps insertion order (reports read top to bottom as written).
   Json& set(const std::string& key, Json value);

@@ -1,5 +1,6 @@
 // Integers through nfn::Json exactly: written as their digits and read back as the same int64
-// (a seed past 2^53 must not come back rounded, nor one past int64 be cast out of range).
+// (a seed past 2^53 must not come back rounded, nor one past int64 be cast out of range); an
+// object's members in the order written, a repeated key once with its last value.
 #include "cc/util/json.h"
 
 #include <cstdint>
@@ -26,5 +27,10 @@ int main() {
   EXPECT(nfn::Json::parse("18446744073709551616", &j, &error) && j.as_number() == 18446744073709551616.0, "its value");
   EXPECT(nfn::Json(1.5).dump() == "1.5" && nfn::Json(3.0).dump() == "3" && nfn::Json(0.1).dump() == "0.1",
          "doubles");
+  EXPECT(nfn::Json::parse("{\"b\": [1], \"a\": 2, \"b\": [3, 4]}", &j, &error), "members: %s", error.c_str());
+  const auto& members = j.members();
+  EXPECT(members.size() == 2 && members[0].first == "b" && members[0].second.is_array() &&
+             members[0].second.items().size() == 2 && members[1].first == "a" && !members[1].second.is_array(),
+         "members in order, b once with its last value");
   return nfn_test::finish("json_test");
 }
