@@ -81,6 +81,57 @@ void add_decoder_cases(const CaseSink& s, const Shape& g) {
   }
 }
 
+// nanochat's learned mixing at the shape's geometry: scaled_sum over the (B*T, C) residual
+// stream (r x + l x0, its scalars on the device); gated_add as its value embeddings (every head
+// a kv head, a 12-channel gate, scale 3) into the v part of the fused qkv, and as its smear (one
+// head of C, a 24-channel gate, shift 1; the backward's dgin and dadd one buffer).
+void add_mixing_cases(const CaseSink& s, const Shape& g) {
+  const nfn_op_table* o = s.ops;
+  nfn_ctx* ctx = s.ctx;
+  const nfn_dtype dt = s.dtype();
+  const int N = g.B * g.T, C = g.C, NH = g.NH;
+  const size_t NC = size_t(N) * C;
+  const double e = s.e(), nc = double(NC);
+  DeviceBuffers& buf = *s.buf;
+  if (s.wants_any({"scaled_sum_forward", "scaled_sum_backward"})) {
+    void *x = buf.random(NC, 61, 1.f), *x0 = buf.random(NC, 62, 1.f), *out = buf.zeros(NC);
+    void *r = buf.random(1, 63, 1.f), *l = buf.random(1, 64, 1.f), *dr = buf.zeros(1), *dl = buf.zeros(1);
+    void *dout = buf.random(NC, 65, 1.f), *dx = buf.zeros(NC), *dx0 = buf.zeros(NC);
+    s.add({"scaled_sum_forward", "(r x + l x0)", 0, false, 0, e * 3 * nc, false,
+           [=] { return o->scaled_sum_forward(ctx, out, x, x0, r, l, 1.f, 1.f, NC, dt); }});
+    // dout, x and x0 read, dx written, dx0 read and written
+    s.add({"scaled_sum_backward", "(r x + l x0)", 0, false, 0, e * 6 * nc, false,
+           [=] { return o->scaled_sum_backward(ctx, dx, dx0, dr, dl, dout, x, x0, r, l, 1.f, 1.f, NC, dt); }});
+  }
+  if (s.wants_any({"gated_add_forward", "gated_add_backward"})) {
+    void *xn = buf.random(NC, 66, 1.f), *ve = buf.random(NC, 67, 1.f), *qkv = buf.random(3 * NC, 68, 1.f);
+    void *dqkv = buf.random(3 * NC, 69, 1.f), *dxn = buf.zeros(NC), *dve = buf.zeros(NC);
+    void *ve_w = buf.random(size_t(NH) * 12, 70, 0.3f), *dve_w = buf.zeros(size_t(NH) * 12);
+    void *smear_w = buf.random(24, 71, 0.3f), *dsmear_w = buf.zeros(24), *lam = buf.random(1, 72, 1.f);
+    void *dlam = buf.zeros(1), *x = buf.zeros(NC);
+    const size_t v_part = 2 * size_t(C) * buf.element_bytes();  // qkv's v columns start at 2C
+    void* v = static_cast<char*>(qkv) + v_part;
+    void* dv = static_cast<char*>(dqkv) + v_part;
+    const int D = C / NH;
+    // out read and written, add read, the gate's 12 (24) channels a row
+    s.add({"gated_add_forward", "(value embeddings)", 0, false, 0, e * (3 * nc + 12.0 * N), false,
+           [=] {
+             return o->gated_add_forward(ctx, v, xn, ve_w, nullptr, ve, N, g.T, NH, D, 12, 0, 3 * C, C, C, 3.f, dt);
+           }});
+    s.add({"gated_add_forward", "(smear)", 0, false, 0, e * (3 * nc + 24.0 * N), false,
+           [=] { return o->gated_add_forward(ctx, x, xn, smear_w, lam, xn, N, g.T, 1, C, 24, 1, C, C, C, 1.f, dt); }});
+    // dout and add read, dadd read and written, gin's channels read and dgin's read and written
+    s.add({"gated_add_backward", "(value embeddings)", 0, false, 0, e * (4 * nc + 36.0 * N), false, [=] {
+             return o->gated_add_backward(ctx, dxn, dve_w, nullptr, dve, dv, xn, ve_w, nullptr, ve, N, g.T, NH, D, 12,
+                                          0, 3 * C, C, C, 3.f, dt);
+           }});
+    s.add({"gated_add_backward", "(smear)", 0, false, 0, e * (4 * nc + 72.0 * N), false, [=] {
+             return o->gated_add_backward(ctx, dxn, dsmear_w, dlam, dxn, dqkv, xn, smear_w, lam, xn, N, g.T, 1, C, 24,
+                                          1, C, C, C, 1.f, dt);
+           }});
+  }
+}
+
 void add_generation_cases(const CaseSink& s, const Shape& g) {
   const nfn_op_table* o = s.ops;
   nfn_ctx* ctx = s.ctx;
@@ -145,6 +196,7 @@ void add_memory_cases(const CaseSink& s, const Shape& g) {
 void add_other_cases(const CaseSink& s, const Shape& g) {
   add_norm_and_elementwise_cases(s, g);
   add_decoder_cases(s, g);
+  add_mixing_cases(s, g);
   add_generation_cases(s, g);
   add_memory_cases(s, g);
 }

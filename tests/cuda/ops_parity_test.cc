@@ -383,6 +383,130 @@ void check_rope(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_rope(cpu, gpu, dt, 64, 1024, 0, 1, 1, 2, 0, 10000.f);
 }
 
+// Element k of a tensor of the op's dtype that starts at p.
+void* element(void* p, size_t k, nfn_dtype d) { return static_cast<char*>(p) + k * (d == NFN_BF16 ? 2 : 4); }
+
+// `v` with the signs of `like` (flip: the opposite signs), so that sum(v * like) does not
+// cancel: a scalar gradient summed from many terms is held to a relative bound only then.
+std::vector<float> signs_of(std::vector<float> v, const std::vector<float>& like, bool flip = false) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::copysign(v[i], flip ? -like[i] : like[i]);
+  return v;
+}
+
+// scaled_sum at n a whole number of 16-byte packs and not: nanochat's r x + l x0 (out of
+// place), its backout x - lam x_mid (over x, no a), then the backward with every gradient, with
+// dx over dout, and with the two sums alone.
+void check_scaled_sum(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  for (size_t n : {size_t{70000}, size_t{70001}}) {
+    const std::string tag = " n" + std::to_string(n);
+    const auto dout = random_floats(n, rng);
+    const auto x = signs_of(random_floats(n, rng), dout), y = signs_of(random_floats(n, rng), dout, true);
+    const std::vector<float> a = {0.8f}, b = {-1.3f}, da = {0.25f}, db = {-0.75f};
+    compare(cpu, gpu, Case{"scaled_sum_forward r x + l x0" + tag,
+                           {output("out", n), input("x", x), input("y", y), input("a", a), input("b", b)},
+                           [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                             return be.ops().scaled_sum_forward(be.ctx, P(0), P(1), P(2), P(3), P(4), 1.f, 1.f, n, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"scaled_sum_forward backout, out over x" + tag,
+                           {accumulated("x", x), input("y", y), input("b", b)},
+                           [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                             return be.ops().scaled_sum_forward(be.ctx, P(0), P(0), P(1), nullptr, P(2), 1.f, -1.f, n,
+                                                                d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"scaled_sum_backward" + tag,
+                           {output("dx", n), accumulated("dy", random_floats(n, rng)), accumulated("da", da),
+                            accumulated("db", db), input("dout", dout), input("x", x), input("y", y), input("a", a),
+                            input("b", b)},
+                           [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                             return be.ops().scaled_sum_backward(be.ctx, P(0), P(1), P(2), P(3), P(4), P(5), P(6),
+                                                                 P(7), P(8), 0.5f, 2.f, n, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"scaled_sum_backward backout, dx over dout" + tag,
+                           {accumulated("dout", dout), accumulated("dy", random_floats(n, rng)), accumulated("db", db),
+                            input("y", y), input("b", b)},
+                           [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                             return be.ops().scaled_sum_backward(be.ctx, P(0), P(1), nullptr, P(2), P(0), nullptr,
+                                                                 P(3), nullptr, P(4), 1.f, -1.f, n, d);
+                           }},
+            dt);
+    compare(cpu, gpu, Case{"scaled_sum_backward da, db alone" + tag,
+                           {accumulated("da", da), accumulated("db", db), input("dout", dout), input("x", x),
+                            input("y", y)},
+                           [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                             return be.ops().scaled_sum_backward(be.ctx, nullptr, nullptr, P(0), P(1), P(2), P(3),
+                                                                 P(4), nullptr, nullptr, 1.f, 1.f, n, d);
+                           }},
+            dt);
+  }
+}
+
+// One gated_add layout (nfn_ops.def): B sequences of T rows; out starts out_offset elements
+// into rows of out_stride (qkv's v part); `shared`: gin and add are one tensor (the smear), so
+// the backward's dgin and dadd are one tensor too.
+struct GatedLayout {
+  std::string name;
+  int B, T, H, D, G, shift, out_stride, out_offset, gin_stride, add_stride;
+  bool shared, has_lam;
+  float scale;
+};
+
+void check_gated_add(const Backend& cpu, const Backend& gpu, nfn_dtype dt, const GatedLayout& L) {
+  const int N = L.B * L.T;
+  const size_t out_n = static_cast<size_t>(N) * L.out_stride, gin_n = static_cast<size_t>(N) * L.gin_stride;
+  const size_t add_n = L.shared ? 0 : static_cast<size_t>(N) * L.add_stride, w_n = static_cast<size_t>(L.H) * L.G;
+  const auto gin = random_floats(gin_n, rng), add = random_floats(add_n, rng), w = random_floats(w_n, rng, 0.3f);
+  const std::vector<float> lam = L.has_lam ? std::vector<float>{0.9f} : std::vector<float>{};
+  // The forward's out starts as a copy of gin in the smear, random otherwise.
+  const auto out = L.shared ? gin : random_floats(out_n, rng);
+  compare(cpu, gpu, Case{"gated_add_forward " + L.name,
+                         {accumulated("out", out), input("gin", gin), input("w", w), input("lam", lam),
+                          input("add", add)},
+                         [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                           return be.ops().gated_add_forward(be.ctx, element(P(0), L.out_offset, d), P(1), P(2),
+                                                             L.has_lam ? P(3) : nullptr, L.shared ? P(1) : P(4), N, L.T,
+                                                             L.H, L.D, L.G, L.shift, L.out_stride, L.gin_stride,
+                                                             L.add_stride, L.scale, d);
+                         }},
+          dt);
+  // dout takes the signs of the add elements it meets, so every head's S, and dlam's sum of
+  // them, is positive (signs_of). dlam is asked for without a lambda too (its gradient at
+  // L = 1); dadd is dgin in the smear.
+  auto dout = random_floats(out_n, rng);
+  const std::vector<float>& add_rows = L.shared ? gin : add;
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < L.H * L.D && n % L.T >= L.shift; ++c) {
+      float& g = dout[static_cast<size_t>(n) * L.out_stride + L.out_offset + c];
+      g = std::copysign(g, add_rows[static_cast<size_t>(n - L.shift) * L.add_stride + c]);
+    }
+  std::vector<Tensor> grads = {accumulated(L.shared ? "dgin = dadd" : "dgin", random_floats(gin_n, rng)),
+                               accumulated("dw", random_floats(w_n, rng)), accumulated("dlam", {0.5f}),
+                               input("dout", dout), input("gin", gin), input("w", w),
+                               input("lam", lam), input("add", add)};
+  if (!L.shared) grads.push_back(accumulated("dadd", random_floats(add_n, rng)));
+  compare(cpu, gpu, Case{"gated_add_backward " + L.name, grads,
+                         [=](const Backend& be, const std::vector<void*>& p, nfn_dtype d) {
+                           return be.ops().gated_add_backward(be.ctx, P(0), P(1), P(2), L.shared ? P(0) : P(8),
+                                                              element(P(3), L.out_offset, d), P(4), P(5),
+                                                              L.has_lam ? P(6) : nullptr, L.shared ? P(4) : P(7), N,
+                                                              L.T, L.H, L.D, L.G, L.shift, L.out_stride,
+                                                              L.gin_stride, L.add_stride, L.scale, d);
+                         }},
+          dt);
+}
+
+// nanochat's value embeddings (4 kv heads of 64 into the v part of qkv rows of 8 q heads,
+// 16-byte packs, scale 3, no lambda) and its smear (one head of 96, gin and add the same rows,
+// shift 1 over 3 sequences, a lambda); then heads of 15 at odd strides (an element a load)
+// with a gate of 40 channels (wider than a warp), a lambda and shift 1.
+void check_gated_add(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  check_gated_add(cpu, gpu, dt, {"value embedding", 4, 64, 4, 64, 12, 0, 1024, 768, 512, 256, false, false, 3.f});
+  check_gated_add(cpu, gpu, dt, {"smear", 3, 50, 1, 96, 24, 1, 96, 0, 96, 96, true, true, 1.f});
+  check_gated_add(cpu, gpu, dt, {"heads of 15, G 40", 3, 7, 2, 15, 40, 1, 33, 1, 41, 31, false, true, 0.7f});
+}
+
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
 // attention option for these calls ("flash", "flash_mma", "cudnn" or "thunderkittens"); the
 // CPU ignores it.
@@ -850,6 +974,8 @@ void check_ops(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_elementwise(cpu, gpu, dt);
   check_decoder_activations(cpu, gpu, dt);
   check_rope(cpu, gpu, dt);
+  check_scaled_sum(cpu, gpu, dt);
+  check_gated_add(cpu, gpu, dt);
   check_attention(cpu, gpu, dt);
   check_kv_cached(cpu, gpu, dt);
   check_softmax_and_loss(cpu, gpu, dt);
@@ -980,8 +1106,9 @@ void check_contract(const Backend& gpu) {
 }
 
 // The decoder ops refuse the same bad arguments with the same status and message in both
-// libraries (rope's checks are one function, cc/ops/rope.h); the CUDA library also refuses
-// rope heads wider than the 256 its kernel carries frequencies for.
+// libraries (rope's checks are one function, cc/ops/rope.h, as scaled_sum's and gated_add's
+// are, cc/ops/mix_args.h); the CUDA library also refuses rope heads wider than the 256 its
+// kernel carries frequencies for.
 void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
   using Refused = std::function<nfn_status(const nfn_op_table&, nfn_ctx*, void*)>;
   auto rope = [](int N, int T, int pos, int stride, int NH, int NKV, int HD, float theta, int sign) -> Refused {
@@ -993,6 +1120,17 @@ void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
     return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
       return forward ? o.softcap_forward(ctx, p, p, 8, cap, NFN_F32)
                      : o.softcap_backward(ctx, p, p, p, 8, cap, NFN_F32);
+    };
+  };
+  // all_given false: the forward's add, the backward's dout, NULL
+  auto gated_add = [](int N, int T, int H, int D, int G, int shift, int out_stride, int gin_stride, int add_stride,
+                      float scale, bool forward, bool all_given) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      void* q = all_given ? p : nullptr;
+      return forward ? o.gated_add_forward(ctx, p, p, p, nullptr, q, N, T, H, D, G, shift, out_stride, gin_stride,
+                                           add_stride, scale, NFN_F32)
+                     : o.gated_add_backward(ctx, p, p, p, p, q, p, p, nullptr, p, N, T, H, D, G, shift, out_stride,
+                                            gin_stride, add_stride, scale, NFN_F32);
     };
   };
   const std::vector<std::pair<std::string, Refused>> cases = {
@@ -1022,6 +1160,31 @@ void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
       {"softcap_forward cap NaN", softcap(NAN, true)},
       {"softcap_backward cap -1", softcap(-1.f, false)},
       {"softcap_backward cap inf", softcap(INFINITY, false)},
+      {"scaled_sum_forward null y",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.scaled_sum_forward(ctx, p, p, nullptr, nullptr, nullptr, 1.f, 1.f, 8, NFN_F32);
+       }},
+      {"scaled_sum_forward ca NaN",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.scaled_sum_forward(ctx, p, p, p, nullptr, nullptr, NAN, 1.f, 8, NFN_F32);
+       }},
+      {"scaled_sum_backward null dout",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.scaled_sum_backward(ctx, p, p, nullptr, nullptr, nullptr, p, p, nullptr, nullptr, 1.f, 1.f, 8,
+                                      NFN_F32);
+       }},
+      {"scaled_sum_backward da without x",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.scaled_sum_backward(ctx, p, p, p, nullptr, p, nullptr, p, nullptr, nullptr, 1.f, 1.f, 8, NFN_F32);
+       }},
+      {"gated_add_forward null add", gated_add(4, 2, 2, 4, 3, 0, 8, 3, 8, 1.f, true, false)},
+      {"gated_add_forward N not a multiple of T", gated_add(4, 3, 2, 4, 3, 0, 8, 3, 8, 1.f, true, true)},
+      {"gated_add_forward D 0", gated_add(4, 2, 2, 0, 3, 0, 8, 3, 8, 1.f, true, true)},
+      {"gated_add_forward shift 2", gated_add(4, 2, 2, 4, 3, 2, 8, 3, 8, 1.f, true, true)},
+      {"gated_add_forward gin_stride below G", gated_add(4, 2, 2, 4, 3, 0, 8, 2, 8, 1.f, true, true)},
+      {"gated_add_backward add_stride below H*D", gated_add(4, 2, 2, 4, 3, 0, 8, 3, 7, 1.f, false, true)},
+      {"gated_add_backward scale inf", gated_add(4, 2, 2, 4, 3, 0, 8, 3, 8, INFINITY, false, true)},
+      {"gated_add_backward null dout", gated_add(4, 2, 2, 4, 3, 0, 8, 3, 8, 1.f, false, false)},
   };
   const std::vector<float> host(64, 1.f);
   void* on_cpu = cpu.upload(host.data(), host.size() * sizeof(float));

@@ -5,7 +5,8 @@ the library was built with a ThunderKittens tree; sm_90a only) do not spill, non
 than 255 registers, none declares more than 48 KiB of static shared memory, and the norm kernels
 that hold a row's packs in registers do not spill. Spills there are silent slowdowns a
 GPU-less machine can still catch. The decoder's kernels (rotary embeddings, ReLU², SwiGLU,
-soft-capping) do not spill or use a stack frame either. The table of every kernel is printed."""
+soft-capping, scaled sums, gated adds) do not spill or use a stack frame either. The table of
+every kernel is printed."""
 import re
 import shutil
 import subprocess
@@ -61,6 +62,12 @@ class ResourceUsageTest(unittest.TestCase):
             print(f"{(r['file'] + ': ' + cls.names[key])[:58]:58} {key[1]:7} {r['registers']:4} "
                   f"{r['spill_stores'] + r['spill_loads']:6} {r['smem']:6}")
 
+    def assert_no_stack_or_spills(self, keys):
+        for key in keys:
+            r = self.found[key]
+            self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
+                             f"{self.names[key]} on {key[1]}")
+
     def test_every_kernel_was_read(self):
         archs = {arch for _, arch in self.found}
         self.assertEqual(archs, {"sm_90a", "sm_120"})
@@ -94,10 +101,7 @@ class ResourceUsageTest(unittest.TestCase):
         # two archs; forward: LayerNorm and RMSNorm, P 1-4; backward: LayerNorm with and without
         # dinp_colsum and RMSNorm, P 1-3
         self.assertEqual(len(held), 2 * (2 * 4 + 3 * 3))
-        for key in held:
-            r = self.found[key]
-            self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
-                             f"{self.names[key]} on {key[1]}")
+        self.assert_no_stack_or_spills(held)
 
     def test_decoder_kernels_do_not_spill(self):
         # rope_kernel<T, P> (its cos and sin from cc/ops/rope.h: no slow path in local memory)
@@ -106,10 +110,15 @@ class ResourceUsageTest(unittest.TestCase):
                    if re.match(r"(rope_kernel|swiglu_\w+_kernel|(map|grad)_kernel)<", self.names[k])]
         # two archs, two dtypes, two pack sizes: rope 1, SwiGLU 2, map and grad 2 each
         self.assertEqual(len(decoder), 2 * 2 * 2 * (1 + 2 + 2 + 2))
-        for key in decoder:
-            r = self.found[key]
-            self.assertEqual((r["stack"], r["spill_stores"], r["spill_loads"]), (0, 0, 0),
-                             f"{self.names[key]} on {key[1]}")
+        self.assert_no_stack_or_spills(decoder)
+
+    def test_mixing_kernels_do_not_spill(self):
+        # scaled_sum's forward and backward and gated_add's forward, terms and dadd kernels, each
+        # f32 and bf16, packed and not; gated_add's dgin and parameter partials, f32 and bf16
+        mixing = [k for k in self.found
+                  if re.match(r"(scaled_sum_\w+_kernel|gated_add_\w+_kernel)<", self.names[k])]
+        self.assertEqual(len(mixing), 2 * (2 * 2 * (2 + 3) + 2 * 2))
+        self.assert_no_stack_or_spills(mixing)
 
     def test_limits(self):
         for key, r in self.found.items():

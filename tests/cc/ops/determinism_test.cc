@@ -38,10 +38,21 @@ static std::vector<float> run_once(const char* deterministic) {
             nfn_layernorm_backward(ctx, dln.data(), dlw.data(), dlb.data(), dlnsum.data(), dout.data(), x.data(),
                                    wte.data(), stats.data(), stats.data() + N, N, C, NFN_F32) == NFN_OK &&
             nfn_sum_squares_many(ctx, grad_bufs, grad_counts, 2, NFN_F32, &sumsq) == NFN_OK;
+  // The learned scalars' and gates' gradients: scaled_sum over two chunks, gated_add's gate
+  // of 12 channels from x into two heads of 16 of dout.
+  std::vector<float> dmix(N * C), dscalars(2), dgate_in(N * C), dgate_w(2 * 12), dgate_lam(1);
+  const float lam = 0.7f;
+  ok = ok &&
+       nfn_scaled_sum_backward(ctx, dmix.data(), dln.data(), &dscalars[0], &dscalars[1], dout.data(), x.data(),
+                               ln.data(), &lam, &lam, 0.5f, 2.f, N * C, NFN_F32) == NFN_OK &&
+       nfn_gated_add_backward(ctx, dgate_in.data(), dgate_w.data(), dgate_lam.data(), dmix.data(), dout.data(),
+                              x.data(), w.data(), &lam, ln.data(), N, T, 2, 16, 12, 1, C, C, C, 3.f, NFN_F32) ==
+           NFN_OK;
   EXPECT(ok, "ops failed: %s", nfn_ctx_last_error(ctx));
   nfn_ctx_destroy(ctx);
   std::vector<float> all;
-  for (const auto* v : {&out, &lse, &dqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw, &dlb, &dxsum, &dlnsum})
+  for (const auto* v : {&out, &lse, &dqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw, &dlb, &dxsum, &dlnsum,
+                        &dmix, &dscalars, &dgate_in, &dgate_w, &dgate_lam})
     all.insert(all.end(), v->begin(), v->end());
   all.push_back(loss_sum);
   all.push_back(sumsq);
