@@ -18,7 +18,7 @@ void add_norm_and_elementwise_cases(const CaseSink& s, const Shape& g) {
     void *w = buf.random(C, 23, 1.f), *dw = buf.zeros(C);
     auto* rstd = static_cast<float*>(buf.zeros(N, true));
     s.add({"rmsnorm_forward", "", 0, false, 0, e * (2 * nc + C) + 4.0 * N, false,
-           [=] { return o->rmsnorm_forward(ctx, y, rstd, x, w, N, C, dt); }});
+           [=] { return o->rmsnorm_forward(ctx, y, rstd, x, w, N, C, 1e-5f, dt); }});
     s.add({"rmsnorm_backward", "", 0, false, 0, e * (4 * nc + 3.0 * C) + 4.0 * N, false,
            [=] { return o->rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd, N, C, dt); }});
   }
@@ -37,9 +37,9 @@ void add_norm_and_elementwise_cases(const CaseSink& s, const Shape& g) {
   }
 }
 
-// The modern decoder's ops at the shape's geometry: rotary embeddings in place on its fused
-// qkv (every head a k head too: NKV = NH), ReLU² and SwiGLU on an MLP of hidden width 4C, the
-// logit soft-cap (nanochat's 15) on the sampling rows.
+// The modern decoder's ops at the shape's geometry: rotary embeddings and the QK-norm in place
+// on its fused qkv (every head a k head too: NKV = NH), ReLU² and SwiGLU on an MLP of hidden
+// width 4C, the logit soft-cap (nanochat's 15) on the sampling rows.
 void add_decoder_cases(const CaseSink& s, const Shape& g) {
   const nfn_op_table* o = s.ops;
   nfn_ctx* ctx = s.ctx;
@@ -54,6 +54,16 @@ void add_decoder_cases(const CaseSink& s, const Shape& g) {
            [=] { return o->rope_forward(ctx, qkv, qkv, N, g.T, 0, 3 * C, NH, NH, C / NH, 10000.f, 1, dt); }});
     s.add({"rope_backward", "(in place on dqkv)", 0, false, 0, e * 4 * nc, false,
            [=] { return o->rope_backward(ctx, qkv, qkv, N, g.T, 0, 3 * C, NH, NH, C / NH, 10000.f, 1, dt); }});
+  }
+  if (s.wants_any({"head_rmsnorm_forward", "head_rmsnorm_backward"})) {
+    void *qkv = buf.random(size_t(N) * 3 * C, 58, 1.f), *dqkv = buf.random(size_t(N) * 3 * C, 59, 1.f);
+    auto* rstd = static_cast<float*>(buf.zeros(size_t(N) * 2 * NH, true));
+    const double stats = 4.0 * N * 2 * NH;
+    // q and k: read and written forward; the backward reads dout and out and writes dinp
+    s.add({"head_rmsnorm_forward", "(in place on qkv)", 0, false, 0, e * 4 * nc + stats, false,
+           [=] { return o->head_rmsnorm_forward(ctx, qkv, rstd, qkv, N, 2 * NH, C / NH, 3 * C, 1.2f, 1e-5f, dt); }});
+    s.add({"head_rmsnorm_backward", "(in place on dqkv)", 0, false, 0, e * 6 * nc + stats, false,
+           [=] { return o->head_rmsnorm_backward(ctx, dqkv, dqkv, qkv, rstd, N, 2 * NH, C / NH, 3 * C, 1.2f, dt); }});
   }
   if (s.wants_any({"relu_squared_forward", "relu_squared_backward"})) {
     const size_t n = size_t(N) * H;

@@ -179,7 +179,7 @@ void add_attention_and_loss_cases(const CaseSink& s, const Shape& g, const Activ
     const auto* targets = upload_ids(s, spread_ids(N, vocab)).device;
     s.add({"lm_head_cross_entropy", "(+backward)", 1, false, 3 * gemm_flops(N, Vp, C), 0, false, [=] {
              return o->lm_head_cross_entropy(ctx, losses, sum, v.x, dwte, v.y, wte, targets, N, C, vocab, Vp, 1.f / N,
-                                             dt);
+                                             0.f, dt);
            }});
   }
 }

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   float *losses = example::upload(s, std::vector<float>(N)), *loss_sum = example::upload(s, std::vector<float>(1));
   float *dx = example::upload(s, std::vector<float>(N * C)), *dwte = example::upload(s, std::vector<float>(Vp * C));
   example::check(s, o.lm_head_cross_entropy(s.ctx, losses, loss_sum, dx, dwte, d_x, d_wte, d_targets, N, C, V, Vp,
-                                            grad_scale, NFN_F32),
+                                            grad_scale, 0.f, NFN_F32),
                  "lm_head_cross_entropy");
   std::printf("# logits = x @ wte[:5]^T; losses[i] = -log softmax(logits[i])[targets[i]] (0 where masked);\n");
   std::printf("# dlogits = (softmax - onehot) * 0.5; dx = dlogits @ wte[:5]; dwte[:5] = dlogits^T @ x\n");

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   float *mean = example::upload(s, std::vector<float>(N)), *rstd = example::upload(s, std::vector<float>(N));
   float* rms_rstd = example::upload(s, std::vector<float>(N));
   example::check(s, o.layernorm_forward(s.ctx, ln, mean, rstd, d_x, d_w, d_b, N, C, NFN_F32), "layernorm_forward");
-  example::check(s, o.rmsnorm_forward(s.ctx, rms, rms_rstd, d_x, d_w, N, C, NFN_F32), "rmsnorm_forward");
+  example::check(s, o.rmsnorm_forward(s.ctx, rms, rms_rstd, d_x, d_w, N, C, 1e-5f, NFN_F32), "rmsnorm_forward");
   std::printf("# layernorm = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5);\n");
   std::printf("# rmsnorm = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + 1e-5)\n");
   example::print("x", x);

@@ -444,7 +444,7 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
   // The LM head and loss, fused with the first step of the backward (dlnf into dln).
   if (!check(o.lm_head_cross_entropy(ctx_, a.losses, loss_sum_, backward ? a.dln : nullptr,
                                      backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets, N, C,
-                                     config_.vocab_size, config_.padded_vocab_size, grad_scale, dtype_),
+                                     config_.vocab_size, config_.padded_vocab_size, grad_scale, 0.f, dtype_),
              "lm_head_cross_entropy", error))
     return false;
   mark(Stage::kLmHead);

@@ -12,8 +12,10 @@
 // partials, in a fixed order, to dweight, dbias and dinp_colsum (column_reduce.cuh).
 // Rows go to blocks and warps by a fixed rule, so the result is deterministic.
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
+#include "cc/ops/norm_args.h"
 #include "cuda/ops/column_reduce.cuh"
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
@@ -27,7 +29,7 @@ using nfn::cuda::warp_sum;
 
 namespace {
 
-constexpr float kEps = 1e-5f;
+constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;            // warps per block, one row at a time each
 // The backward's grid, at most: one wave, of 4 blocks an SM where each streams its rows (48
 // KiB of shared memory and 256 threads of at most 64 registers a block fit 4), 2 where its
@@ -73,7 +75,7 @@ struct RowPacks {
 // (RMSNorm, mean 0, no bias); weight NULL reads as 1, bias NULL as 0. V elements a load.
 template <bool kCentered, int V, int P, typename T>
 __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* inp, const T* weight,
-                                    const T* bias, int N, int C) {
+                                    const T* bias, int N, int C, float eps) {
   nfn::cuda::pdl_begin();
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.y, lane = threadIdx.x, packs = C / V;
   if (row >= N) return;
@@ -96,7 +98,7 @@ __global__ void norm_forward_kernel(T* out, float* mean_out, float* rstd_out, co
     xs.get(x, k, i, v);
     for (int j = 0; j < V; ++j) sq += (v[j] - mean) * (v[j] - mean);
   });
-  const float rstd = rsqrtf(warp_sum(sq) / C + kEps);
+  const float rstd = rsqrtf(warp_sum(sq) / C + eps);
   T* y = out + static_cast<size_t>(row) * C;
   lane_packs<P>(lane, packs, [&](int k, int i) {
     float v[V], w[V], b[V];
@@ -229,7 +231,7 @@ void with_held_packs(int held, L&& launch) {
 
 template <bool kCentered, typename T>
 nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, float* rstd, const void* inp,
-                        const void* weight, const void* bias, int N, int C) {
+                        const void* weight, const void* bias, int N, int C, float eps) {
   auto* y = static_cast<T*>(out);
   const auto *x = static_cast<const T*>(inp), *w = static_cast<const T*>(weight), *b = static_cast<const T*>(bias);
   const dim3 grid((N + kRowsPerBlock - 1) / kRowsPerBlock), block(32, kRowsPerBlock);
@@ -238,11 +240,11 @@ nfn_status norm_forward(nfn_ctx* ctx, const char* op, void* out, float* mean, fl
     with_held_packs<kForwardHeld, T>(held_packs<kForwardHeld, T>(packed, C), [&](auto p) {
       constexpr int V = Pack<T>::n, P = decltype(p)::value;
       nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, V, P, T>, grid, block, 0, y, mean, rstd, x, w, b,
-                               N, C);
+                               N, C, eps);
     });
   else
     nfn::cuda::launch_kernel(ctx, norm_forward_kernel<kCentered, 1, 0, T>, grid, block, 0, y, mean, rstd, x, w, b, N,
-                             C);
+                             C, eps);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
@@ -356,7 +358,7 @@ nfn_status nfn_layernorm_forward(nfn_ctx* ctx, void* out, float* mean, float* rs
   if (out == nullptr || inp == nullptr || weight == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null out, inp or weight", op);
   nfn_status s = NFN_OK;
-  NFN_DISPATCH(dtype, E, s = norm_forward<true, E>(ctx, op, out, mean, rstd, inp, weight, bias, N, C));
+  NFN_DISPATCH(dtype, E, s = norm_forward<true, E>(ctx, op, out, mean, rstd, inp, weight, bias, N, C, kLayerNormEps));
   return s;
 }
 
@@ -385,15 +387,17 @@ nfn_status nfn_layernorm_backward(nfn_ctx* ctx, void* dinp, void* dweight, void*
 }
 
 nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void* inp,
-                               const void* weight, int N, int C, nfn_dtype dtype) {
+                               const void* weight, int N, int C, float eps, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   const char* op = "rmsnorm_forward";
   NFN_CHECK_DTYPE(ctx, dtype, op);
   NFN_TRY(check_shape(ctx, op, N, C));
   if (out == nullptr || inp == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null out or inp", op);
+  const std::string why = nfn::norm::check_eps(op, eps);
+  if (!why.empty()) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s", why.c_str());
   nfn_status s = NFN_OK;
-  NFN_DISPATCH(dtype, E, s = norm_forward<false, E>(ctx, op, out, nullptr, rstd, inp, weight, nullptr, N, C));
+  NFN_DISPATCH(dtype, E, s = norm_forward<false, E>(ctx, op, out, nullptr, rstd, inp, weight, nullptr, N, C, eps));
   return s;
 }
 

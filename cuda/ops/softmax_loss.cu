@@ -2,7 +2,9 @@
 // logits in the storage dtype come from one GEMM (as llm.c and PyTorch's autocast keep them),
 // one kernel turns each row into its loss and, in place, its gradient (f32 math), and two
 // GEMMs take that gradient to dx and dwte. Only a chunk of rows of logits exists at a time.
+// A soft cap is applied by that kernel as it reads each logit, in both of its passes.
 #include <algorithm>
+#include <cmath>
 
 #include "cuda/ops/context.h"
 #include "cuda/ops/cp_async.cuh"
@@ -34,6 +36,25 @@ constexpr int kRowBlocksPerSm = 2;
 #endif
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
+// The logits as the softmax sees them, value(z), and the slope their gradient is multiplied
+// by, slope(z), from each raw logit z: as they are, or soft-capped (softcap > 0).
+struct Uncapped {
+  __device__ __forceinline__ float value(float z) const { return z; }
+  __device__ __forceinline__ float slope(float) const { return 1.f; }
+};
+
+// softcap_forward's cap * tanh(z / cap) and softcap_backward's slope 4e / (1 + e)^2, e =
+// e^{-2|z / cap|} (accurate where tanh saturates), with z / cap as z * inv and the quotient
+// as a reciprocal: with IEEE divisions the streaming kernels spill at their 32 registers.
+struct Capped {
+  float cap, inv;  // inv = 1 / cap
+  __device__ __forceinline__ float value(float z) const { return cap * tanhf(z * inv); }
+  __device__ __forceinline__ float slope(float z) const {
+    const float e = expf(-2.f * fabsf(z * inv));
+    return 4.f * e * __frcp_rn((1.f + e) * (1.f + e));
+  }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kBlock) softmax_kernel(float* out, const T* inp, int V, int stride) {
   nfn::cuda::pdl_begin();
@@ -61,13 +82,13 @@ __device__ __forceinline__ void store_streaming(P* dst, const P& v) {
     *dst = v;
 }
 
-// Over a row's first V logits u = logit * log2 e, the running max m and the sum s of 2^(u - m)
-// of this thread's packs of N (N = 16 bytes when the caller found every row 16-byte aligned
+// Over a row's first V logits u = logit.value(z) * log2 e, the running max m and the sum s of
+// 2^(u - m) of this thread's packs of N (N = 16 bytes when the caller found every row 16-byte aligned
 // and its stride a whole number of packs; else 1). The block sweeps the row from its end to
 // its start, as llm.c's classifier does: the gradient pass then starts on what this pass read
 // last, the part of the row likeliest still to be in L2.
-template <int N, typename T>
-__device__ __forceinline__ void row_exp2_sums(const T* row, int V, float& m, float& s) {
+template <int N, typename T, typename L>
+__device__ __forceinline__ void row_exp2_sums(const T* row, int V, L logit, float& m, float& s) {
   using P = Pack<T, N>;
   const auto* packs = reinterpret_cast<const P*>(row);
   const int units = (V + N - 1) / N, t = threadIdx.x, step = blockDim.x;
@@ -84,7 +105,7 @@ __device__ __forceinline__ void row_exp2_sums(const T* row, int V, float& m, flo
       float u[N], pm = -INFINITY;
 #pragma unroll
       for (int j = 0; j < N; ++j) {
-        u[j] = c0 + j < V ? to_f32(p[b].v[j]) * kLog2e : -INFINITY;
+        u[j] = c0 + j < V ? logit.value(to_f32(p[b].v[j])) * kLog2e : -INFINITY;
         pm = fmaxf(pm, u[j]);
       }
       if (pm > m) {  // one rescale a pack, not one an element
@@ -126,20 +147,22 @@ __device__ __forceinline__ void rewrite_row(T* dst, const T* src, int width, F&&
 
 // A row's loss and, when `backward`, its gradient written to dst, from the row's logits at
 // src (dst itself, or its copy in shared memory): the body of both cross-entropy kernels.
-template <int N, typename T>
+template <int N, typename T, typename L>
 __device__ __forceinline__ void row_loss_and_gradient(float* shared, float* loss, T* dst, const T* src, int target,
-                                                      int V, int Vp, float grad_scale, bool backward) {
-  const float target_logit = threadIdx.x == 0 ? to_f32(src[target]) : 0.f;  // read before any write
+                                                      int V, int Vp, float grad_scale, bool backward, L logit) {
+  const float target_logit = threadIdx.x == 0 ? logit.value(to_f32(src[target])) : 0.f;  // read before any write
   // In base 2 (logits times log2 e), so each exponential is one exp2f, as flash_mma's are.
   float m = -INFINITY, s = 0.f;
-  row_exp2_sums<N>(src, V, m, s);
+  row_exp2_sums<N>(src, V, logit, m, s);
   const float row_max = block_max(m, shared);
   const float sum = block_sum(m == -INFINITY ? 0.f : s * exp2f(m - row_max), shared);
   if (threadIdx.x == 0) *loss = row_max * kLn2 + logf(sum) - target_logit;
   if (!backward) return;
   const float scale = grad_scale / sum;
   rewrite_row<N>(dst, src, Vp, [&](float v, int c) {
-    return c < V ? exp2f(v * kLog2e - row_max) * scale - (c == target ? grad_scale : 0.f) : 0.f;
+    return c < V ? (exp2f(logit.value(v) * kLog2e - row_max) * scale - (c == target ? grad_scale : 0.f)) *
+                       logit.slope(v)
+                 : 0.f;
   });
 }
 
@@ -158,19 +181,19 @@ __device__ __forceinline__ bool masked_row(float* loss, T* x, int target, int V,
 // likeliest still in L2), Vp logits a row, the first V in the softmax: the row's loss from its
 // logits (storage dtype, f32 math: one pass keeps a running max and a sum rescaled to it),
 // and, when `backward`, the logits overwritten in place by their gradient
-// (softmax - onehot) * grad_scale (a second pass), 0 in the padded columns. Masked rows get
-// loss 0 and gradient 0.
-template <typename T, int N>
+// (softmax - onehot) * grad_scale * slope (a second pass), 0 in the padded columns. Masked
+// rows get loss 0 and gradient 0. L: the logits as they are (Uncapped) or soft-capped.
+template <typename T, int N, typename L>
 __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
     cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp, float grad_scale,
-                         bool backward) {
+                         bool backward, L logit) {
   nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
   if (masked_row<N>(row_loss + r, x, target, V, Vp, backward)) return;
-  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward);
+  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward, logit);
 }
 
 // The same where a row's logits fit in shared memory twice over an SM (bf16 GPT-2: 100.6 KB
@@ -180,10 +203,10 @@ __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
 // last row first; rows 16-byte aligned, a whole number of packs.
 constexpr int kStagedBlock = 512;
 
-template <typename T>
+template <typename T, typename L>
 __global__ void __launch_bounds__(kStagedBlock, 2)
     cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
-                                float grad_scale, bool backward) {
+                                float grad_scale, bool backward, L logit) {
   nfn::cuda::pdl_begin();
   constexpr int N = Pack<T>::n;
   extern __shared__ uint4 staged[];  // 16-byte units
@@ -197,7 +220,7 @@ __global__ void __launch_bounds__(kStagedBlock, 2)
   nfn::cuda::cp_async_commit();
   nfn::cuda::cp_async_wait<0>();
   __syncthreads();
-  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, grad_scale, backward);
+  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, grad_scale, backward, logit);
 }
 
 // Whether rows of Vp logits of T (16-byte aligned: vec) go to cross_entropy_staged_kernel:
@@ -227,6 +250,40 @@ __global__ void __launch_bounds__(1024)
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// A chunk of R rows of Vp logits for the cross-entropy kernels.
+template <typename E>
+struct ChunkRows {
+  E* logits;
+  float* row_loss;
+  const int32_t* targets;
+  int R, V, Vp;
+  float grad_scale;
+  bool backward;
+};
+
+// The chunk's cross-entropy kernel: rows staged in shared memory, streamed 16 bytes a load
+// (vec), or an element a load; the logits read as `logit` says.
+template <typename E, typename L>
+nfn_status launch_rows(nfn_ctx* ctx, const char* op, const ChunkRows<E>& c, bool staged, bool vec,
+                       size_t row_bytes, L logit) {
+  if (staged) {
+    // Always: without it the row and the kernel's own 128 bytes must fit 48 KiB together.
+    NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(cross_entropy_staged_kernel<E, L>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)),
+                 op);
+    nfn::cuda::launch_kernel(ctx, cross_entropy_staged_kernel<E, L>, c.R, kStagedBlock, row_bytes, c.row_loss,
+                             c.logits, c.targets, c.V, c.Vp, c.grad_scale, c.backward, logit);
+  } else if (vec) {
+    nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, Pack<E>::n, L>, c.R, kRowBlock, 0, c.row_loss, c.logits,
+                             c.targets, c.V, c.Vp, c.grad_scale, c.backward, logit);
+  } else {
+    nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1, L>, c.R, kRowBlock, 0, c.row_loss, c.logits, c.targets,
+                             c.V, c.Vp, c.grad_scale, c.backward, logit);
+  }
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -249,7 +306,7 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
 nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
                                      void* dwte, const void* x, const void* wte,
                                      const int32_t* targets, int N, int C, int V, int Vp,
-                                     float grad_scale, nfn_dtype dtype) {
+                                     float grad_scale, float softcap, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   const char* op = "lm_head_cross_entropy";
   NFN_CHECK_DTYPE(ctx, dtype, op);
@@ -260,6 +317,9 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: null x, wte or targets", op);
   if (dwte != nullptr && dx == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: dwte needs dx (the backward runs only with dx)", op);
+  if (!(softcap >= 0.f) || std::isinf(softcap))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "%s: softcap=%g must be 0 (no cap) or positive and finite", op,
+                static_cast<double>(softcap));
   const size_t es = nfn::cuda::dtype_size(dtype);
   // Chunk rows: a multiple of 8 keeps every chunk's GEMM operands 16-byte aligned.
   int rows = ctx->lm_head_rows > 0 ? ctx->lm_head_rows
@@ -280,23 +340,13 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     const char* xr = static_cast<const char*>(x) + es * r0 * C;
     // logits (R,Vp) = x wte^T, dx = dlogits wte, dwte += x^T dlogits: a linear layer's products.
     NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_output(logits, xr, wte, R, C, Vp, dtype)));
+    nfn_status s = NFN_OK;
     NFN_DISPATCH(dtype, E, {
-      auto* l = static_cast<E*>(logits);
-      if (staged) {
-        // Always: without it the row and the kernel's own 128 bytes must fit 48 KiB together.
-        NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(cross_entropy_staged_kernel<E>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(row_bytes)),
-                     op);
-        nfn::cuda::launch_kernel(ctx, cross_entropy_staged_kernel<E>, R, kStagedBlock, row_bytes, row_loss + r0, l,
-                                 targets + r0, V, Vp, grad_scale, backward);
-      } else if (vec)
-        nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, Pack<E>::n>, R, kRowBlock, 0, row_loss + r0, l,
-                                 targets + r0, V, Vp, grad_scale, backward);
-      else
-        nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1>, R, kRowBlock, 0, row_loss + r0, l, targets + r0, V,
-                                 Vp, grad_scale, backward);
+      const ChunkRows<E> chunk{static_cast<E*>(logits), row_loss + r0, targets + r0, R, V, Vp, grad_scale, backward};
+      s = softcap > 0.f ? launch_rows(ctx, op, chunk, staged, vec, row_bytes, Capped{softcap, 1.f / softcap})
+                        : launch_rows(ctx, op, chunk, staged, vec, row_bytes, Uncapped{});
     });
+    NFN_TRY(s);
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
     if (!backward) continue;
     void* dxr = static_cast<char*>(dx) + es * r0 * C;

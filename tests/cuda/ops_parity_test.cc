@@ -125,7 +125,7 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, in
                            {output("out", N * C), output("rstd", N, Kind::f32), input("inp", inp),
                             input("weight", with_weight ? w : std::vector<float>{})},
                            [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                             return b.ops().rmsnorm_forward(b.ctx, P(0), F(1), P(2), P(3), N, C, d);
+                             return b.ops().rmsnorm_forward(b.ctx, P(0), F(1), P(2), P(3), N, C, 1e-5f, d);
                            }},
             dt);
     compare(cpu, gpu, Case{"rmsnorm_backward" + tag,
@@ -139,6 +139,16 @@ void check_norms(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, in
                            }},
             dt);
   }
+  // llama's smaller eps on rows whose mean square (about 8e-7) is of its order: a library that
+  // kept 1e-5 would be far outside the bound.
+  auto small = inp;
+  for (float& v : small) v *= 1e-3f;
+  compare(cpu, gpu, Case{"rmsnorm_forward eps 1e-6" + dims,
+                         {output("out", N * C), output("rstd", N, Kind::f32), input("inp", small), input("weight", w)},
+                         [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                           return b.ops().rmsnorm_forward(b.ctx, P(0), F(1), P(2), P(3), N, C, 1e-6f, d);
+                         }},
+          dt);
 }
 
 void check_embedding(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
@@ -507,6 +517,63 @@ void check_gated_add(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_gated_add(cpu, gpu, dt, {"heads of 15, G 40", 3, 7, 2, 15, 40, 1, 33, 1, 41, 31, false, true, 0.7f});
 }
 
+// QK-norm (head_rmsnorm) on N rows of H heads of D channels, `pad` more channels a row after
+// them: the forward out of place (out starts random: the rest of each row must keep those
+// values) and in place, the backward out of place and in place over dout. `magnitude` scales
+// the input: at 1e-3 its mean square (about 8e-7) is of eps's order, so eps shows.
+void check_head_norm(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int N, int H, int D, int pad,
+                     float magnitude) {
+  const int stride = H * D + pad;
+  const size_t n = static_cast<size_t>(N) * stride;
+  const float scale = 1.2f, eps = 1e-6f;
+  const std::string dims = " N" + std::to_string(N) + " H" + std::to_string(H) + " D" + std::to_string(D) +
+                           " stride" + std::to_string(stride) + (magnitude != 1.f ? " (small rows)" : "");
+  auto inp = random_floats(n, rng);
+  for (float& v : inp) v *= magnitude;
+  auto forward = [=](bool in_place) {
+    return [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+      return b.ops().head_rmsnorm_forward(b.ctx, P(0), F(1), in_place ? P(0) : P(2), N, H, D, stride, scale, eps, d);
+    };
+  };
+  compare(cpu, gpu, Case{"head_rmsnorm_forward" + dims,
+                         {accumulated("out", random_floats(n, rng)), output("rstd", N * H, Kind::f32),
+                          input("inp", inp)},
+                         forward(false)},
+          dt);
+  compare(cpu, gpu, Case{"head_rmsnorm_forward in place" + dims,
+                         {accumulated("qkv", inp), output("rstd", N * H, Kind::f32)}, forward(true)},
+          dt);
+  auto rstd = random_floats(N * H, rng);
+  for (float& r : rstd) r = std::fabs(r) * 2.f;
+  auto backward = [=](bool in_place) {
+    return [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+      return b.ops().head_rmsnorm_backward(b.ctx, P(0), in_place ? P(0) : P(3), P(1), F(2), N, H, D, stride, scale,
+                                           d);
+    };
+  };
+  compare(cpu, gpu, Case{"head_rmsnorm_backward" + dims,
+                         {accumulated("dinp", random_floats(n, rng)), input("out", random_floats(n, rng)),
+                          input("rstd", rstd, Kind::f32), input("dout", random_floats(n, rng))},
+                         backward(false)},
+          dt);
+  compare(cpu, gpu, Case{"head_rmsnorm_backward in place" + dims,
+                         {accumulated("dout", random_floats(n, rng)), input("out", random_floats(n, rng)),
+                          input("rstd", rstd, Kind::f32)},
+                         backward(true)},
+          dt);
+}
+
+// nanochat's layout (4 q and 2 k heads of 64 before 2 v heads, 16-byte loads); heads of 128
+// (bf16: 16 lanes a head, f32: 32); of 18 with an odd stride (an element a load, 32 lanes),
+// small rows; of 40 (bf16: 5 packs on 8 lanes); and of 4 on many rows (f32: a lane a head).
+void check_head_norm(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
+  check_head_norm(cpu, gpu, dt, 66, 6, 64, 2 * 64, 1.f);
+  check_head_norm(cpu, gpu, dt, 40, 3, 128, 2 * 128, 1.f);
+  check_head_norm(cpu, gpu, dt, 21, 4, 18, 2 * 18 + 1, 1e-3f);
+  check_head_norm(cpu, gpu, dt, 50, 3, 40, 0, 1.f);
+  check_head_norm(cpu, gpu, dt, 600, 2, 4, 4, 1.f);
+}
+
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
 // attention option for these calls ("flash", "flash_mma", "cudnn" or "thunderkittens"); the
 // CPU ignores it.
@@ -676,36 +743,42 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
   // kernel's threads loads several batches of packs a row, the last pack ragged. Aligned rows
   // that fit twice in an SM's shared memory are staged there (520, 20,008); 60,000 (120 KB
   // in bf16) streams, as rows not 16-byte aligned do. Chunk sizes: the default (one chunk
-  // here) and 16 rows (chunks and a ragged last).
+  // here) and 16 rows (chunks and a ragged last). Soft caps, with the default chunks and
+  // vocabularies other than 20,001: 15 (nanochat's) on logits 4 times larger (spread about
+  // 3.5), and 2 on logits 8 times larger, where tanh saturates.
   for (auto [Vh, Vp, R] : {std::tuple{515, 515, 100}, std::tuple{515, 520, 100}, std::tuple{520, 520, 100},
                            std::tuple{20001, 20001, 24}, std::tuple{20001, 20008, 24},
                            std::tuple{59999, 60000, 6}}) {
     const auto wte = random_floats(Vp * C, rng, 0.3f);
     const auto targets = random_ids(R, Vh, true);
-    for (int rows : {0, 16}) {
-      auto setup = [rows](const Backend& b) {
+    for (auto [rows, cap] : {std::pair{0, 0.f}, std::pair{16, 0.f}, std::pair{0, 15.f}, std::pair{0, 2.f}}) {
+      if (cap > 0.f && Vh == 20001) continue;  // each of the kernel's paths is covered by the others
+      auto setup = [rows = rows](const Backend& b) {
         if (b.name() != "cuda") return NFN_OK;
         return b.ops().ctx_configure(b.ctx, "lm_head_rows", std::to_string(rows).c_str());
       };
-      const std::string tag = " V" + std::to_string(Vh) + "/" + std::to_string(Vp) + (rows ? " (16-row chunks)" : "");
+      auto xs = x;
+      for (float& v : xs) v *= cap == 0.f ? 1.f : cap == 15.f ? 4.f : 8.f;
+      const std::string tag = " V" + std::to_string(Vh) + "/" + std::to_string(Vp) + (rows ? " (16-row chunks)" : "") +
+                              (cap > 0.f ? " softcap " + std::to_string(static_cast<int>(cap)) : "");
       compare(cpu, gpu, Case{"lm_head_cross_entropy forward" + tag,
                              {output("losses", R, Kind::f32), accumulated("loss_sum", {1.25f}, Kind::f32),
-                              input("x", x), input("wte", wte), ids("targets", targets)},
-                             [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                              input("x", xs), input("wte", wte), ids("targets", targets)},
+                             [=, cap = cap](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                                return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), nullptr, nullptr, P(2),
                                                                     P(3), static_cast<int32_t*>(p[4]), R, C, Vh,
-                                                                    Vp, 1.f, d);
+                                                                    Vp, 1.f, cap, d);
                              },
                              setup},
               dt);
       compare(cpu, gpu, Case{"lm_head_cross_entropy backward" + tag,
                              {output("losses", R, Kind::f32), accumulated("loss_sum", {0.5f}, Kind::f32),
                               output("dx", R * C), accumulated("dwte", random_floats(Vp * C, rng, 0.01f)),
-                              input("x", x), input("wte", wte), ids("targets", targets)},
-                             [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                              input("x", xs), input("wte", wte), ids("targets", targets)},
+                             [=, cap = cap](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                                return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), P(2), P(3), P(4), P(5),
                                                                     static_cast<int32_t*>(p[6]), R, C, Vh,
-                                                                    Vp, 1.f / R, d);
+                                                                    Vp, 1.f / R, cap, d);
                              },
                              setup},
               dt);
@@ -976,6 +1049,7 @@ void check_ops(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_rope(cpu, gpu, dt);
   check_scaled_sum(cpu, gpu, dt);
   check_gated_add(cpu, gpu, dt);
+  check_head_norm(cpu, gpu, dt);
   check_attention(cpu, gpu, dt);
   check_kv_cached(cpu, gpu, dt);
   check_softmax_and_loss(cpu, gpu, dt);
@@ -1094,7 +1168,7 @@ void check_contract(const Backend& gpu) {
   void* loss_dev = gpu.upload(losses.data(), losses.size() * 4);
   void* dx_dev = gpu.upload(dx.data(), dx.size() * 4);
   if (gpu.ok(o.lm_head_cross_entropy(gpu.ctx, static_cast<float*>(loss_dev), nullptr, dx_dev, nullptr, dev, wte,
-                                     static_cast<const int32_t*>(tgt), N, C, V, Vp, 1.f, NFN_F32),
+                                     static_cast<const int32_t*>(tgt), N, C, V, Vp, 1.f, 0.f, NFN_F32),
              "lm_head_cross_entropy with a target past V")) {
     gpu.download(losses.data(), loss_dev, losses.size() * 4);
     gpu.download(dx.data(), dx_dev, dx.size() * 4);
@@ -1107,8 +1181,8 @@ void check_contract(const Backend& gpu) {
 
 // The decoder ops refuse the same bad arguments with the same status and message in both
 // libraries (rope's checks are one function, cc/ops/rope.h, as scaled_sum's and gated_add's
-// are, cc/ops/mix_args.h); the CUDA library also refuses rope heads wider than the 256 its
-// kernel carries frequencies for.
+// are, cc/ops/mix_args.h, and the norms', cc/ops/norm_args.h); the CUDA library also refuses
+// rope heads wider than the 256 its kernel carries frequencies for.
 void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
   using Refused = std::function<nfn_status(const nfn_op_table&, nfn_ctx*, void*)>;
   auto rope = [](int N, int T, int pos, int stride, int NH, int NKV, int HD, float theta, int sign) -> Refused {
@@ -1133,7 +1207,38 @@ void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
                                             gin_stride, add_stride, scale, NFN_F32);
     };
   };
+  auto rmsnorm = [](float eps) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      return o.rmsnorm_forward(ctx, p, static_cast<float*>(p), p, nullptr, 2, 8, eps, NFN_F32);
+    };
+  };
+  auto head_norm = [](int D, int stride, float scale, float eps, bool forward) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      auto* stats = static_cast<float*>(p);
+      return forward ? o.head_rmsnorm_forward(ctx, p, stats, p, 2, 2, D, stride, scale, eps, NFN_F32)
+                     : o.head_rmsnorm_backward(ctx, p, p, p, eps > 0.f ? stats : nullptr, 2, 2, D, stride, scale,
+                                               NFN_F32);
+    };
+  };
+  auto lm_head = [](float cap) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      return o.lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, p, p, static_cast<int32_t*>(p), 2, 4, 8,
+                                     8, 1.f, cap, NFN_F32);
+    };
+  };
   const std::vector<std::pair<std::string, Refused>> cases = {
+      {"rmsnorm_forward eps 0", rmsnorm(0.f)},
+      {"rmsnorm_forward eps NaN", rmsnorm(NAN)},
+      {"rmsnorm_forward eps inf", rmsnorm(INFINITY)},
+      {"head_rmsnorm_forward stride below H*D", head_norm(8, 15, 1.2f, 1e-6f, true)},
+      {"head_rmsnorm_forward D 0", head_norm(0, 16, 1.2f, 1e-6f, true)},
+      {"head_rmsnorm_forward eps -1", head_norm(8, 16, 1.2f, -1.f, true)},
+      {"head_rmsnorm_forward scale 0", head_norm(8, 16, 0.f, 1e-6f, true)},
+      {"head_rmsnorm_backward scale inf", head_norm(8, 16, INFINITY, 1e-6f, false)},
+      {"head_rmsnorm_backward null rstd", head_norm(8, 16, 1.2f, 0.f, false)},
+      {"lm_head_cross_entropy softcap -1", lm_head(-1.f)},
+      {"lm_head_cross_entropy softcap NaN", lm_head(NAN)},
+      {"lm_head_cross_entropy softcap inf", lm_head(INFINITY)},
       {"rope_forward odd head dim", rope(2, 2, 0, 64, 4, 2, 7, 1e4f, 1)},
       {"rope_forward stride below the q and k heads", rope(2, 2, 0, 47, 4, 2, 8, 1e4f, 1)},
       {"rope_forward NKV not dividing NH", rope(2, 2, 0, 64, 4, 3, 8, 1e4f, 1)},

@@ -5,8 +5,8 @@ the library was built with a ThunderKittens tree; sm_90a only) do not spill, non
 than 255 registers, none declares more than 48 KiB of static shared memory, and the norm kernels
 that hold a row's packs in registers do not spill. Spills there are silent slowdowns a
 GPU-less machine can still catch. The decoder's kernels (rotary embeddings, ReLU², SwiGLU,
-soft-capping, scaled sums, gated adds) do not spill or use a stack frame either. The table of
-every kernel is printed."""
+soft-capping, scaled sums, gated adds, QK-norm, the LM head's cross-entropy with and without
+its soft-cap) do not spill or use a stack frame either. The table of every kernel is printed."""
 import re
 import shutil
 import subprocess
@@ -104,12 +104,17 @@ class ResourceUsageTest(unittest.TestCase):
         self.assert_no_stack_or_spills(held)
 
     def test_decoder_kernels_do_not_spill(self):
-        # rope_kernel<T, P> (its cos and sin from cc/ops/rope.h: no slow path in local memory)
-        # and the ReLU², SwiGLU and soft-cap kernels, f32 and bf16, packed and not
-        decoder = [k for k in self.found
-                   if re.match(r"(rope_kernel|swiglu_\w+_kernel|(map|grad)_kernel)<", self.names[k])]
-        # two archs, two dtypes, two pack sizes: rope 1, SwiGLU 2, map and grad 2 each
-        self.assertEqual(len(decoder), 2 * 2 * 2 * (1 + 2 + 2 + 2))
+        # rope_kernel<T, P> (its cos and sin from cc/ops/rope.h: no slow path in local memory),
+        # the ReLU², SwiGLU, soft-cap and QK-norm kernels, f32 and bf16, packed and not, and the
+        # LM head's cross-entropy kernels with and without the logit soft-cap (32 registers a
+        # thread where they stream)
+        decoder = [k for k in self.found if re.match(
+            r"(rope_kernel|swiglu_\w+_kernel|(map|grad)_kernel|head_norm_\w+_kernel|cross_entropy_\w*kernel)<",
+            self.names[k])]
+        # two archs, two dtypes, two pack sizes: rope 1, SwiGLU 2, map and grad 2 each, QK-norm 2,
+        # streaming cross-entropy 2 (capped or not); the staged cross-entropy: two archs, two
+        # dtypes, capped or not
+        self.assertEqual(len(decoder), 2 * 2 * 2 * (1 + 2 + 2 + 2 + 2 + 2) + 2 * 2 * 2)
         self.assert_no_stack_or_spills(decoder)
 
     def test_mixing_kernels_do_not_spill(self):

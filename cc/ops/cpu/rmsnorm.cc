@@ -1,22 +1,22 @@
-// RMSNorm forward and backward on the CPU (f32), eps 1e-5, 1/rms saved per row.
+// RMSNorm forward and backward on the CPU (f32), the caller's eps, 1/rms saved per row.
 #include <cmath>
+#include <string>
 
 #include "cc/ops/cpu/check.h"
 #include "cc/ops/cpu/reduce_math.h"
 #include "cc/ops/cpu/row_reduce.h"
-
-namespace {
-constexpr float kEps = 1e-5f;
-}
+#include "cc/ops/norm_args.h"
 
 extern "C" {
 
 nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void* inp,
-                               const void* weight, int N, int C, nfn_dtype dtype) {
+                               const void* weight, int N, int C, float eps, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "rmsnorm_forward", dtype));
   NFN_REQUIRE(N > 0 && C > 0, "rmsnorm_forward: N=%d C=%d must be positive", N, C);
   NFN_REQUIRE(out && rstd && inp, "rmsnorm_forward: null pointer");
+  const std::string why = nfn::norm::check_eps("rmsnorm_forward", eps);
+  NFN_REQUIRE(why.empty(), "%s", why.c_str());
   const float* x = static_cast<const float*>(inp);
   const float* w = static_cast<const float*>(weight);
   float* y = static_cast<float*>(out);
@@ -25,7 +25,7 @@ nfn_status nfn_rmsnorm_forward(nfn_ctx* ctx, void* out, float* rstd, const void*
     const float* xi = x + static_cast<size_t>(i) * C;
     float* yi = y + static_cast<size_t>(i) * C;
     const float ss = nfn::cpu::row_dot(xi, xi, C);
-    const float r = 1.f / std::sqrt(ss / C + kEps);
+    const float r = 1.f / std::sqrt(ss / C + eps);
     for (int c = 0; c < C; ++c) yi[c] = xi[c] * r * (w ? w[c] : 1.f);
     rstd[i] = r;
   }

@@ -38,6 +38,7 @@ struct __attribute__((aligned(16))) uint4 {
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __frcp_rn(float x) { return 1.f / x; }  // the reciprocal, rounded to nearest even
 
 // CUDA's global min and max.
 #define NFN_EMU_MIN_MAX(T)                              \

@@ -1,5 +1,6 @@
 // lm_head_cross_entropy and softmax_forward: losses against a naive double log-softmax,
-// gradients (dx, dwte) against finite differences, masked rows, and several row chunks.
+// gradients (dx, dwte) against finite differences, masked rows, and several row chunks; the
+// same with the logits soft-capped (nanochat's cap of 15, and 2, where tanh saturates).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -8,9 +9,10 @@
 
 using namespace nfn_test;
 
-// Per-row losses in double: lse(x_i . wte) - x_i . wte[target]; 0 for masked rows.
+// Per-row losses in double: lse(l_i) - l_i[target] with l_i = x_i . wte, soft-capped to
+// cap * tanh(l_i / cap) when cap > 0; 0 for masked rows.
 static std::vector<double> ref_losses(const std::vector<float>& x, const std::vector<float>& wte,
-                                      const std::vector<int32_t>& tgt, int N, int C, int V) {
+                                      const std::vector<int32_t>& tgt, int N, int C, int V, double cap = 0) {
   std::vector<double> out(N, 0.0), logit(V);
   for (int i = 0; i < N; ++i) {
     if (tgt[i] < 0) continue;
@@ -18,7 +20,7 @@ static std::vector<double> ref_losses(const std::vector<float>& x, const std::ve
     for (int v = 0; v < V; ++v) {
       double d = 0;
       for (int c = 0; c < C; ++c) d += static_cast<double>(x[i * C + c]) * wte[v * C + c];
-      logit[v] = d;
+      logit[v] = cap > 0 ? cap * std::tanh(d / cap) : d;
       m = std::fmax(m, d);
     }
     for (int v = 0; v < V; ++v) s += std::exp(logit[v] - m);
@@ -27,8 +29,9 @@ static std::vector<double> ref_losses(const std::vector<float>& x, const std::ve
   return out;
 }
 
-static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
-  std::vector<float> x = random_vec(N * C, 21, 1.f), wte = random_vec(V * C, 22, 0.5f);
+// wte_scale sets the logits' size: about 1 at 0.5 (C = 5), past a cap of 2 at 3.
+static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples, float cap = 0.f, float wte_scale = 0.5f) {
+  std::vector<float> x = random_vec(N * C, 21, 1.f), wte = random_vec(V * C, 22, wte_scale);
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 7919) % V;
   tgt[1] = -1;  // masked rows
@@ -37,19 +40,20 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
   std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.25f);
   float loss_sum = 2.f;  // accumulated into
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, grad_scale, NFN_F32) == NFN_OK, "lm_head_cross_entropy");
-  std::vector<double> want = ref_losses(x, wte, tgt, N, C, V);
+                                   tgt.data(), N, C, V, V, grad_scale, cap, NFN_F32) == NFN_OK,
+         "lm_head_cross_entropy");
+  std::vector<double> want = ref_losses(x, wte, tgt, N, C, V, cap);
   double want_sum = 2.0;
   for (double l : want) want_sum += l;
   char what[96];
-  std::snprintf(what, sizeof what, "lm_head losses N=%d C=%d V=%d", N, C, V);
+  std::snprintf(what, sizeof what, "lm_head losses N=%d C=%d V=%d softcap=%g", N, C, V, static_cast<double>(cap));
   expect_close(what, losses, want, 1e-5, 1e-5);
   EXPECT(std::fabs(loss_sum - want_sum) <= 1e-5 * std::fabs(want_sum), "loss_sum %g vs %g", loss_sum, want_sum);
   for (int c = 0; c < C; ++c) EXPECT(dx[C + c] == 0.f, "masked row must get a zero dx");
 
   // The loss the gradients belong to: grad_scale * sum of the unmasked losses.
   auto loss = [&] {
-    std::vector<double> l = ref_losses(x, wte, tgt, N, C, V);
+    std::vector<double> l = ref_losses(x, wte, tgt, N, C, V, cap);
     double s = 0;
     for (double v : l) s += v;
     return s * grad_scale;
@@ -67,7 +71,8 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
       double down = loss();
       p[i] = keep;
       double g = (up - down) / 2e-3 + offset;
-      EXPECT(std::fabs(got[i] - g) <= 1e-4 + 1e-3 * std::fabs(g), "%s[%zu] %g vs numeric %g", name, i, got[i], g);
+      EXPECT(std::fabs(got[i] - g) <= 1e-4 + 1e-3 * std::fabs(g), "%s[%zu] %g vs numeric %g (softcap %g)", name, i,
+             got[i], g, static_cast<double>(cap));
     }
   };
   sampled(x, dx, 0.0, "dx");
@@ -76,7 +81,12 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples) {
   // Forward only: no gradients touched, losses identical.
   std::vector<float> losses2(N);
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses2.data(), nullptr, nullptr, nullptr, x.data(), wte.data(), tgt.data(),
-                                   N, C, V, V, 1.f, NFN_F32) == NFN_OK && losses2 == losses, "forward-only losses");
+                                   N, C, V, V, 1.f, cap, NFN_F32) == NFN_OK && losses2 == losses,
+         "forward-only losses");
+  if (cap > 0.f) {  // the cap is really there: capped logits lie in (-cap, cap), so no row's loss reaches this
+    for (int i = 0; i < N; ++i)
+      EXPECT(losses[i] < std::log(static_cast<double>(V)) + 2.0 * cap, "capped loss %g at row %d", losses[i], i);
+  }
 }
 
 // matmul=bf16 (where this CPU has it): losses equal the double reference on bf16-rounded
@@ -92,7 +102,7 @@ static void test_bf16_mode(nfn_ctx* ctx) {
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 37) % V;
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, 1.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
+                                   tgt.data(), N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
   std::vector<uint16_t> half(V * C);
   nfn_convert(ctx, half.data(), NFN_BF16, x.data(), NFN_F32, N * C);
   nfn_convert(ctx, xr.data(), NFN_F32, half.data(), NFN_BF16, N * C);
@@ -101,7 +111,7 @@ static void test_bf16_mode(nfn_ctx* ctx) {
   expect_close("lm_head losses, matmul=bf16", losses, ref_losses(xr, wr, tgt, N, C, V), 1e-4, 1e-4);
   EXPECT(nfn_ctx_configure(ctx, "matmul", "f32") == NFN_OK, "back to f32");
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses32.data(), nullptr, dx32.data(), dwte32.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, 1.f, NFN_F32) == NFN_OK, "f32 lm head");
+                                   tgt.data(), N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "f32 lm head");
   std::vector<double> dx_ref(dx32.begin(), dx32.end()), dwte_ref(dwte32.begin(), dwte32.end());
   expect_close("lm_head dx, matmul=bf16 vs f32", dx, dx_ref, 3e-2, 3e-2);
   expect_close("lm_head dwte, matmul=bf16 vs f32", dwte, dwte_ref, 3e-2, 3e-2);
@@ -109,7 +119,7 @@ static void test_bf16_mode(nfn_ctx* ctx) {
 
 // A padded vocabulary (Vp > V rows of wte and dwte): the same losses and dx as the
 // unpadded call on wte's first V rows, and dwte's padded rows left as they were.
-static void test_padded_vocab(nfn_ctx* ctx) {
+static void test_padded_vocab(nfn_ctx* ctx, float cap) {
   const int N = 12, C = 8, V = 37, Vp = 48;
   std::vector<float> x = random_vec(N * C, 51), wte = random_vec(Vp * C, 52, 0.5f);
   std::vector<int32_t> tgt(N);
@@ -119,9 +129,9 @@ static void test_padded_vocab(nfn_ctx* ctx) {
   std::vector<float> losses_v(N), dx_v(N * C), dwte_v(dwte.begin(), dwte.begin() + V * C);
   const std::vector<float> dwte_before = dwte;
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, Vp, 0.5f, NFN_F32) == NFN_OK, "padded lm head");
+                                   tgt.data(), N, C, V, Vp, 0.5f, cap, NFN_F32) == NFN_OK, "padded lm head");
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses_v.data(), nullptr, dx_v.data(), dwte_v.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, 0.5f, NFN_F32) == NFN_OK, "unpadded lm head");
+                                   tgt.data(), N, C, V, V, 0.5f, cap, NFN_F32) == NFN_OK, "unpadded lm head");
   EXPECT(losses == losses_v, "a padded vocabulary changed the losses");
   EXPECT(dx == dx_v, "a padded vocabulary changed dx");
   EXPECT(std::equal(dwte_v.begin(), dwte_v.end(), dwte.begin()), "a padded vocabulary changed dwte's first V rows");
@@ -151,7 +161,11 @@ int main() {
   if (nfn_ctx_create(0, &ctx) != NFN_OK) return 1;
   check(ctx, 6, 5, 11, 0);        // tiny: every element checked
   check(ctx, 150, 4, 32768, 6);   // 64-row chunks: three of them, the last partial
-  test_padded_vocab(ctx);
+  check(ctx, 6, 5, 11, 0, 15.f);   // nanochat's cap, logits well inside it
+  check(ctx, 6, 5, 11, 0, 2.f, 3.f);  // logits past the cap: tanh saturates
+  check(ctx, 150, 4, 32768, 4, 2.f, 3.f);
+  test_padded_vocab(ctx, 0.f);
+  test_padded_vocab(ctx, 15.f);
   test_softmax(ctx);
   test_bf16_mode(ctx);
   {  // A masked row gets exact zeros whatever its logits: here they overflow to inf.
@@ -161,7 +175,7 @@ int main() {
     std::vector<int32_t> tgt = {-1, 2};
     std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.f);
     EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                     tgt.data(), N, C, V, V, 1.f, NFN_F32) == NFN_OK, "masked non-finite row");
+                                     tgt.data(), N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "masked non-finite row");
     EXPECT(losses[0] == 0.f && std::isfinite(losses[1]), "losses %g %g", losses[0], losses[1]);
     for (int c = 0; c < C; ++c) EXPECT(dx[c] == 0.f && std::isfinite(dx[C + c]), "dx[%d] %g %g", c, dx[c], dx[C + c]);
     for (float d : dwte) EXPECT(std::isfinite(d), "dwte holds %g", d);
@@ -169,14 +183,18 @@ int main() {
   std::vector<float> buf(64);
   std::vector<int32_t> tgt = {0, 3, 9};
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 5, 5, 1.f, NFN_F32),
+                                                tgt.data(), 3, 2, 5, 5, 1.f, 0.f, NFN_F32),
                  "lm_head_cross_entropy", "target >= V");
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 10, 9, 1.f, NFN_F32),
+                                                tgt.data(), 3, 2, 10, 9, 1.f, 0.f, NFN_F32),
                  "lm_head_cross_entropy", "Vp < V");
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, buf.data(), buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 10, 10, 1.f, NFN_F32),
+                                                tgt.data(), 3, 2, 10, 10, 1.f, 0.f, NFN_F32),
                  "lm_head_cross_entropy", "dwte without dx");
+  for (float cap : {-1.f, NAN, INFINITY})
+    expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
+                                                  tgt.data(), 3, 2, 10, 10, 1.f, cap, NFN_F32),
+                   "lm_head_cross_entropy", "softcap negative or not finite");
   nfn_ctx_destroy(ctx);
   return finish("loss_test");
 }
