@@ -1,5 +1,7 @@
 #include "cc/bench/other_cases.h"
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 namespace nfn::bench {
@@ -38,8 +40,9 @@ void add_norm_and_elementwise_cases(const CaseSink& s, const Shape& g) {
 }
 
 // The modern decoder's ops at the shape's geometry: rotary embeddings and the QK-norm in place
-// on its fused qkv (every head a k head too: NKV = NH), ReLU² and SwiGLU on an MLP of hidden
-// width 4C, the logit soft-cap (nanochat's 15) on the sampling rows.
+// on its fused qkv (every head a k head too: NKV = NH), attention with grouped-query heads and
+// a sliding window, ReLU² and SwiGLU on an MLP of hidden width 4C, the logit soft-cap
+// (nanochat's 15) on the sampling rows.
 void add_decoder_cases(const CaseSink& s, const Shape& g) {
   const nfn_op_table* o = s.ops;
   nfn_ctx* ctx = s.ctx;
@@ -64,6 +67,25 @@ void add_decoder_cases(const CaseSink& s, const Shape& g) {
            [=] { return o->head_rmsnorm_forward(ctx, qkv, rstd, qkv, N, 2 * NH, C / NH, 3 * C, 1.2f, 1e-5f, dt); }});
     s.add({"head_rmsnorm_backward", "(in place on dqkv)", 0, false, 0, e * 6 * nc + stats, false,
            [=] { return o->head_rmsnorm_backward(ctx, dqkv, dqkv, qkv, rstd, N, 2 * NH, C / NH, 3 * C, 1.2f, dt); }});
+  }
+  if (s.wants_any({"attention_forward", "attention_backward"})) {
+    // A quarter of the heads as kv heads (one where NH is not a multiple of 4) and a window of a
+    // quarter of T. The work counts the scores each query sees, min(t + 1, W + 1), against the
+    // causal rows' half of T x T, so the rates compare and the time shows what the window saves.
+    const int NKV = NH % 4 == 0 ? NH / 4 : 1, HD = C / NH, W = std::max(1, g.T / 4), B = g.B, T = g.T;
+    double seen = 0;
+    for (int t = 0; t < T; ++t) seen += std::min(t, W) + 1;
+    const double flops = 2.0 * B * NH * (2.0 * seen * HD);
+    const size_t qkv_n = size_t(N) * (NH + 2 * NKV) * HD;
+    void *qkv = buf.random(qkv_n, 80, 1.f), *dqkv = buf.zeros(qkv_n);
+    void *out = buf.zeros(size_t(N) * C), *dout = buf.random(size_t(N) * C, 81, 1.f);
+    auto* lse = static_cast<float*>(buf.zeros(size_t(B) * NH * T, true));
+    const std::string variant =
+        "GQA " + std::to_string(NH) + ":" + std::to_string(NKV) + " window " + std::to_string(W);
+    s.add({"attention_forward", variant, 0, false, flops, 0, false,
+           [=] { return o->attention_forward(ctx, out, lse, qkv, B, T, NH, NKV, HD, W, dt); }});
+    s.add({"attention_backward", variant, 0, false, 2 * flops, 0, false,
+           [=] { return o->attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, W, dt); }});
   }
   if (s.wants_any({"relu_squared_forward", "relu_squared_backward"})) {
     const size_t n = size_t(N) * H;
@@ -162,7 +184,7 @@ void add_generation_cases(const CaseSink& s, const Shape& g) {
     // The new row's q, k, v read, k and v written to the cache, the whole cache read, out written.
     const double bytes = e * (3.0 * B * C + 2.0 * B * C + 2.0 * cache + 1.0 * B * C);
     s.add({"attention_kv_cached", "(decode at the last position)", 0, false, 0, bytes, false,
-           [=] { return o->attention_kv_cached(ctx, out, k, v, qkv, B, 1, T - 1, T, C, NH, dt); }});
+           [=] { return o->attention_kv_cached(ctx, out, k, v, qkv, B, 1, T - 1, T, NH, NH, C / NH, 0, dt); }});
   }
 }
 

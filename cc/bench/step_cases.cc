@@ -168,9 +168,9 @@ void add_attention_and_loss_cases(const CaseSink& s, const Shape& g, const Activ
     // Causal attention: about half of the T x T score matrix is computed.
     const double flops = 2.0 * B * NH * (2.0 * T * T / 2 * (C / NH));
     s.add({"attention_forward", "", g.L, false, flops, 0, false,
-           [=] { return o->attention_forward(ctx, v.y, lse, qkv, B, T, C, NH, dt); }});
+           [=] { return o->attention_forward(ctx, v.y, lse, qkv, B, T, NH, NH, C / NH, 0, dt); }});
     s.add({"attention_backward", "", g.L, false, 2 * flops, 0, false,
-           [=] { return o->attention_backward(ctx, dqkv, v.dy, qkv, v.y, lse, B, T, C, NH, dt); }});
+           [=] { return o->attention_backward(ctx, dqkv, v.dy, qkv, v.y, lse, B, T, NH, NH, C / NH, 0, dt); }});
   }
   if (s.want("lm_head_cross_entropy")) {
     auto* losses = static_cast<float*>(s.buf->zeros(N, true));

@@ -75,8 +75,8 @@ bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& co
   if (!ensure_rows(1, false, error)) return false;
   const int C = config.channels;
   if (!check(ops_->fill(ctx_, qkv_, NFN_F32, 0.f, 3 * static_cast<size_t>(C)), "fill", error) ||
-      !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, config.max_seq_len, C,
-                                       config.num_heads, NFN_F32),
+      !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, config.max_seq_len,
+                                       config.num_heads, config.num_heads, C / config.num_heads, 0, NFN_F32),
              "attention_kv_cached", error))
     return false;
   pos_ = rows_ = 0;
@@ -147,7 +147,7 @@ bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
         check(o.linear_forward(ctx_, qkv_, nullptr, ln_, param(QKVW, l), param(QKVB, l), nullptr, n, C, 3 * C,
                                NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (qkv)", error) &&
         check(o.attention_kv_cached(ctx_, atty_, k_cache_ + l * cache_layer, v_cache_ + l * cache_layer, qkv_, 1,
-                                    n, pos_, maxT, C, NH, NFN_F32), "attention_kv_cached", error) &&
+                                    n, pos_, maxT, NH, NH, C / NH, 0, NFN_F32), "attention_kv_cached", error) &&
         check(o.linear_forward(ctx_, x_, nullptr, atty_, param(ATTPROJW, l), param(ATTPROJB, l), x_, n, C, C,
                                NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (attproj)", error) &&
         check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN2W, l), param(LN2B, l), n, C, NFN_F32),

@@ -399,7 +399,8 @@ bool GPT::attention_half(int l, const Layer& x, std::string* error) {
                                    dtype_), "layernorm_forward (ln1)", error) &&
          check(o.linear_forward(ctx_, x.qkv, nullptr, x.ln1, pl(QKVW), pl(QKVB), nullptr, N, C, 3 * C,
                                 NFN_EPILOGUE_NONE, dtype_), "linear_forward (qkv)", error) &&
-         check(o.attention_forward(ctx_, x.atty, x.lse, x.qkv, B, T, C, NH, dtype_), "attention_forward", error) &&
+         check(o.attention_forward(ctx_, x.atty, x.lse, x.qkv, B, T, NH, NH, C / NH, 0, dtype_), "attention_forward",
+               error) &&
          check(o.linear_forward(ctx_, x.res2, nullptr, x.atty, pl(ATTPROJW), pl(ATTPROJB), x.residual, N, C, C,
                                 NFN_EPILOGUE_NONE, dtype_), "linear_forward (attproj)", error);
 }
@@ -522,7 +523,7 @@ bool GPT::attention_half_backward(int l, const Layer& x, std::string* error) {
   auto gl = [&](int i) { return layer_slice(grads_, i, l); };
   return check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW), nullptr, nullptr, a.dresidual, x.atty, pl(ATTPROJW),
                                  nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
-         check(o.attention_backward(ctx_, a.dbig, a.dln, x.qkv, x.atty, x.lse, B, T, C, NH, dtype_),
+         check(o.attention_backward(ctx_, a.dbig, a.dln, x.qkv, x.atty, x.lse, B, T, NH, NH, C / NH, 0, dtype_),
                "attention_backward", error) &&
          check(o.linear_backward(ctx_, a.dln, gl(QKVW), gl(QKVB), nullptr, a.dbig, x.ln1, pl(QKVW), nullptr, N, C,
                                  3 * C, 0, dtype_), "linear_backward (qkv)", error) &&

@@ -34,8 +34,8 @@ static bool attention_runs(const TrainConfig& c, Backend* backend, const RunSetu
             ops.alloc(backend->ctx, static_cast<size_t>(B) * C * elem, &out) == NFN_OK &&
             ops.alloc(backend->ctx, static_cast<size_t>(B) * NH * sizeof(float), &lse) == NFN_OK &&
             ops.fill(backend->ctx, qkv, setup.dtype, 0.0f, qkv_count) == NFN_OK;
-  if (ok && ops.attention_forward(backend->ctx, out, static_cast<float*>(lse), qkv, B, 1, C, NH, setup.dtype) !=
-                NFN_OK) {
+  if (ok && ops.attention_forward(backend->ctx, out, static_cast<float*>(lse), qkv, B, 1, NH, NH, C / NH, 0,
+                                  setup.dtype) != NFN_OK) {
     ok = false;
     *code = 2;
   }

@@ -1,6 +1,7 @@
 // Causal flash attention backward ("flash_simt"): probabilities are recomputed from the
-// saved log-sum-exp, in two kernels (one thread per key for dk and dv, then one per query for
-// dq) so that no gradient needs atomics. The delta kernel here also serves the tensor-core
+// saved log-sum-exp, in two kernels (one thread per key of a kv head for dk and dv, summing
+// over the kv head's query heads, then one per query for dq) so that no gradient needs
+// atomics; each walks only the tiles inside its rows' windows. The delta kernel here also serves the tensor-core
 // path (attention_mma_backward.cu), which attention=flash_mma selects where it applies.
 #include <type_traits>
 
@@ -31,7 +32,7 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
   if (i < total) {
     const int t = static_cast<int>(i % ix.T), bh = static_cast<int>(i / ix.T);
     const int b = bh / ix.NH, h = bh % ix.NH;
-    const size_t off = (static_cast<size_t>(b) * ix.T + t) * ix.C + static_cast<size_t>(h) * hd;
+    const size_t off = ix.out(b, h, t, hd);
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) {
       if (kTail && (part + k * L) * V >= hd) continue;  // past the head
@@ -62,8 +63,9 @@ struct BackwardSmem {
       sizeof(float) * (2 * kRows * (HD + 1) + 2 * kStreamed * HD + 2 * kStreamed);
 };
 
-// One thread per key j: dv_j = sum_i p_ij dout_i, dk_j = scale * sum_i ds_ij q_i. HD wide, for
-// heads of hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
+// One thread per key j of a kv head: dv_j = sum_i p_ij dout_i, dk_j = scale * sum_i ds_ij q_i
+// over the queries i that see it in each of the kv head's query heads. HD wide, for heads of
+// hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
 template <typename T, int HD, bool kTail>
 __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dout, const T* qkv,
                                                            const float* lse, const float* delta,
@@ -78,66 +80,68 @@ __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(T* dqkv, const T* dou
   float(*dos)[HD] = reinterpret_cast<float(*)[HD]>(smem + 2 * kRows * (HD + 1) + BQ * HD);
   float* lse_s = smem + 2 * kRows * (HD + 1) + 2 * BQ * HD;
   float* delta_s = lse_s + BQ;
-  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int b = blockIdx.y / ix.NKV, kv = blockIdx.y % ix.NKV;
   const int k0 = blockIdx.x * kRows, j = k0 + threadIdx.x;
   const bool active = j < ix.T;
-  const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
+  const int i_end = ix.query_end(min(ix.T, k0 + kRows));  // past the last query seeing the block's keys
   for (int i = threadIdx.x; i < kRows * HD; i += kRows) {
     const int r = i / HD, d = i % HD, t = k0 + r;
     const bool in = t < ix.T && (!kTail || d < hd);
-    ks[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + ix.C + d]) : 0.f;
-    vs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + 2 * ix.C + d]) : 0.f;
+    ks[r][d] = in ? to_f32(qkv[ix.k(b, kv, t, hd) + d]) : 0.f;
+    vs[r][d] = in ? to_f32(qkv[ix.v(b, kv, t, hd) + d]) : 0.f;
   }
   float dk[HD], dv[HD];
 #pragma unroll
   for (int d = 0; d < HD; ++d) dk[d] = dv[d] = 0.f;
-  for (int i0 = k0; i0 < ix.T; i0 += BQ) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < BQ * HD; i += kRows) {
-      const int r = i / HD, d = i % HD, t = i0 + r;
-      const bool in = t < ix.T && (!kTail || d < hd);
-      qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + d]) : 0.f;
-      dos[r][d] = in ? to_f32(dout[(static_cast<size_t>(b) * ix.T + t) * ix.C +
-                                   static_cast<size_t>(h) * hd + d])
-                     : 0.f;
-    }
-    for (int r = threadIdx.x; r < BQ; r += kRows) {
-      const bool in = i0 + r < ix.T;
-      lse_s[r] = in ? lse[stat + i0 + r] : 0.f;
-      delta_s[r] = in ? delta[stat + i0 + r] : 0.f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    for (int r = 0; r < BQ; ++r) {
-      const int i = i0 + r;
-      if (i < j || i >= ix.T) continue;  // causal: query i sees key j only when j <= i
-      float s = 0.f, dp = 0.f;
-#pragma unroll
-      for (int d = 0; d < HD; ++d) {
-        s += qs[r][d] * ks[threadIdx.x][d];
-        dp += dos[r][d] * vs[threadIdx.x][d];
+  for (int h = kv * ix.group(); h < (kv + 1) * ix.group(); ++h) {
+    const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
+    for (int i0 = k0; i0 < i_end; i0 += BQ) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < BQ * HD; i += kRows) {
+        const int r = i / HD, d = i % HD, t = i0 + r;
+        const bool in = t < ix.T && (!kTail || d < hd);
+        qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + d]) : 0.f;
+        dos[r][d] = in ? to_f32(dout[ix.out(b, h, t, hd) + d]) : 0.f;
       }
-      const float p = expf(s * scale - lse_s[r]);
-      const float ds = p * (dp - delta_s[r]);
+      for (int r = threadIdx.x; r < BQ; r += kRows) {
+        const bool in = i0 + r < ix.T;
+        lse_s[r] = in ? lse[stat + i0 + r] : 0.f;
+        delta_s[r] = in ? delta[stat + i0 + r] : 0.f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      for (int r = 0; r < BQ; ++r) {
+        const int i = i0 + r;
+        if (i < j || i >= ix.T || !ix.in_window(i, j)) continue;  // query i sees key j in [i - window, i]
+        float s = 0.f, dp = 0.f;
 #pragma unroll
-      for (int d = 0; d < HD; ++d) {
-        dv[d] += p * dos[r][d];
-        dk[d] += ds * qs[r][d];
+        for (int d = 0; d < HD; ++d) {
+          s += qs[r][d] * ks[threadIdx.x][d];
+          dp += dos[r][d] * vs[threadIdx.x][d];
+        }
+        const float p = expf(s * scale - lse_s[r]);
+        const float ds = p * (dp - delta_s[r]);
+#pragma unroll
+        for (int d = 0; d < HD; ++d) {
+          dv[d] += p * dos[r][d];
+          dk[d] += ds * qs[r][d];
+        }
       }
     }
   }
   if (!active) return;
-  T* krow = dqkv + ix.q(b, h, j, hd) + ix.C;
+  T* krow = dqkv + ix.k(b, kv, j, hd);
+  T* vrow = dqkv + ix.v(b, kv, j, hd);
 #pragma unroll
   for (int d = 0; d < HD; ++d) {
     if (kTail && d >= hd) continue;
     krow[d] = from_f32<T>(dk[d] * scale);
-    krow[ix.C + d] = from_f32<T>(dv[d]);
+    vrow[d] = from_f32<T>(dv[d]);
   }
 }
 
-// One thread per query i: dq_i = scale * sum_j ds_ij k_j. HD wide, for heads of
-// hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
+// One thread per query i: dq_i = scale * sum_j ds_ij k_j over the keys it sees. HD wide, for
+// heads of hd = head_size<HD, kTail>(head_dim) channels (attention_common.cuh).
 template <typename T, int HD, bool kTail>
 __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout, const T* qkv,
                                                          const float* lse, const float* delta,
@@ -150,16 +154,15 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
   float(*dos)[HD + 1] = reinterpret_cast<float(*)[HD + 1]>(smem + kRows * (HD + 1));
   float(*ks)[HD] = reinterpret_cast<float(*)[HD]>(smem + 2 * kRows * (HD + 1));
   float(*vs)[HD] = reinterpret_cast<float(*)[HD]>(smem + 2 * kRows * (HD + 1) + BC * HD);
-  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH, kv = h / ix.group();
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, i = q0 + threadIdx.x;  // the longest rows start first
   const bool active = i < ix.T;
+  const int lo = ix.first_key(i);  // the row sees keys [lo, i]
   for (int e = threadIdx.x; e < kRows * HD; e += kRows) {
     const int r = e / HD, d = e % HD, t = q0 + r;
     const bool in = t < ix.T && (!kTail || d < hd);
     qs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + d]) : 0.f;
-    dos[r][d] = in ? to_f32(dout[(static_cast<size_t>(b) * ix.T + t) * ix.C +
-                                 static_cast<size_t>(h) * hd + d])
-                   : 0.f;
+    dos[r][d] = in ? to_f32(dout[ix.out(b, h, t, hd) + d]) : 0.f;
   }
   const size_t stat = (static_cast<size_t>(b) * ix.NH + h) * ix.T;
   const float row_lse = active ? lse[stat + i] : 0.f, row_delta = active ? delta[stat + i] : 0.f;
@@ -167,17 +170,17 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
 #pragma unroll
   for (int d = 0; d < HD; ++d) dq[d] = 0.f;
   const int kv_end = min(ix.T, q0 + kRows);
-  for (int k0 = 0; k0 < kv_end; k0 += BC) {
+  for (int k0 = ix.first_key(q0) / BC * BC; k0 < kv_end; k0 += BC) {
     __syncthreads();
     for (int e = threadIdx.x; e < BC * HD; e += kRows) {
       const int r = e / HD, d = e % HD, t = k0 + r;
       const bool in = t < ix.T && (!kTail || d < hd);
-      ks[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + ix.C + d]) : 0.f;
-      vs[r][d] = in ? to_f32(qkv[ix.q(b, h, t, hd) + 2 * ix.C + d]) : 0.f;
+      ks[r][d] = in ? to_f32(qkv[ix.k(b, kv, t, hd) + d]) : 0.f;
+      vs[r][d] = in ? to_f32(qkv[ix.v(b, kv, t, hd) + d]) : 0.f;
     }
     __syncthreads();
     if (!active) continue;
-    for (int r = 0; r < BC && k0 + r <= i; ++r) {
+    for (int r = max(0, lo - k0); r < BC && k0 + r <= i; ++r) {
       float s = 0.f, dp = 0.f;
 #pragma unroll
       for (int d = 0; d < HD; ++d) {
@@ -198,10 +201,9 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(T* dqkv, const T* dout,
 
 template <typename S, int HD, bool kTail>
 nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv, const void* out,
-                    const float* lse, int B, int T, int C, int NH) {
+                    const float* lse, int B, const QkvIndex& ix, int hd) {
   const char* op = "attention_backward";
-  const QkvIndex ix{T, C, NH};
-  const int hd = C / NH;  // HD where !kTail; the tensor-core paths and the scale go by it
+  const int T = ix.T, NH = ix.NH;
   void* buf = nullptr;
   NFN_TRY(nfn::cuda::scratch(ctx, sizeof(float) * static_cast<size_t>(B) * NH * T, &buf, op));
   float* delta = static_cast<float*>(buf);
@@ -214,11 +216,11 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
   else
     launch_delta<S, HD, 1, kTail>(ctx, delta, d, o, ix, hd, rows);
   const nfn_dtype dtype = std::is_same_v<S, float> ? NFN_F32 : NFN_BF16;
-  if (use_mma(ctx, dtype, hd, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  if (use_tk(ctx, dtype, hd, T, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs
+  if (use_mma(ctx, dtype, hd, ix, {dqkv, dout, qkv})) return mma_backward(ctx, dqkv, dout, qkv, lse, delta, B, ix, hd);
+  if (use_tk(ctx, dtype, hd, ix, {dqkv, dout, qkv, lse}))  // TK reads lse in 8-byte pairs
     return nfn::cuda::check(ctx,
                             static_cast<cudaError_t>(
-                                nfn_tk_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH, ctx->stream)),
+                                nfn_tk_attention_backward(dqkv, dout, qkv, lse, delta, B, T, ix.C, NH, ctx->stream)),
                             op);
   const size_t smem = BackwardSmem<HD>::bytes;
   // Above 48 KiB a kernel must opt in to more dynamic shared memory. The setting belongs to
@@ -228,11 +230,12 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
                                          smem), op);
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(flash_dq_kernel<S, HD, kTail>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          smem), op);
-  dim3 grid((T + kRows - 1) / kRows, B * NH);
+  const int tiles = (T + kRows - 1) / kRows;
   const float scale = 1.f / sqrtf(static_cast<float>(hd));
-  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD, kTail>, grid, kRows, smem, static_cast<S*>(dqkv),
-                           static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale, hd);
-  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD, kTail>, grid, kRows, smem, static_cast<S*>(dqkv),
+  nfn::cuda::launch_kernel(ctx, flash_dkdv_kernel<S, HD, kTail>, dim3(tiles, B * ix.NKV), kRows, smem,
+                           static_cast<S*>(dqkv), static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta,
+                           ix, scale, hd);
+  nfn::cuda::launch_kernel(ctx, flash_dq_kernel<S, HD, kTail>, dim3(tiles, B * NH), kRows, smem, static_cast<S*>(dqkv),
                            static_cast<const S*>(dout), static_cast<const S*>(qkv), lse, delta, ix, scale, hd);
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
@@ -242,15 +245,16 @@ nfn_status backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
 
 extern "C" {
 
-nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv,
-                                  const void* out, const float* lse, int B, int T, int C, int NH,
+nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                  const float* lse, int B, int T, int NH, int NKV, int HD, int window,
                                   nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
-  int hd = 0;
-  NFN_TRY(check_args(ctx, "attention_backward", B, T, C, NH, dtype, &hd));
+  NFN_TRY(check_args(ctx, "attention_backward", B, T, NH, NKV, HD, window, dtype));
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr)
     return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "attention_backward: null dqkv, dout, qkv, out or lse");
-  if (use_cudnn(ctx, dtype, hd, T, {dqkv, dout, qkv, out, lse})) {
+  const QkvIndex ix(T, NH, NKV, HD, window);
+  if (use_cudnn(ctx, dtype, HD, ix, {dqkv, dout, qkv, out, lse})) {
+    const int C = ix.C;
     nfn_status s = nfn::cuda::cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
     if (s == NFN_ERR_BACKEND && !ctx->deterministic) {
       // deterministic=off asks cuDNN for its atomic-dQ backward; where that graph fails, the
@@ -266,9 +270,9 @@ nfn_status nfn_attention_backward(nfn_ctx* ctx, void* dqkv, const void* dout, co
     if (s != NFN_ERR_BACKEND || ctx->attention_configured) return s;
     ctx->attention = nfn_attention_path::flash_mma;
     ctx->attention_fallback = "flash_mma (cuDNN's backward, the default, failed: " + ctx->last_error + ")";
-    return nfn_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH, dtype);
+    return nfn_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, window, dtype);
   }
-  NFN_ATTENTION_DISPATCH(backward, dtype, hd, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  NFN_ATTENTION_DISPATCH(backward, dtype, HD, ctx, dqkv, dout, qkv, out, lse, B, ix, HD);
   return NFN_OK;
 }
 

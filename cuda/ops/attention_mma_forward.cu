@@ -1,7 +1,8 @@
 // Causal flash attention forward on tensor cores ("flash_mma"), FlashAttention-2 style: a
-// block of 4 warps owns 64 query rows of one (batch, head), 16 per warp, with Q held as mma
-// fragments in registers; 64-key tiles of K and V pass through shared memory, double-buffered
-// with cp.async (tile n + 1 lands while tile n is used), and ldmatrix loads the fragments;
+// block of 4 warps owns 64 query rows of one (batch, query head), 16 per warp, with Q held as
+// mma fragments in registers; 64-key tiles of its kv head's K and V, from the first its rows'
+// windows reach, pass through shared memory, double-buffered with cp.async (tile n + 1 lands
+// while tile n is used), and ldmatrix loads the fragments;
 // S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, f32 accumulators); the online
 // softmax stays in registers in f32. Same outputs and lse convention as flash_simt (attention_forward.cu).
 #include "cuda/ops/attention_mma.cuh"
@@ -27,18 +28,20 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ uint4 smem_raw[];
   uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem_raw);  // buffer b: K at 2b, V at 2b + 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH;
+  const int b = blockIdx.y / ix.NH, h = blockIdx.y % ix.NH, kv = h / ix.group();
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the longest rows start first
   const int row0 = q0 + 16 * warp;                             // the warp's first query
   const int rows[2] = {row0 + c_row(lane, 0), row0 + c_row(lane, 2)};  // accumulator rows i < 2, i >= 2
-  const size_t ld = 3 * static_cast<size_t>(ix.C);
-  const bf16* q_base = qkv + static_cast<size_t>(b) * ix.T * ld + static_cast<size_t>(h) * HD;
-  const bf16* k_base = q_base + ix.C;
-  const bf16* v_base = q_base + 2 * ix.C;
+  const int lo[2] = {ix.first_key(rows[0]), ix.first_key(rows[1])};     // their first keys
+  const size_t ld = ix.ld;
+  const bf16* q_base = qkv + ix.q(b, h, 0, HD);
+  const bf16* k_base = qkv + ix.k(b, kv, 0, HD);
+  const bf16* v_base = qkv + ix.v(b, kv, 0, HD);
+  const int k_first = ix.first_key(q0) / kBlockRows * kBlockRows;  // the first tile a row of the block sees
 
-  // Key tile 0 on its way into buffer 0; Q's fragments staged through buffer 1.
-  load_tile<HD, kBlockRows>(tiles, k_base, ld, 0, ix.T);
-  load_tile<HD, kBlockRows>(tiles + kTile, v_base, ld, 0, ix.T);
+  // The first key tile on its way into buffer 0; Q's fragments staged through buffer 1.
+  load_tile<HD, kBlockRows>(tiles, k_base, ld, k_first, ix.T);
+  load_tile<HD, kBlockRows>(tiles + kTile, v_base, ld, k_first, ix.T);
   load_tile<HD, kBlockRows>(tiles + 2 * kTile, q_base, ld, q0, ix.T);
   cp_async_commit();
   cp_async_wait<0>();
@@ -53,9 +56,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   float m[2] = {-INFINITY, -INFINITY};  // running max (base-2 units) of rows[0], rows[1]
   float l[2] = {0.f, 0.f};              // this lane's part of the running sum of exp2(s - m)
 
-  // Key tiles up to the diagonal one (k0 == q0); q0 < T, so every tile holds key k0 < T, which
-  // every row of the block sees: each row's tile max is finite.
-  for (int k0 = 0, buf = 0; k0 <= q0; k0 += kBlockRows, buf ^= 1) {
+  // Key tiles up to the diagonal one (k0 == q0); q0 < T, so every tile holds a key k0 < T. A
+  // row may see no key of a tile its window starts after: its max stays -inf until one does.
+  for (int k0 = k_first, buf = 0; k0 <= q0; k0 += kBlockRows, buf ^= 1) {
     const uint16_t* ks = tiles + 2 * buf * kTile;
     const uint16_t* vs = ks + kTile;
     __syncthreads();  // the other buffer (Q, or the previous tile) is no longer read
@@ -82,23 +85,26 @@ __global__ void __launch_bounds__(kThreads, 2)
         mma_bf16(s[j + 1], qa[kk], kb[1]);
       }
 
-    // Scale into base 2; mask keys after the row (diagonal tile) or at/after T (last tile).
-    const bool edge = k0 + kBlockRows > row0 || k0 + kBlockRows > ix.T;
+    // Scale into base 2; mask keys after the row (diagonal tile), at/after T (last tile) or
+    // before the row's window (its first tiles).
+    const bool edge = k0 + kBlockRows > row0 || k0 + kBlockRows > ix.T || k0 < ix.first_key(row0 + 15);
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int key = k0 + 8 * j + c_col(lane, i);
+        const int key = k0 + 8 * j + c_col(lane, i), r = i >> 1;
         float x = s[j][i] * scale_log2;
-        if (edge && (key > rows[i >> 1] || key >= ix.T)) x = -INFINITY;
+        if (edge && (key > rows[r] || key >= ix.T || key < lo[r])) x = -INFINITY;
         s[j][i] = x;
-        mx[i >> 1] = fmaxf(mx[i >> 1], x);
+        mx[r] = fmaxf(mx[r], x);
       }
+    float base[2];  // what exp2 subtracts: the max, or 0 while a row has seen no key (all -inf)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = quad_max(mx[r]);  // the 4 lanes of a quad share rows
-      const float correction = exp2f(m[r] - mx[r]);  // 0 on the first tile (m = -inf)
+      base[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+      const float correction = exp2f(m[r] - base[r]);  // 0 on the row's first keys (m = -inf)
       m[r] = mx[r];
       l[r] *= correction;
 #pragma unroll
@@ -108,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < kKeyTiles; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        s[j][i] = exp2f(s[j][i] - m[i >> 1]);  // masked: exp2(-inf) = 0
+        s[j][i] = exp2f(s[j][i] - base[i >> 1]);  // masked: exp2(-inf) = 0
         l[i >> 1] += s[j][i];
       }
 
@@ -117,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   if (row0 >= ix.T) return;
 
-  bf16* o_base = out + static_cast<size_t>(b) * ix.T * ix.C + static_cast<size_t>(h) * HD;
+  bf16* o_base = out + ix.out(b, h, 0, HD);
   float* lse_base = lse + (static_cast<size_t>(b) * ix.NH + h) * ix.T;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -133,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 template <int HD>
-nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, const QkvIndex& ix) {
   const char* op = "attention_forward (flash_mma)";
   // Above 48 KiB (head sizes 96 and up) a kernel must opt in, on every call: the setting
   // belongs to the current device (see attention_backward.cu).
@@ -141,9 +147,9 @@ nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, 
   static_assert(smem <= 99 * 1024, "flash_mma's forward must fit sm_120's 99 KiB a block");
   NFN_CUDA_TRY(ctx, cudaFuncSetAttribute(forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)), op);
-  dim3 grid((T + kBlockRows - 1) / kBlockRows, B * NH);
+  dim3 grid((ix.T + kBlockRows - 1) / kBlockRows, B * ix.NH);
   nfn::cuda::launch_kernel(ctx, forward_kernel<HD>, grid, kThreads, smem, static_cast<bf16*>(out), lse,
-                           static_cast<const bf16*>(qkv), QkvIndex{T, C, NH}, kLog2e / sqrtf(static_cast<float>(HD)));
+                           static_cast<const bf16*>(qkv), ix, kLog2e / sqrtf(static_cast<float>(HD)));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
 }
@@ -153,10 +159,10 @@ nfn_status launch_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, 
 
 namespace nfn::cuda::attention {
 
-nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-  NFN_MMA_HEAD_DISPATCH(mma_path::launch_forward, C / NH, ctx, out, lse, qkv, B, T, C, NH)
+nfn_status mma_forward(nfn_ctx* ctx, void* out, float* lse, const void* qkv, int B, const QkvIndex& ix, int hd) {
+  NFN_MMA_HEAD_DISPATCH(mma_path::launch_forward, hd, ctx, out, lse, qkv, B, ix)
   return fail(ctx, NFN_ERR_UNSUPPORTED, "attention_forward (flash_mma): head size %d is not a multiple of 16 up to "
-              "128", C / NH);
+              "128", hd);
 }
 
 }  // namespace nfn::cuda::attention

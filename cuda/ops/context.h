@@ -13,7 +13,8 @@
 // bf16 with a head size in 16s up to 128, flash_simt for the rest), cudnn (cuDNN's SDPA for
 // bf16 with a head size that is a multiple of 8 up to 128, flash_simt for the rest),
 // thunderkittens (nfn's wgmma kernels on ThunderKittens, cuda/tk, where they were built, for
-// bf16 with head size 64 or 128 and T a multiple of 64; flash_simt for the rest).
+// bf16 with head size 64 or 128 and T a multiple of 64; flash_simt for the rest). cudnn and
+// thunderkittens send grouped-query heads and sliding windows to flash_mma where it applies.
 enum class nfn_attention_path { flash_simt, flash_mma, cudnn, thunderkittens };
 
 struct nfn_ctx {

@@ -44,13 +44,16 @@ std::string fused_epilogues_report(const nfn_ctx* ctx) {
 // The attention path in use, with what it sends elsewhere and why the default gave way.
 std::string attention_report(const nfn_ctx* ctx) {
   switch (ctx->attention) {
-    case nfn_attention_path::thunderkittens: return "thunderkittens (nfn's wgmma kernels on ThunderKittens)";
+    case nfn_attention_path::thunderkittens:
+      return "thunderkittens (nfn's wgmma kernels on ThunderKittens; flash_mma for grouped-query heads and "
+             "sliding windows)";
     case nfn_attention_path::flash_mma:
       if (!ctx->attention_fallback.empty()) return ctx->attention_fallback;
       return "flash_mma (nfn's tensor-core kernel; flash_simt for f32 and head sizes that are not a multiple of 16)";
     case nfn_attention_path::cudnn: {
       std::string out = std::string(nfn::cuda::cudnn_path_name()) +
-                        "; flash_simt for f32 and head sizes that are not a multiple of 8";
+                        "; flash_simt for f32 and head sizes that are not a multiple of 8; flash_mma for "
+                        "grouped-query heads and sliding windows";
       if (!nfn::cuda::cudnn_deterministic(ctx))
         out += "; its backward adds dQ with atomics, so runs do not repeat bit for bit";
       else if (!ctx->attention_fallback.empty())

@@ -47,9 +47,10 @@ struct Sequence {
       s = o.embedding_backward(ctx, dwte, dwpe, dout, static_cast<const int32_t*>(tokens), B, T, C, dtype);
     if (s == NFN_OK)
       s = o.linear_forward(ctx, y, aux, x, w, bias, nullptr, N, C, OC, NFN_EPILOGUE_GELU, dtype);
-    if (s == NFN_OK) s = o.attention_forward(ctx, att, static_cast<float*>(lse), qkv, B, T, C, NH, dtype);
+    if (s == NFN_OK) s = o.attention_forward(ctx, att, static_cast<float*>(lse), qkv, B, T, NH, NH, C / NH, 0, dtype);
     if (s == NFN_OK)
-      s = o.attention_backward(ctx, dqkv, datt, qkv, att, static_cast<const float*>(lse), B, T, C, NH, dtype);
+      s = o.attention_backward(ctx, dqkv, datt, qkv, att, static_cast<const float*>(lse), B, T, NH, NH, C / NH, 0,
+                               dtype);
     return s;
   }
 };

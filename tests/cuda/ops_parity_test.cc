@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/cc/ops/attention_shape.h"
 #include "tests/cuda/graph_checks.h"
 #include "tests/cuda/parity_harness.h"
 
@@ -574,6 +575,11 @@ void check_head_norm(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   check_head_norm(cpu, gpu, dt, 600, 2, 4, 4, 1.f);
 }
 
+using Attn = nfn_test::AttentionShape;
+
+// GPT-2's multi-head attention: C channels in NH heads, no window.
+Attn mha(int B, int T, int C, int NH) { return {B, T, NH, NH, C / NH, 0}; }
+
 // Forward, then backward on the CPU forward's out and lse. `path` is the CUDA backend's
 // attention option for these calls ("flash", "flash_mma", "cudnn" or "thunderkittens"); the
 // CPU ignores it.
@@ -581,62 +587,65 @@ void check_head_norm(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
 // delta kernel then loads an element at a time, and tensor-core paths fall back to flash_simt).
 // atomic_dq: the backward may add dQ in any order (cuDNN with deterministic=off), so only dK
 // and dV are held to the same bits when it runs again.
-void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, int B, int T, int C, int NH,
-                           const std::string& path, const std::string& note = "", bool misaligned = false,
-                           bool atomic_dq = false) {
-  const std::string dims = " B" + std::to_string(B) + " T" + std::to_string(T) + " hd" + std::to_string(C / NH) +
-                           (path == "flash" ? "" : " attention=" + path) + note;
+void check_attention_shape(const Backend& cpu, const Backend& gpu, nfn_dtype dt, Attn g, const std::string& path,
+                           const std::string& note = "", bool misaligned = false, bool atomic_dq = false) {
+  const int B = g.B, T = g.T, NH = g.NH, NKV = g.NKV, HD = g.HD, W = g.W;
+  const std::string dims = g.name() + (path == "flash" ? "" : " attention=" + path) + note;
   auto setup = [path](const Backend& b) {
     if (b.name() != "cuda") return NFN_OK;
     return b.ops().ctx_configure(b.ctx, "attention", path.c_str());
   };
-  auto qkv = random_floats(size_t(B) * T * 3 * C, rng);
+  auto qkv = random_floats(g.qkv(), rng);
   if (dt == NFN_BF16)
     for (float& v : qkv) v = round_bf16(v);
-  compare(cpu, gpu, Case{"attention_forward" + dims,
-                         {output("out", B * T * C), output("lse", B * NH * T, Kind::f32), input("qkv", qkv)},
-                         [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-                           return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, C, NH, d);
-                         },
-                         setup},
-          dt);
+  auto forward = [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+    return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, NH, NKV, HD, W, d);
+  };
+  const std::vector<Tensor> forward_tensors = {output("out", g.out()), output("lse", g.lse(), Kind::f32),
+                                               input("qkv", qkv)};
+  compare(cpu, gpu, Case{"attention_forward" + dims, forward_tensors, forward, setup}, dt);
   // The backward's saved out and lse come from the CPU forward on the same qkv.
-  Case fwd{"attention_forward (for the backward)",
-           {output("out", B * T * C), output("lse", B * NH * T, Kind::f32), input("qkv", qkv)},
-           [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
-             return b.ops().attention_forward(b.ctx, P(0), F(1), P(2), B, T, C, NH, d);
-           }};
-  auto saved = run(cpu, fwd, NFN_F32);
+  auto saved = run(cpu, Case{"attention_forward (for the backward)", forward_tensors, forward}, NFN_F32);
   if (saved.size() != 2) return;
   if (dt == NFN_BF16)
     for (float& v : saved[0]) v = round_bf16(v);
-  auto dout = random_floats(B * T * C, rng);
+  auto dout = random_floats(g.out(), rng);
   if (misaligned) {  // one element ahead of each
     dout.insert(dout.begin(), 1.f);
     saved[0].insert(saved[0].begin(), 1.f);
   }
+  const size_t row = g.row(), q_width = static_cast<size_t>(NH) * HD;
   compare(cpu, gpu, Case{"attention_backward" + dims,
-                         {output("dqkv", B * T * 3 * C), input("dout", dout),
+                         {output("dqkv", g.qkv()), input("dout", dout),
                           input("qkv", qkv), input("out", saved[0]), input("lse", saved[1], Kind::f32)},
                          [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                            const size_t skip = misaligned ? (d == NFN_BF16 ? 2 : 4) : 0;
                            return b.ops().attention_backward(b.ctx, P(0), static_cast<char*>(P(1)) + skip, P(2),
-                                                             static_cast<char*>(P(3)) + skip, F(4), B, T, C, NH, d);
+                                                             static_cast<char*>(P(3)) + skip, F(4), B, T, NH, NKV, HD,
+                                                             W, d);
                          },
                          setup,
-                         [=](const std::string& tensor, size_t i) {  // dQ: the first C of each 3C row
-                           return atomic_dq && tensor == "dqkv" && i % (3 * static_cast<size_t>(C)) < size_t(C);
+                         [=](const std::string& tensor, size_t i) {  // dQ: the q heads of each row
+                           return atomic_dq && tensor == "dqkv" && i % row < q_width;
                          }},
           dt);
 }
 
+// Grouped-query heads (two, three and four query heads a kv head, and one kv head for all) and
+// sliding windows (1, inside a tile, across tiles, a tile exactly, T and past it) on head sizes
+// hd in 16s, which the tensor-core path takes as well as flash_simt.
+const std::vector<Attn> kGroupedShapes = {
+    {2, 77, 4, 2, 64, 0},  {1, 130, 4, 1, 32, 0},  {1, 70, 6, 2, 16, 0}, {2, 77, 4, 2, 32, 1},
+    {1, 200, 4, 1, 64, 3}, {1, 200, 6, 3, 16, 70}, {2, 150, 2, 2, 32, 64}, {1, 200, 2, 1, 64, 130},
+    {1, 130, 4, 2, 128, 40}, {1, 60, 4, 2, 16, 60}, {1, 50, 4, 1, 16, 500}};
+
 // attention=flash_mma, cudnn and thunderkittens: tensor cores for bf16 with head sizes in 16s
 // up to 128 (cudnn: in 8s; thunderkittens: 64 and 128 only) (T past one or more 64-row
 // tiles, and not a multiple of 64, which thunderkittens leaves to flash_simt); f32 and other
-// head sizes fall back to flash_simt. cudnn is checked where the
-// library can load cuDNN (on a GPU machine with libcudnn.so.9), thunderkittens where it was
-// built with a ThunderKittens tree and runs on sm_90; elsewhere the summary says why they
-// were not.
+// head sizes fall back to flash_simt; grouped-query heads and windows run flash_mma under all
+// three. cudnn is checked where the library can load cuDNN (on a GPU machine with
+// libcudnn.so.9), thunderkittens where it was built with a ThunderKittens tree and runs on
+// sm_90; elsewhere the summary says why they were not.
 void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, const std::string& path) {
   struct Shape { int B, T, C, NH; };
   if (path != "flash_mma" && gpu.name() == "cuda" &&
@@ -647,8 +656,8 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
   if (dt == NFN_BF16) {
     for (Shape s : {Shape{2, 77, 256, 4}, Shape{1, 200, 256, 2}, Shape{2, 130, 128, 2}, Shape{1, 64, 128, 1},
                     Shape{1, 1024, 64, 1}})
-      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
-    check_attention_shape(cpu, gpu, dt, 2, 1, 128, 2, path);  // one position (cudnn: fallback)
+      check_attention_shape(cpu, gpu, dt, mha(s.B, s.T, s.C, s.NH), path);
+    check_attention_shape(cpu, gpu, dt, mha(2, 1, 128, 2), path);  // one position (cudnn: fallback)
     // hd 16 (one tile, then three), 32, 48, 80 (GPT-3 2.7B's), 96 (GPT-3 Large's) and 112:
     // flash_mma's and cuDNN's own, thunderkittens' fallback (flash_simt); hd 40: cuDNN's (in
     // 8s), else flash_simt; hd 36: flash_simt on every path (never flash_mma's kernels of a
@@ -656,9 +665,10 @@ void check_attention_path(const Backend& cpu, const Backend& gpu, nfn_dtype dt, 
     for (Shape s : {Shape{2, 20, 64, 4}, Shape{1, 130, 32, 2}, Shape{2, 77, 64, 2}, Shape{2, 70, 96, 2},
                     Shape{1, 70, 160, 2}, Shape{1, 70, 192, 2}, Shape{1, 130, 224, 2}, Shape{1, 70, 72, 2},
                     Shape{1, 70, 80, 2}})
-      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, path);
+      check_attention_shape(cpu, gpu, dt, mha(s.B, s.T, s.C, s.NH), path);
+    for (const Attn& g : kGroupedShapes) check_attention_shape(cpu, gpu, dt, g, path);
   } else {
-    check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, path);  // f32: fallback
+    check_attention_shape(cpu, gpu, dt, mha(2, 77, 256, 4), path);  // f32: fallback
   }
   if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
@@ -672,7 +682,7 @@ void check_cudnn_atomic(const Backend& cpu, const Backend& gpu) {
   const std::string path = gpu.query("attention");
   expect(path.find("atomics") != std::string::npos, "attention=cudnn deterministic=off is reported as '" + path + "'");
   for (int T : {200, 1024})
-    check_attention_shape(cpu, gpu, NFN_BF16, 2, T, 128, 2, "cudnn", " deterministic=off", false, true);
+    check_attention_shape(cpu, gpu, NFN_BF16, mha(2, T, 128, 2), "cudnn", " deterministic=off", false, true);
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "deterministic", "on"), "configure deterministic=on");
   gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
@@ -681,47 +691,63 @@ void check_attention(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
   struct Shape { int B, T, C, NH; };
   // T 1024 with head size 64: the GPT-2 124M benchmark's sequence (16 tiles of 64 rows).
   for (Shape s : {Shape{2, 77, 96, 3}, Shape{1, 130, 128, 2}, Shape{2, 20, 64, 4}, Shape{1, 1024, 64, 1}})
-    check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
+    check_attention_shape(cpu, gpu, dt, mha(s.B, s.T, s.C, s.NH), "flash");
   // Head sizes between the kernels' widths (16, 32, 64, 128) run the next wider one with the
   // real head size at run time: hd 1, 8, 24 and 36 (odd in packs: bf16's delta loads an element
   // at a time), 48, 65, 80 (GPT-3 2.7B's), 96 (GPT-3 Large's) and 100 (odd in bf16 packs).
   for (Shape s : {Shape{2, 20, 3, 3}, Shape{2, 37, 16, 2}, Shape{1, 70, 72, 3}, Shape{2, 33, 72, 2},
                   Shape{2, 65, 96, 2}, Shape{1, 40, 130, 2}, Shape{1, 77, 160, 2}, Shape{1, 130, 192, 2},
                   Shape{1, 50, 100, 1}})
-    check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash");
-  check_attention_shape(cpu, gpu, dt, 2, 40, 96, 2, "flash", " (dout, out misaligned)", true);  // hd 48
-  check_attention_shape(cpu, gpu, dt, 2, 77, 256, 4, "flash_mma", " (dout, out misaligned)", true);
+    check_attention_shape(cpu, gpu, dt, mha(s.B, s.T, s.C, s.NH), "flash");
+  // flash_simt with grouped-query heads and windows: the shared shapes, then head sizes
+  // between its widths.
+  for (const Attn& g : kGroupedShapes) check_attention_shape(cpu, gpu, dt, g, "flash");
+  for (Attn g : {Attn{2, 40, 4, 1, 24, 1}, Attn{1, 100, 6, 3, 36, 33}, Attn{1, 70, 4, 2, 100, 0}})
+    check_attention_shape(cpu, gpu, dt, g, "flash");
+  check_attention_shape(cpu, gpu, dt, mha(2, 40, 96, 2), "flash", " (dout, out misaligned)", true);  // hd 48
+  check_attention_shape(cpu, gpu, dt, mha(2, 77, 256, 4), "flash_mma", " (dout, out misaligned)", true);
+  check_attention_shape(cpu, gpu, dt, {1, 130, 4, 2, 64, 40}, "flash_mma", " (dout, out misaligned)", true);
   check_attention_path(cpu, gpu, dt, "flash_mma");
   // Under the emulator, flash_mma again on a device like sm_120, whose blocks may opt in to
-  // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form;
-  // at 112, the largest double-buffered one (90 KiB), it keeps two buffers.
+  // 99 KiB of shared memory: the dq kernel at head size 128 takes its single-buffered form
+  // (with a window: from a key tile past the first); at 112, the largest double-buffered one
+  // (90 KiB), it keeps two buffers.
   const auto optin = emulated_shared_optin(gpu);
   if (optin != nullptr && dt == NFN_BF16) {
     optin(99 * 1024);
-    for (Shape s : {Shape{1, 200, 256, 2}, Shape{1, 64, 128, 1}, Shape{2, 77, 256, 4}, Shape{1, 130, 224, 2}})
-      check_attention_shape(cpu, gpu, dt, s.B, s.T, s.C, s.NH, "flash_mma", " (99 KiB shared memory)");
+    for (Attn g : {mha(1, 200, 256, 2), mha(1, 64, 128, 1), mha(2, 77, 256, 4), mha(1, 130, 224, 2),
+                   Attn{1, 200, 4, 2, 128, 70}})
+      check_attention_shape(cpu, gpu, dt, g, "flash_mma", " (99 KiB shared memory)");
     optin(0);
   }
   if (gpu.name() == "cuda") gpu.ok(gpu.ops().ctx_configure(gpu.ctx, "attention", "flash"), "configure attention=flash");
 }
 
 void check_kv_cached(const Backend& cpu, const Backend& gpu, nfn_dtype dt) {
-  struct Shape { int B, Tq, pos, maxT, C, NH; };
+  struct Shape { int B, Tq, pos, maxT, NH, NKV, HD, W; };
   // Head sizes 16, 32 and 64, then 8, 24, 36, 48, 80, 96, 100, 200 and 256 (any head size: the
-  // kernel loops over it at run time; the training kernels stop at 128).
-  for (Shape s : {Shape{2, 3, 5, 16, 64, 4}, Shape{1, 1, 40, 48, 96, 3}, Shape{2, 9, 0, 9, 32, 2},
-                  Shape{2, 2, 3, 8, 16, 2}, Shape{1, 2, 7, 12, 48, 2}, Shape{2, 1, 6, 8, 72, 2},
-                  Shape{1, 3, 9, 12, 144, 3}, Shape{1, 3, 4, 8, 80, 1}, Shape{2, 1, 20, 24, 96, 1},
-                  Shape{1, 2, 5, 9, 100, 1}, Shape{1, 2, 5, 9, 200, 1}, Shape{1, 1, 3, 4, 256, 1}}) {
-    const int B = s.B, Tq = s.Tq, pos = s.pos, maxT = s.maxT, C = s.C, NH = s.NH;
-    const std::string dims = " Tq" + std::to_string(Tq) + " pos" + std::to_string(pos) + " hd" + std::to_string(C / NH);
+  // kernel loops over it at run time; the training kernels stop at 128); then grouped-query
+  // heads and windows (1, 3, past every position), and a decode step past the 11264 positions
+  // a query may see on CUDA, inside its window.
+  for (Shape s : {Shape{2, 3, 5, 16, 4, 4, 16, 0}, Shape{1, 1, 40, 48, 3, 3, 32, 0}, Shape{2, 9, 0, 9, 2, 2, 16, 0},
+                  Shape{2, 2, 3, 8, 2, 2, 8, 0}, Shape{1, 2, 7, 12, 2, 2, 24, 0}, Shape{2, 1, 6, 8, 2, 2, 36, 0},
+                  Shape{1, 3, 9, 12, 3, 3, 48, 0}, Shape{1, 3, 4, 8, 1, 1, 80, 0}, Shape{2, 1, 20, 24, 1, 1, 96, 0},
+                  Shape{1, 2, 5, 9, 1, 1, 100, 0}, Shape{1, 2, 5, 9, 1, 1, 200, 0}, Shape{1, 1, 3, 4, 1, 1, 256, 0},
+                  Shape{2, 3, 5, 16, 4, 2, 16, 0}, Shape{1, 1, 40, 48, 6, 2, 32, 7}, Shape{2, 9, 0, 9, 4, 1, 8, 3},
+                  Shape{1, 2, 30, 40, 4, 4, 48, 1}, Shape{1, 4, 9, 16, 8, 2, 24, 100},
+                  Shape{1, 1, 20000, 20001, 2, 1, 16, 100}}) {
+    const int B = s.B, Tq = s.Tq, pos = s.pos, maxT = s.maxT, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.W;
+    const size_t cache = static_cast<size_t>(B) * maxT * NKV * HD;
+    const std::string dims = " Tq" + std::to_string(Tq) + " pos" + std::to_string(pos) + " hd" + std::to_string(HD) +
+                             (NKV == NH ? "" : " NH" + std::to_string(NH) + " NKV" + std::to_string(NKV)) +
+                             (W == 0 ? "" : " window" + std::to_string(W));
     compare(cpu, gpu, Case{"attention_kv_cached" + dims,
-                           {output("out", B * Tq * C), accumulated("k_cache", random_floats(B * maxT * C, rng)),
-                            accumulated("v_cache", random_floats(B * maxT * C, rng)),
-                            input("qkv", random_floats(B * Tq * 3 * C, rng))},
+                           {output("out", B * Tq * NH * HD), accumulated("k_cache", random_floats(cache, rng)),
+                            accumulated("v_cache", random_floats(cache, rng)),
+                            input("qkv", random_floats(static_cast<size_t>(B) * Tq * (NH + 2 * NKV) * HD, rng))},
                            [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                              return b.ops().attention_kv_cached(b.ctx, P(0), P(1), P(2), P(3), B, Tq, pos, maxT,
-                                                                C, NH, d);
+                                                                NH, NKV, HD, W, d);
                            }},
             dt);
   }
@@ -1108,10 +1134,10 @@ void check_contract(const Backend& gpu) {
              o.graph_begin(nullptr) == NFN_ERR_INVALID_ARGUMENT &&
              o.event_create(nullptr, NFN_EVENT_DEFAULT, &e) == NFN_ERR_INVALID_ARGUMENT,
          "ops without a context are refused");
-  refused(o.attention_kv_cached(gpu.ctx, dev, dev, dev, dev, 1, 1, INT32_MAX, 16, 64, 1, NFN_F32),
+  refused(o.attention_kv_cached(gpu.ctx, dev, dev, dev, dev, 1, 1, INT32_MAX, 16, 1, 1, 64, 0, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "kv_cached at pos INT_MAX", "do not fit the cache");
-  refused(o.attention_forward(gpu.ctx, dev, nullptr, dev, 65536, 8, 65536, 65536, NFN_F32), NFN_ERR_INVALID_ARGUMENT,
-          "attention_forward with B*NH = 2^32", "B*NH=4294967296 exceeds 65535");
+  refused(o.attention_forward(gpu.ctx, dev, nullptr, dev, 65536, 8, 65536, 65536, 1, 0, NFN_F32),
+          NFN_ERR_INVALID_ARGUMENT, "attention_forward with B*NH = 2^32", "B*NH=4294967296 exceeds 65535");
   refused(o.linear_forward(gpu.ctx, dev, dev, dev, dev, nullptr, nullptr, 2, 4, 8, NFN_EPILOGUE_GELU, NFN_F32),
           NFN_ERR_INVALID_ARGUMENT, "linear_forward with aux == out", "aux must not alias out");
   // Only dbias and dinp_colsum may be NULL in layernorm_backward, only dweight in
@@ -1181,13 +1207,25 @@ void check_contract(const Backend& gpu) {
 
 // The decoder ops refuse the same bad arguments with the same status and message in both
 // libraries (rope's checks are one function, cc/ops/rope.h, as scaled_sum's and gated_add's
-// are, cc/ops/mix_args.h, and the norms', cc/ops/norm_args.h); the CUDA library also refuses
-// rope heads wider than the 256 its kernel carries frequencies for.
+// are, cc/ops/mix_args.h, the norms', cc/ops/norm_args.h, and attention's geometry,
+// cc/ops/attention_geometry.h); the CUDA library also refuses rope heads wider than the 256 its
+// kernel carries frequencies for.
 void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
   using Refused = std::function<nfn_status(const nfn_op_table&, nfn_ctx*, void*)>;
   auto rope = [](int N, int T, int pos, int stride, int NH, int NKV, int HD, float theta, int sign) -> Refused {
     return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
       return o.rope_forward(ctx, p, p, N, T, pos, stride, NH, NKV, HD, theta, sign, NFN_F32);
+    };
+  };
+  auto attention = [](int T, int NH, int NKV, int HD, int W, bool forward) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      return forward ? o.attention_forward(ctx, p, static_cast<float*>(p), p, 1, T, NH, NKV, HD, W, NFN_F32)
+                     : o.attention_backward(ctx, p, p, p, p, static_cast<float*>(p), 1, T, NH, NKV, HD, W, NFN_F32);
+    };
+  };
+  auto cached = [](int pos, int NH, int NKV, int HD, int W) -> Refused {
+    return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+      return o.attention_kv_cached(ctx, p, p, p, p, 1, 1, pos, 4, NH, NKV, HD, W, NFN_F32);
     };
   };
   auto softcap = [](float cap, bool forward) -> Refused {
@@ -1261,6 +1299,20 @@ void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
        [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
          return o.swiglu_backward(ctx, p, p, nullptr, 2, 4, NFN_F32);
        }},
+      {"attention_forward NKV not dividing NH", attention(2, 4, 3, 4, 0, true)},
+      {"attention_forward NKV 0", attention(2, 4, 0, 4, 0, true)},
+      {"attention_forward HD 0", attention(2, 4, 2, 0, 0, true)},
+      {"attention_forward negative window", attention(2, 4, 2, 4, -1, true)},
+      {"attention_forward T 0", attention(0, 4, 2, 4, 0, true)},
+      {"attention_backward NKV above NH", attention(2, 2, 4, 4, 0, false)},
+      {"attention_backward negative window", attention(2, 4, 2, 4, -5, false)},
+      {"attention_backward null lse",
+       [](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
+         return o.attention_backward(ctx, p, p, p, p, nullptr, 1, 2, 4, 2, 4, 0, NFN_F32);
+       }},
+      {"attention_kv_cached NKV not dividing NH", cached(0, 6, 4, 4, 0)},
+      {"attention_kv_cached negative window", cached(0, 4, 2, 4, -1)},
+      {"attention_kv_cached positions past the cache", cached(4, 4, 2, 4, 0)},
       {"softcap_forward cap 0", softcap(0.f, true)},
       {"softcap_forward cap NaN", softcap(NAN, true)},
       {"softcap_backward cap -1", softcap(-1.f, false)},
@@ -1332,19 +1384,19 @@ void check_queries(const Backend& gpu) {
 
 void check_errors(const Backend& gpu) {
   check_contract(gpu);
-  const nfn_status s = gpu.ops().attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 30, 4, NFN_F32);
+  const nfn_status s = gpu.ops().attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 4, 3, 8, 0, NFN_F32);
   const std::string msg = gpu.ops().ctx_last_error(gpu.ctx);
   expect(s == NFN_ERR_INVALID_ARGUMENT && msg.find("attention_forward") != std::string::npos,
-         "attention_forward with C % NH != 0: status " + std::to_string(s) + " '" + msg + "'");
+         "attention_forward with NH % NKV != 0: status " + std::to_string(s) + " '" + msg + "'");
   // Head sizes up to 128 run (flash_simt's widest kernel); 129 is refused before anything is read.
   for (bool fwd : {true, false}) {
     const nfn_op_table& o = gpu.ops();
-    const nfn_status wide = fwd ? o.attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 258, 2, NFN_F32)
-                                : o.attention_backward(gpu.ctx, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 258,
-                                                       2, NFN_BF16);
+    const nfn_status wide = fwd ? o.attention_forward(gpu.ctx, nullptr, nullptr, nullptr, 1, 8, 2, 2, 129, 0, NFN_F32)
+                                : o.attention_backward(gpu.ctx, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 2,
+                                                       1, 129, 0, NFN_BF16);
     const std::string why = gpu.ops().ctx_last_error(gpu.ctx);
     const std::string op = fwd ? "attention_forward" : "attention_backward";
-    expect(wide == NFN_ERR_UNSUPPORTED && why == op + ": head size C/NH=129 exceeds 128",
+    expect(wide == NFN_ERR_UNSUPPORTED && why == op + ": head dim HD=129 exceeds 128",
            op + " at head size 129: status " + std::to_string(wide) + " '" + why + "'");
   }
   expect(gpu.ops().ctx_configure(gpu.ctx, "attention", "warp-speed") == NFN_ERR_INVALID_ARGUMENT,

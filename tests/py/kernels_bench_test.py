@@ -29,7 +29,8 @@ def cpuinfo_model():
 
 def expected_flops(s):
     """op, variant -> FLOPs of one call at shape s: 2 m n k a GEMM, the backward two GEMMs,
-    causal attention half the T x T scores (q k^T and p v), the LM head's three GEMMs."""
+    causal attention half the T x T scores (q k^T and p v), windowed attention the scores its
+    queries see, the LM head's three GEMMs."""
     N, C, T, hd = s["B"] * s["T"], s["C"], s["T"], s["C"] // s["NH"]
     gemm = lambda m, n, k: 2 * m * n * k
     shapes = {"qkv": (C, 3 * C), "proj": (C, C), "fc": (C, 4 * C), "fcproj": (4 * C, C)}
@@ -40,6 +41,11 @@ def expected_flops(s):
     attention = s["B"] * s["NH"] * 2 * (T * T / 2) * hd * 2
     out[("attention_forward", "")] = attention
     out[("attention_backward", "")] = 2 * attention
+    # Grouped-query heads (NH/4 kv heads) under a window of T/4: the scores each query sees.
+    nkv, w = (s["NH"] // 4 if s["NH"] % 4 == 0 else 1), max(1, T // 4)
+    windowed = s["B"] * s["NH"] * 2 * sum(min(t, w) + 1 for t in range(T)) * hd * 2
+    out[("attention_forward", f"GQA {s['NH']}:{nkv} window {w}")] = windowed
+    out[("attention_backward", f"GQA {s['NH']}:{nkv} window {w}")] = 2 * windowed
     out[("lm_head_cross_entropy", "(+backward)")] = 3 * gemm(N, s["Vp"], C)
     return out
 

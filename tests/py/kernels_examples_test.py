@@ -100,16 +100,18 @@ def expect_elementwise(v):
 
 
 def expect_attention(v):
-    T, C, NH = 3, 4, 2
-    hd = C // NH
-    qkv = v["qkv"].reshape(T, 3, C)
-    out, lse = np.zeros((T, C)), np.zeros((NH, T))
+    T, NH, NKV, HD, W = 4, 2, 1, 2, 2
+    qkv = v["qkv"].reshape(T, NH + 2 * NKV, HD)  # q heads, then k heads, then v heads
+    t = np.arange(T)
+    hidden = (t[None, :] > t[:, None]) | (t[None, :] < t[:, None] - W)  # key j of row t: causal, window W
+    out, lse = np.zeros((T, NH * HD)), np.zeros((NH, T))
     for h in range(NH):
-        q, k, val = (qkv[:, i, h * hd:(h + 1) * hd] for i in range(3))
-        scores = q @ k.T / np.sqrt(hd) + np.triu(np.full((T, T), -np.inf), 1)
+        kv = h // (NH // NKV)
+        q, k, val = qkv[:, h], qkv[:, NH + kv], qkv[:, NH + NKV + kv]
+        scores = np.where(hidden, -np.inf, q @ k.T / np.sqrt(HD))
         top = scores.max(axis=1, keepdims=True)
         lse[h] = (top + np.log(np.exp(scores - top).sum(axis=1, keepdims=True)))[:, 0]
-        out[:, h * hd:(h + 1) * hd] = softmax(scores) @ val
+        out[:, h * HD:(h + 1) * HD] = softmax(scores) @ val
     return {"out": out, "lse": lse, "out_kv_cached": out}
 
 

@@ -1,9 +1,10 @@
-// Causal attention in matmul=bf16 mode: the f32 path's blocks and tiles (attention.cc), with
-// each block's q, k, v (and dout) rounded to bf16 once, and the tile products run in bf16 on
-// the block's thread through oneDNN (gemm_bf16_serial), accumulating in f32. The scores,
-// the softmax, its log-sum-exp and dS are computed in f32 and rounded only as the next
-// product's operand, as the CUDA library's flash kernels do. f32 OpenBLAS runs these 64-row
-// products at about 43 GFLOP/s a thread; oneDNN's bf16 kernels run them at 130-180.
+// Causal attention in matmul=bf16 mode: the f32 path's blocks and tiles (attention.cc), the
+// grouped-query heads and sliding window included, with each block's q, k, v (and dout)
+// rounded to bf16 once, and the tile products run in bf16 on the block's thread through
+// oneDNN (gemm_bf16_serial), accumulating in f32. The scores, the softmax, its log-sum-exp
+// and dS are computed in f32 and rounded only as the next product's operand, as the CUDA
+// library's flash kernels do. f32 OpenBLAS runs these 64-row products at about 43 GFLOP/s a
+// thread; oneDNN's bf16 kernels run them at 130-180.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -18,10 +19,10 @@ namespace nfn::cpu::attention {
 
 namespace {
 
-// The products of one query tile (rows r0..r0+rows, keys 0..r1) of a block whose bf16
-// copies are dense (T, hs) matrices; each names its shape for prepare and run alike. Their
-// f32 results are dense too (scores: ld r1; the rest: ld hs), copied to out or dqkv after:
-// oneDNN runs a product into strided rows with its slower gemm kernels, not brgemm.
+// The products of one query tile (rows r0..r1, keys k0..r1: width r1 - k0) of a block whose
+// bf16 copies are dense (T, hs) matrices; each names its shape for prepare and run alike.
+// Their f32 results are dense too (scores: ld width; the rest: ld hs), copied to out or dqkv
+// after: oneDNN runs a product into strided rows with its slower gemm kernels, not brgemm.
 GemmBf16 shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, bool trans_b, int64_t ldc,
                float alpha = 1.f, bool accumulate = false) {
   GemmBf16 g;
@@ -30,10 +31,10 @@ GemmBf16 shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, bool t
   g.alpha = alpha, g.accumulate = accumulate;
   return g;
 }
-GemmBf16 scores(int rows, int r1, int hs, float alpha) { return shape(rows, r1, hs, hs, hs, true, r1, alpha); }
-GemmBf16 times_keys(int rows, int r1, int hs) { return shape(rows, hs, r1, r1, hs, false, hs); }
-GemmBf16 key_grad(int rows, int r1, int hs, bool accumulate) {
-  return shape(r1, hs, rows, rows, hs, false, hs, 1.f, accumulate);
+GemmBf16 scores(int rows, int width, int hs, float alpha) { return shape(rows, width, hs, hs, hs, true, width, alpha); }
+GemmBf16 times_keys(int rows, int width, int hs) { return shape(rows, hs, width, width, hs, false, hs); }
+GemmBf16 key_grad(int rows, int width, int hs, bool accumulate) {
+  return shape(width, hs, rows, rows, hs, false, hs, 1.f, accumulate);
 }
 
 // Runs g on its operands; false (and the op fails after its parallel region) if oneDNN did.
@@ -42,15 +43,13 @@ bool run(nfn_ctx* ctx, GemmBf16 g, const uint16_t* A, const uint16_t* B, float* 
   return gemm_bf16_serial(ctx, g, thread);
 }
 
-// Every tile's shapes, prepared before the parallel region.
+// Every tile's shapes, prepared before the parallel region: shapes_of_tile(tile, last).
 template <typename Fn>
-nfn_status prepare_tiles(nfn_ctx* ctx, const char* op, int T, Fn shapes_of_tile) {
+nfn_status prepare_tiles(nfn_ctx* ctx, const char* op, const Geometry& g, Fn shapes_of_tile) {
   const int threads = omp_get_max_threads();
-  for (int r0 = 0; r0 < T; r0 += kQueryTile) {
-    const int r1 = std::min(T, r0 + kQueryTile);
-    for (const GemmBf16& g : shapes_of_tile(r1 - r0, r1, r0 == (T - 1) / kQueryTile * kQueryTile))
-      NFN_RETURN_IF_ERROR(prepare_gemm_bf16_serial(ctx, op, g, threads));
-  }
+  for (int r0 = 0; r0 < g.T; r0 += kQueryTile)
+    for (const GemmBf16& s : shapes_of_tile(Tile(g, r0), r0 == last_tile(g.T)))
+      NFN_RETURN_IF_ERROR(prepare_gemm_bf16_serial(ctx, op, s, threads));
   return NFN_OK;
 }
 
@@ -70,52 +69,55 @@ nfn_status oneDNN_failed(nfn_ctx* ctx, const char* op) {
 
 }  // namespace
 
-nfn_status forward_bf16(nfn_ctx* ctx, float* y, float* lse, const float* x, int B, int T, int C, int NH) {
+nfn_status forward_bf16(nfn_ctx* ctx, float* y, float* lse, const float* x, const Geometry& g) {
   const char* op = "attention_forward";
-  const int hs = C / NH;
-  const long ld = 3L * C, tile = static_cast<long>(kQueryTile) * T, copies = 3L * T * hs;
+  const int T = g.T, hs = g.HD;
+  const long ld = g.ld(), C = g.C(), tile = kQueryTile * g.max_keys(), copies = 3L * T * hs;
   const long f32 = tile + kQueryTile * hs;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  NFN_RETURN_IF_ERROR(prepare_tiles(ctx, op, T, [&](int rows, int r1, bool) {
-    return std::array<GemmBf16, 2>{scores(rows, r1, hs, scale), times_keys(rows, r1, hs)};
+  const float scale = g.scale();
+  NFN_RETURN_IF_ERROR(prepare_tiles(ctx, op, g, [&](const Tile& t, bool) {
+    return std::array<GemmBf16, 2>{scores(t.rows(), t.width(), hs, scale), times_keys(t.rows(), t.width(), hs)};
   }));
   thread_scratch(ctx, f32, copies + tile, 0);  // sized here, outside the parallel region
   std::atomic<bool> failed{false};
-  for_each_block(B, T, C, NH, [&](const Block& blk, int thread) {
+  for_each_block(g, [&](const Block& blk, int thread) {
     const Scratch s = thread_scratch(ctx, f32, copies + tile, thread);
     float *S = s.f32, *O = S + tile;
     uint16_t *q = s.bf16, *k = q + T * hs, *v = k + T * hs, *P = v + T * hs;
     round_block(blk.q(x), T, hs, ld, q);
     round_block(blk.k(x), T, hs, ld, k);
     round_block(blk.v(x), T, hs, ld, v);
-    float* o = blk.rows(y);
-    float* row_lse = lse + static_cast<long>(blk.b * NH + blk.h) * T;
+    float *o = blk.rows(y), *row_lse = blk.stats(lse);
     for (int r0 = 0; r0 < T && !failed; r0 += kQueryTile) {
-      const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
-      if (!run(ctx, scores(rows, r1, hs, scale), q + r0 * hs, k, S, thread)) failed = true;  // S = Q K^T
-      for (int i = 0; i < rows; ++i) row_lse[r0 + i] = softmax_row(S + static_cast<long>(i) * r1, r0 + i + 1, r1);
-      round_bf16_serial(S, rows, r1, r1, false, P, r1);
-      if (!run(ctx, times_keys(rows, r1, hs), P, v, O, thread)) failed = true;  // O = P V
-      copy_rows(O, rows, hs, o + static_cast<long>(r0) * C, C);
+      const Tile t(g, r0);
+      const int rows = t.rows(), width = t.width();
+      if (!run(ctx, scores(rows, width, hs, scale), q + r0 * hs, k + t.k0 * hs, S, thread)) failed = true;  // S = Q K^T
+      for (int i = 0; i < rows; ++i)
+        row_lse[r0 + i] = softmax_row(S + static_cast<long>(i) * width, t.begin(i), t.end(i), width);
+      round_bf16_serial(S, rows, width, width, false, P, width);
+      if (!run(ctx, times_keys(rows, width, hs), P, v + t.k0 * hs, O, thread)) failed = true;  // O = P V
+      copy_rows(O, rows, hs, o + r0 * C, C);
     }
   });
   return failed ? oneDNN_failed(ctx, op) : NFN_OK;
 }
 
 nfn_status backward_bf16(nfn_ctx* ctx, float* dx, const float* go, const float* x, const float* y,
-                         const float* lse, int B, int T, int C, int NH) {
+                         const float* lse, const Geometry& g) {
   const char* op = "attention_backward";
-  const int hs = C / NH;
-  const long ld = 3L * C, tile = static_cast<long>(kQueryTile) * T, copies = 4L * T * hs;
+  const int T = g.T, hs = g.HD;
+  const long ld = g.ld(), C = g.C(), tile = kQueryTile * g.max_keys(), copies = 4L * T * hs;
   const long f32 = 2 * tile + kQueryTile * hs + 2L * T * hs;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  NFN_RETURN_IF_ERROR(prepare_tiles(ctx, op, T, [&](int rows, int r1, bool first) {
-    return std::array<GemmBf16, 4>{scores(rows, r1, hs, scale), scores(rows, r1, hs, 1.f),
-                                   times_keys(rows, r1, hs), key_grad(rows, r1, hs, !first)};
+  const float scale = g.scale();
+  NFN_RETURN_IF_ERROR(prepare_tiles(ctx, op, g, [&](const Tile& t, bool first) {
+    const int rows = t.rows(), width = t.width();
+    return std::array<GemmBf16, 4>{scores(rows, width, hs, scale), scores(rows, width, hs, 1.f),
+                                   times_keys(rows, width, hs), key_grad(rows, width, hs, !first)};
   }));
   thread_scratch(ctx, f32, copies + 3 * tile, 0);
+  const KeyGrads grads(ctx, g, dx);
   std::atomic<bool> failed{false};
-  for_each_block(B, T, C, NH, [&](const Block& blk, int thread) {
+  for_each_block(g, [&](const Block& blk, int thread) {
     const Scratch s = thread_scratch(ctx, f32, copies + 3 * tile, thread);
     float *P = s.f32, *dS = P + tile, *dQ = dS + tile, *dK = dQ + kQueryTile * hs, *dV = dK + T * hs;
     uint16_t *q = s.bf16, *k = q + T * hs, *v = k + T * hs, *dO = v + T * hs;
@@ -124,34 +126,41 @@ nfn_status backward_bf16(nfn_ctx* ctx, float* dx, const float* go, const float* 
     round_block(blk.k(x), T, hs, ld, k);
     round_block(blk.v(x), T, hs, ld, v);
     round_block(blk.rows(go), T, hs, C, dO);
-    const float *o = blk.rows(y), *dO32 = blk.rows(go);
-    float *dq = blk.q(dx), *dk = blk.k(dx), *dv = blk.v(dx);
-    const float* row_lse = lse + static_cast<long>(blk.b * NH + blk.h) * T;
-    // As in the f32 path: the last tile sees every key, so its dK and dV products overwrite.
-    const int last = (T - 1) / kQueryTile * kQueryTile;
+    const float *o = blk.rows(y), *dO32 = blk.rows(go), *row_lse = blk.stats(lse);
+    float* dq = blk.q(dx);
+    // As in the f32 path: the last tile's dK and dV products overwrite the keys it sees, the
+    // keys before those start at zero, and the earlier tiles add.
+    const int last = last_tile(T), before = Tile(g, last).k0;
+    std::fill(dK, dK + static_cast<long>(before) * hs, 0.f);
+    std::fill(dV, dV + static_cast<long>(before) * hs, 0.f);
     for (int r0 = last; r0 >= 0 && !failed; r0 -= kQueryTile) {
-      const int r1 = std::min(T, r0 + kQueryTile), rows = r1 - r0;
+      const Tile t(g, r0);
+      const int rows = t.rows(), width = t.width();
       const bool first = r0 == last;
-      bool ok = run(ctx, scores(rows, r1, hs, scale), q + r0 * hs, k, P, thread);  // S
-      ok = ok && run(ctx, scores(rows, r1, hs, 1.f), dO + r0 * hs, v, dS, thread);   // dP = dO V^T
+      const uint16_t *kt = k + t.k0 * hs, *vt = v + t.k0 * hs;
+      bool ok = run(ctx, scores(rows, width, hs, scale), q + r0 * hs, kt, P, thread);  // S
+      ok = ok && run(ctx, scores(rows, width, hs, 1.f), dO + r0 * hs, vt, dS, thread);   // dP = dO V^T
       for (int i = 0; i < rows; ++i) {
         const long at = static_cast<long>(r0 + i) * C;
-        gradient_row(P + static_cast<long>(i) * r1, dS + static_cast<long>(i) * r1, r0 + i + 1, r1,
+        gradient_row(P + static_cast<long>(i) * width, dS + static_cast<long>(i) * width, t.begin(i), t.end(i), width,
                      row_lse[r0 + i], row_dot(dO32 + at, o + at, hs), scale);
       }
-      round_bf16_serial(dS, rows, r1, r1, false, dS16, r1);
-      round_bf16_serial(dS, rows, r1, r1, true, dS16t, rows);
-      round_bf16_serial(P, rows, r1, r1, true, P16t, rows);
-      ok = ok && run(ctx, times_keys(rows, r1, hs), dS16, k, dQ, thread);                   // dQ = dS K
-      ok = ok && run(ctx, key_grad(rows, r1, hs, !first), dS16t, q + r0 * hs, dK, thread);   // dK += dS^T Q
-      ok = ok && run(ctx, key_grad(rows, r1, hs, !first), P16t, dO + r0 * hs, dV, thread);   // dV += P^T dO
+      round_bf16_serial(dS, rows, width, width, false, dS16, width);
+      round_bf16_serial(dS, rows, width, width, true, dS16t, rows);
+      round_bf16_serial(P, rows, width, width, true, P16t, rows);
+      const GemmBf16 key_product = key_grad(rows, width, hs, !first);
+      ok = ok && run(ctx, times_keys(rows, width, hs), dS16, kt, dQ, thread);             // dQ = dS K
+      ok = ok && run(ctx, key_product, dS16t, q + r0 * hs, dK + t.k0 * hs, thread);  // dK += dS^T Q
+      ok = ok && run(ctx, key_product, P16t, dO + r0 * hs, dV + t.k0 * hs, thread);  // dV += P^T dO
       copy_rows(dQ, rows, hs, dq + r0 * ld, ld);
       if (!ok) failed = true;
     }
-    copy_rows(dK, T, hs, dk, ld);
-    copy_rows(dV, T, hs, dv, ld);
+    copy_rows(dK, T, hs, grads.dk(blk), grads.ld());
+    copy_rows(dV, T, hs, grads.dv(blk), grads.ld());
   });
-  return failed ? oneDNN_failed(ctx, op) : NFN_OK;
+  if (failed) return oneDNN_failed(ctx, op);
+  grads.finish();
+  return NFN_OK;
 }
 
 }  // namespace nfn::cpu::attention

@@ -12,7 +12,8 @@
 namespace nfn::cpu {
 struct GemmState;
 // Scratch slots: each op that needs temporary memory owns one, so nested use cannot clash.
-enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchMuon, kScratchSlots };
+// kScratchKeyGrads: attention_backward's per-query-head dK and dV (grouped-query heads).
+enum ScratchSlot { kScratchLogits, kScratchAttention, kScratchKeyGrads, kScratchMuon, kScratchSlots };
 }  // namespace nfn::cpu
 
 struct nfn_ctx {

@@ -26,9 +26,17 @@ static std::vector<float> run_once(const char* deterministic) {
   std::vector<float> grads = random_vec(3 << 16, 6);
   const void* grad_bufs[2] = {grads.data(), dqkv.data()};
   const size_t grad_counts[2] = {grads.size(), dqkv.size()};
-  bool ok = nfn_attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NFN_F32) == NFN_OK &&
-            nfn_attention_backward(ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
-                                   NFN_F32) == NFN_OK &&
+  // Grouped-query heads with a window too: their dK and dV sum over each kv head's query heads.
+  const int GH = 4, GKV = 2, GD = 16, window = 30;
+  std::vector<float> gqkv = random_vec(N * (GH + 2 * GKV) * GD, 7), gout(N * GH * GD), glse(B * GH * T);
+  std::vector<float> gdqkv(gqkv.size()), gdout = random_vec(gout.size(), 8);
+  bool ok = nfn_attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, NH, NH, C / NH, 0, NFN_F32) == NFN_OK &&
+            nfn_attention_backward(ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH,
+                                   C / NH, 0, NFN_F32) == NFN_OK &&
+            nfn_attention_forward(ctx, gout.data(), glse.data(), gqkv.data(), B, T, GH, GKV, GD, window, NFN_F32) ==
+                NFN_OK &&
+            nfn_attention_backward(ctx, gdqkv.data(), gdout.data(), gqkv.data(), gout.data(), glse.data(), B, T, GH,
+                                   GKV, GD, window, NFN_F32) == NFN_OK &&
             nfn_linear_backward(ctx, x.data(), dw.data(), db.data(), dxsum.data(), dqkv.data(), out.data(), w.data(),
                                 nullptr, N, C, 3 * C, 0, NFN_F32) == NFN_OK &&
             nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
@@ -51,8 +59,8 @@ static std::vector<float> run_once(const char* deterministic) {
   EXPECT(ok, "ops failed: %s", nfn_ctx_last_error(ctx));
   nfn_ctx_destroy(ctx);
   std::vector<float> all;
-  for (const auto* v : {&out, &lse, &dqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw, &dlb, &dxsum, &dlnsum,
-                        &dmix, &dscalars, &dgate_in, &dgate_w, &dgate_lam})
+  for (const auto* v : {&out, &lse, &dqkv, &gout, &glse, &gdqkv, &dw, &db, &dx, &dwte, &losses, &ln, &dln, &dlw,
+                        &dlb, &dxsum, &dlnsum, &dmix, &dscalars, &dgate_in, &dgate_w, &dgate_lam})
     all.insert(all.end(), v->begin(), v->end());
   all.push_back(loss_sum);
   all.push_back(sumsq);

@@ -342,7 +342,7 @@ class EmulatedCudaRunTest(unittest.TestCase):
         for more in (["--check"], []):
             proc = trainer("cuda", EMULATED_LIB, 2, 512, *more)
             self.assertEqual((proc.returncode, proc.stderr), (2, "nfn_gpt_native_train: error: the model (2 heads of "
-                             "512 channels, micro-batch 2): attention_forward: head size C/NH=256 exceeds 128\n"),
+                             "512 channels, micro-batch 2): attention_forward: head dim HD=256 exceeds 128\n"),
                              more)
         for more in (["--check"], ["--train-seq-len", "1", "--eval-batches", "0"]):  # a run: one position a row
             seq = int(more[1]) if len(more) > 1 else 64
