@@ -21,8 +21,11 @@ extern "C" {
  * 8: layernorm_backward and linear_backward take dinp_colsum; 9: ctx_query;
  * 10: event_create takes flags (NFN_EVENT_TIMING), event_elapsed; 11: muon_step_many;
  * 12: rope_forward/backward, relu_squared_forward/backward, swiglu_forward/backward,
- * softcap_forward/backward */
-#define NFN_ABI_VERSION 12
+ * softcap_forward/backward; 13: attention_forward/backward/kv_cached take NKV, HD and window
+ * (grouped-query heads, sliding windows), rmsnorm_forward takes eps, lm_head_cross_entropy takes
+ * softcap, head_rmsnorm_forward/backward, scaled_sum_forward/backward,
+ * gated_add_forward/backward */
+#define NFN_ABI_VERSION 13
 
 typedef enum nfn_status {
   NFN_OK = 0,
