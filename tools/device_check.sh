@@ -10,7 +10,9 @@
 #      --stage-timing (events between the stages; its table in logs.tgz), and with --graphs on
 #      --recompute all (activations rerun in the backward): the same losses bit
 #      for bit, and the step time against op by op (skipped, and said so, when
-#      .device/bin/nfn_gpt_native_train is absent)
+#      .device/bin/nfn_gpt_native_train is absent); (2b) nanochat and llama (GQA, nanochat's
+#      sliding window, value embeddings, Muon) on cuda f32 and bf16 against cpu, and with
+#      --graphs on against op by op
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
 #      the linear backwards with overlap=on, and the LM head at four chunk sizes: where a
@@ -126,6 +128,33 @@ PY
       same "$logs/train_cuda_bf16_flash_mma.json" "$logs/train_cuda_bf16_flash_mma_$extras.json"
   done
 fi
+
+# 2b. the decoder families (GQA 2:1, nanochat's sliding window on its first layer) on cuda
+# against cpu, and a recorded step against op by op.
+for family in nanochat llama; do
+  dtrainer=$work/bin/nfn_${family}_native_train
+  if [ ! -x "$dtrainer" ] || [ ! -d "${data:-}" ]; then
+    row "train $family cpu vs cuda" "SKIP" "no nfn_${family}_native_train in .device/bin"
+    continue
+  fi
+  dcommon=(--num-layers 2 --num-heads 2 --num-kv-heads 1 --model-dim 128 --vocab-size 512 --train-data "$data"
+           --train-seq-len 64 --batch-size 8 --max-steps 30 --eval-every-steps 30 --eval-batches 2 --seed 1337
+           --sample-tokens 8 --json)
+  timeout 60 "$dtrainer" "${dcommon[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --matmul f32 \
+    --output-dir "/tmp/nfn-$family-cpu" > "$logs/train_${family}_cpu.json" 2> "$logs/train_${family}_cpu.err"
+  for run in f32:off bf16:off bf16:on; do
+    IFS=: read -r dt graphs <<< "$run"
+    name=${family}_${dt}_graphs_$graphs
+    timeout 30 "$dtrainer" "${dcommon[@]}" --backend cuda --tile-ops-lib "$cuda_lib" --dtype "$dt" --graphs "$graphs" \
+      --output-dir "/tmp/nfn-$name" > "$logs/train_$name.json" 2> "$logs/train_$name.err"
+    status=$?
+    bound=$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)
+    summary_row "train $family cuda $dt graphs $graphs vs cpu" \
+      train "$logs/train_${family}_cpu.json" "$logs/train_$name.json" "$bound" "$status"
+  done
+  summary_row "train $family graphs vs op by op" same "$logs/train_${family}_bf16_graphs_off.json" \
+    "$logs/train_${family}_bf16_graphs_on.json"
+done
 
 if [ -n "$quick" ]; then
   echo

@@ -4,7 +4,7 @@
 #   carry: [".device"]   command: tools/device_check.sh
 # Contents of .device/ (about 20 MiB; libraries over 4 MiB travel xz-compressed):
 #   bin/ops_parity_test            CUDA-vs-CPU op parity (tests/cuda)
-#   bin/nfn_gpt_native_train       the trainer, when //cc/bin builds
+#   bin/nfn_{gpt,nanochat,llama}_native_train   the trainers, when //cc/bin builds
 #   bin/bench_ops                  per-op timings of an op library (tools/bench_ops.cc)
 #   lib/libnfn_native_train_tile_ops.so, lib/libnfn_native_train_cpu_ops.so
 #   lib/*.so*                      non-system libraries they load (oneDNN, OpenBLAS, libgomp, cudart)
@@ -16,8 +16,9 @@ cd "$root"
 targets=(//cuda/ops:libnfn_native_train_tile_ops.so //cc/ops:libnfn_native_train_cpu_ops.so
          //tests/cuda:ops_parity_test //tools:bench_ops)
 have_trainer=0
+trainers=(nfn_gpt_native_train nfn_nanochat_native_train nfn_llama_native_train)
 if bazel query //cc/bin:nfn_gpt_native_train >/dev/null 2>&1; then
-  targets+=(//cc/bin:nfn_gpt_native_train)
+  for t in "${trainers[@]}"; do targets+=("//cc/bin:$t"); done
   have_trainer=1
 fi
 bazel build "${targets[@]}"
@@ -26,7 +27,7 @@ rm -rf .device
 mkdir -p .device/bin .device/lib
 cp "$bin/cuda/ops/libnfn_native_train_tile_ops.so" "$bin/cc/ops/libnfn_native_train_cpu_ops.so" .device/lib/
 cp "$bin/tests/cuda/ops_parity_test" "$bin/tools/bench_ops" .device/bin/
-[ "$have_trainer" = 1 ] && cp "$bin/cc/bin/nfn_gpt_native_train" .device/bin/
+if [ "$have_trainer" = 1 ]; then for t in "${trainers[@]}"; do cp "$bin/cc/bin/$t" .device/bin/; done; fi
 # Libraries outside the base system that the binaries load (the device image has its own
 # libc, libstdc++ and driver; CUDA's runtime is copied too in case its toolkit differs).
 missing=$(for f in .device/lib/*.so .device/bin/*; do ldd "$f" | awk -v f="$f" '/not found/ {print f ": " $1}'; done)

@@ -28,8 +28,9 @@ constexpr Family kFamilies[] = {
     {"gpt", "nfn_gpt_native_train", "ready", "dense GPT-2 architecture"},
     {"gpt2", "nfn_gpt_native_train", "ready", "the dense GPT trainer"},
     {"gpt3", "nfn_gpt_native_train", "ready", "the dense GPT trainer; 2048 context by default"},
-    {"nanogpt", "", "missing", "no trainer yet: nanochat-style architecture (rotary, RMSNorm, ReLU^2) is planned"},
-    {"llama", "", "missing", "no trainer yet: llama architecture (RMSNorm, SwiGLU, rotary, GQA) is planned"},
+    {"nanochat", "nfn_nanochat_native_train", "ready", "nanochat's model with Muon; --depth sizes it"},
+    {"llama", "nfn_llama_native_train", "ready", "llama architecture (RMSNorm, SwiGLU, rotary, GQA)"},
+    {"nanogpt", "", "missing", "no trainer yet: importing nanoGPT checkpoints into the dense GPT is planned"},
     {"embedding", "", "missing", "no trainer yet: sentence-embedding models are planned"},
 };
 
@@ -55,7 +56,8 @@ void usage(FILE* out) {
                "       nfn_native_train --inspect-checkpoint SPEC [--for-resume] --json\n"
                "       nfn_native_train --inspect-geometry --max-seq-len T ... --json\n\n"
                "Runs the native trainer of a model family (default: the --graph-file manifest's, else\n"
-               "gpt); every flag goes to it (see nfn_gpt_native_train --help, and\n"
+               "gpt); every flag goes to it (see nfn_gpt_native_train --help, nfn_nanochat_native_train\n"
+               "--help, nfn_llama_native_train --help, and\n"
                "nfn_native_train --inspect-geometry --help for the checkpoint queries).\n");
 }
 
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nfn_native_train: error: %s not found beside nfn_native_train\n", f->binary);
     return 1;
   }
-  // gpt, gpt2 and gpt3 are model families of the one trainer; a named one is passed on.
+  // gpt, gpt2 and gpt3 are model families of one trainer; a named family is passed on.
   if (named) rest.insert(rest.begin(), "--model-family=" + base);
   std::vector<char*> args = {const_cast<char*>(path.c_str())};
   for (std::string& a : rest) args.push_back(a.data());

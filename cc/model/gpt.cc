@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cc/ops/arena.h"
+#include "cc/model/token_upload.h"
 #include "cc/ops/op_error.h"
 #include "cc/util/bf16.h"
 #include "cc/util/rng.h"
@@ -74,8 +75,8 @@ bool GPT::check(nfn_status s, const char* what, std::string* error) const {
   return false;
 }
 
-void* GPT::param(int i) const { return static_cast<char*>(params_) + layout_[i].offset * esize(); }
-void* GPT::grad(int i) const { return static_cast<char*>(grads_) + layout_[i].offset * esize(); }
+void* GPT::param(int i) const { return state_.param(layout_[i].offset); }
+void* GPT::grad(int i) const { return state_.grad(layout_[i].offset); }
 
 // Layer l's slice of per-layer tensor i (shape (L, ...)) in a parameter-shaped block.
 void* GPT::layer_slice(void* block, int i, int l) const {
@@ -97,9 +98,8 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
   dtype_ = dtype;
   recompute_ = recompute;
   layout_ = param_layout(config);
-  num_params_ = nfn::num_parameters(config);
-  const size_t P = num_params_;
-  std::vector<ArenaSlot> plan = state_plan(P, dtype, &params_, &grads_, &master_, &m_, &v_, &loss_sum_);
+  state_.bind(ops, ctx, dtype, nfn::num_parameters(config));
+  std::vector<ArenaSlot> plan = state_.plan();
   if (B > 0 && T > 0) {
     if (!check_sequence_length(T, error)) return false;
     const std::vector<ArenaSlot> acts = activation_slots(B, T);
@@ -115,12 +115,7 @@ bool GPT::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, n
     T_ = T;
     ++activations_version_;
   }
-  grad_sumsq_ = loss_sum_ + 1;  // the two scalars side by side: one copy reads both
-  if (dtype == NFN_F32) master_ = static_cast<float*>(params_);  // f32 training updates params in place
-  return check(ops_->fill(ctx_, m_, NFN_F32, 0.f, P), "zeroing AdamW m", error) &&
-         check(ops_->fill(ctx_, v_, NFN_F32, 0.f, P), "zeroing AdamW v", error) &&
-         check(ops_->fill(ctx_, grad_sumsq_, NFN_F32, 0.f, 1), "zeroing", error) &&
-         zero_grads(error) && zero_loss(error);
+  return state_.ready(error);
 }
 
 namespace {
@@ -166,62 +161,17 @@ std::vector<float> GPT::random_parameters(const GPTConfig& c, uint64_t seed) {
 }
 
 bool GPT::set_parameters(const std::vector<float>& host, std::string* error) {
-  if (host.size() != num_params_) {
+  if (host.size() != state_.size()) {
     *error = "parameters: got " + std::to_string(host.size()) + " values, the model has " +
-             std::to_string(num_params_);
+             std::to_string(state_.size());
     return false;
   }
-  return upload(Stored::kMaster, 0, num_params_, host.data(), error);
-}
-
-bool GPT::stored_range(Stored which, size_t offset, size_t count, float** at, std::string* error) const {
-  if (offset > num_params_ || count > num_params_ - offset) {
-    *error = "checkpoint state: elements [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
-             ") are outside the model's " + std::to_string(num_params_);
-    return false;
-  }
-  *at = (which == Stored::kMaster ? master_ : which == Stored::kFirstMoment ? m_ : v_) + offset;
-  return true;
-}
-
-bool GPT::download(Stored which, size_t offset, size_t count, float* host, std::string* error) {
-  float* src = nullptr;
-  return stored_range(which, offset, count, &src, error) &&
-         check(ops_->copy(ctx_, host, src, count * 4, NFN_DEVICE_TO_HOST), "downloading state", error) &&
-         check(ops_->synchronize(ctx_), "synchronize", error);
-}
-
-bool GPT::upload(Stored which, size_t offset, size_t count, const float* host, std::string* error) {
-  float* dst = nullptr;
-  if (!stored_range(which, offset, count, &dst, error) ||
-      !check(ops_->copy(ctx_, dst, host, count * 4, NFN_HOST_TO_DEVICE), "uploading state", error))
-    return false;
-  if (which == Stored::kMaster && dtype_ != NFN_F32 &&
-      !check(ops_->convert(ctx_, static_cast<char*>(params_) + offset * esize(), dtype_, dst, NFN_F32, count),
-             "converting parameters", error))
-    return false;
-  return check(ops_->synchronize(ctx_), "synchronize", error);  // host may be reused at once
+  return upload(Stored::kMaster, 0, host.size(), host.data(), error);
 }
 
 bool GPT::get_parameters(std::vector<float>* host, std::string* error) {
-  host->resize(num_params_);
-  return download(Stored::kMaster, 0, num_params_, host->data(), error);
-}
-
-bool GPT::get_gradients(std::vector<float>* host, std::string* error) {
-  host->resize(num_params_);
-  if (dtype_ == NFN_F32)
-    return check(ops_->copy(ctx_, host->data(), grads_, num_params_ * 4, NFN_DEVICE_TO_HOST), "downloading gradients",
-                 error) &&
-           check(ops_->synchronize(ctx_), "synchronize", error);
-  // bf16 gradients: widen on the host (only tests ask for them).
-  std::vector<uint16_t> raw(num_params_);
-  if (!check(ops_->copy(ctx_, raw.data(), grads_, num_params_ * 2, NFN_DEVICE_TO_HOST), "downloading gradients",
-             error) ||
-      !check(ops_->synchronize(ctx_), "synchronize", error))
-    return false;
-  for (size_t i = 0; i < num_params_; ++i) (*host)[i] = bf16_to_f32(raw[i]);
-  return true;
+  host->resize(state_.size());
+  return download(Stored::kMaster, 0, host->size(), host->data(), error);
 }
 
 bool GPT::check_sequence_length(int T, std::string* error) const {
@@ -272,20 +222,6 @@ void GPT::release_activations() {
   ++activations_version_;
 }
 
-// The model's state: parameters and gradients in `dtype`, the f32 master copy (the parameters
-// themselves in f32), AdamW's moments, and two f32 scalars (the loss, then the gradients' sum
-// of squares).
-std::vector<ArenaSlot> GPT::state_plan(size_t P, nfn_dtype dtype, void** params, void** grads, float** master,
-                                       float** m, float** v, float** scalars) {
-  const size_t e = dtype == NFN_F32 ? 4 : 2;
-  return {{params, P * e},
-          {grads, P * e},
-          {reinterpret_cast<void**>(master), dtype == NFN_F32 ? 0 : P * 4},
-          {reinterpret_cast<void**>(m), P * 4},
-          {reinterpret_cast<void**>(v), P * 4},
-          {reinterpret_cast<void**>(scalars), 8}};
-}
-
 // The activation buffers of a (B, T) micro-batch in elements of e bytes, into `a`: L slices
 // of each per-layer tensor, one of each that the backward recomputes.
 std::vector<ArenaSlot> GPT::activation_plan(const GPTConfig& config, int B, int T, size_t e, GPTRecompute recompute,
@@ -331,10 +267,10 @@ std::vector<ArenaSlot> GPT::activation_slots(int B, int T) {
 }
 
 size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T, GPTRecompute recompute) {
-  void *params, *grads;
-  float *master, *m, *v, *scalars;
+  ParamState state;
+  state.bind(nullptr, nullptr, dtype, nfn::num_parameters(config));
   Acts acts;
-  size_t bytes = arena_bytes(state_plan(nfn::num_parameters(config), dtype, &params, &grads, &master, &m, &v, &scalars));
+  size_t bytes = arena_bytes(state.plan());
   if (B > 0 && T > 0)
     bytes += arena_bytes(activation_plan(config, B, T, dtype == NFN_F32 ? 4 : 2, recompute, &acts));
   return bytes;
@@ -342,25 +278,15 @@ size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T,
 
 bool GPT::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {
   if (!ensure_activations(B, T, error)) return false;
-  const size_t N = static_cast<size_t>(B) * T;
-  have_inputs_ = have_targets_ =
-      check(ops_->copy(ctx_, acts_->window, window, (N + 1) * 2, NFN_HOST_TO_DEVICE), "uploading tokens", error) &&
-      check(ops_->widen_tokens(ctx_, acts_->inputs, acts_->window, N), "widening inputs", error) &&
-      check(ops_->widen_tokens(ctx_, acts_->targets, acts_->window + 1, N), "widening targets", error);
+  have_inputs_ = have_targets_ = upload_token_window(*ops_, ctx_, acts_->window, acts_->inputs, acts_->targets, window,
+                                                     static_cast<size_t>(B) * T, error);
   return have_inputs_;
 }
 
 bool GPT::upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) {
-  if (!ensure_activations(B, T, error)) return false;
-  const size_t N = static_cast<size_t>(B) * T;
-  have_inputs_ = have_targets_ = false;
-  if (!check(ops_->copy(ctx_, acts_->inputs, inputs, N * 4, NFN_HOST_TO_DEVICE), "uploading inputs", error))
-    return false;
-  have_inputs_ = true;
-  if (targets == nullptr) return true;
-  have_targets_ =
-      check(ops_->copy(ctx_, acts_->targets, targets, N * 4, NFN_HOST_TO_DEVICE), "uploading targets", error);
-  return have_targets_;
+  return ensure_activations(B, T, error) && upload_token_ids(*ops_, ctx_, acts_->inputs, acts_->targets, inputs, targets,
+                                                             static_cast<size_t>(B) * T, &have_inputs_,
+                                                             &have_targets_, error);
 }
 
 GPT::Layer GPT::layer(int l) const {
@@ -394,7 +320,7 @@ GPT::Layer GPT::layer(int l) const {
 bool GPT::attention_half(int l, const Layer& x, std::string* error) {
   const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, N = B * T;
   const nfn_op_table& o = *ops_;
-  auto pl = [&](int i) { return layer_slice(params_, i, l); };
+  auto pl = [&](int i) { return layer_slice(state_.params(), i, l); };
   return check(o.layernorm_forward(ctx_, x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, pl(LN1W), pl(LN1B), N, C,
                                    dtype_), "layernorm_forward (ln1)", error) &&
          check(o.linear_forward(ctx_, x.qkv, nullptr, x.ln1, pl(QKVW), pl(QKVB), nullptr, N, C, 3 * C,
@@ -409,7 +335,7 @@ bool GPT::attention_half(int l, const Layer& x, std::string* error) {
 bool GPT::mlp_hidden(int l, const Layer& x, std::string* error) {
   const int C = config_.channels, N = B_ * T_;
   const nfn_op_table& o = *ops_;
-  auto pl = [&](int i) { return layer_slice(params_, i, l); };
+  auto pl = [&](int i) { return layer_slice(state_.params(), i, l); };
   return check(o.layernorm_forward(ctx_, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, pl(LN2W), pl(LN2B), N, C, dtype_),
                "layernorm_forward (ln2)", error) &&
          check(o.linear_forward(ctx_, x.fch_gelu, x.fch, x.ln2, pl(FCW), pl(FCB), nullptr, N, C, 4 * C,
@@ -431,8 +357,8 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
     mark(Stage::kAttentionForward, l);
     // residual3 = residual2 + fcproj(mlp hidden)
     if (!mlp_hidden(l, x, error) ||
-        !check(o.linear_forward(ctx_, x.res3, nullptr, x.fch_gelu, layer_slice(params_, FCPROJW, l),
-                                layer_slice(params_, FCPROJB, l), x.res2, N, 4 * C, C, NFN_EPILOGUE_NONE, dtype_),
+        !check(o.linear_forward(ctx_, x.res3, nullptr, x.fch_gelu, layer_slice(state_.params(), FCPROJW, l),
+                                layer_slice(state_.params(), FCPROJB, l), x.res2, N, 4 * C, C, NFN_EPILOGUE_NONE, dtype_),
                "linear_forward (fcproj)", error))
       return false;
     mark(Stage::kMlpForward, l);
@@ -443,7 +369,7 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
     return false;
   if (!with_loss) return true;
   // The LM head and loss, fused with the first step of the backward (dlnf into dln).
-  if (!check(o.lm_head_cross_entropy(ctx_, a.losses, loss_sum_, backward ? a.dln : nullptr,
+  if (!check(o.lm_head_cross_entropy(ctx_, a.losses, state_.loss_sum(), backward ? a.dln : nullptr,
                                      backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets, N, C,
                                      config_.vocab_size, config_.padded_vocab_size, grad_scale, 0.f, dtype_),
              "lm_head_cross_entropy", error))
@@ -465,7 +391,7 @@ bool GPT::backward(std::string* error) {
   const void* last_residual = L > 0 ? layer(L - 1).res3 : a.encoded;
   if (!check(o.fill(ctx_, a.dresidual, dtype_, 0.f, NC), "fill", error) ||
       !check(o.layernorm_backward(ctx_, a.dresidual, grad(LNFW), grad(LNFB),
-                                  L > 0 ? layer_slice(grads_, FCPROJB, L - 1) : nullptr, a.dln, last_residual,
+                                  L > 0 ? layer_slice(state_.grads(), FCPROJB, L - 1) : nullptr, a.dln, last_residual,
                                   param(LNFW), a.lnf_mean, a.lnf_rstd, B * T, C, dtype_),
              "layernorm_backward (lnf)", error))
     return false;
@@ -503,8 +429,8 @@ bool GPT::mlp_half_backward(int l, const Layer& x, std::string* error) {
   const int C = config_.channels, N = B_ * T_;
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
-  auto pl = [&](int i) { return layer_slice(params_, i, l); };
-  auto gl = [&](int i) { return layer_slice(grads_, i, l); };
+  auto pl = [&](int i) { return layer_slice(state_.params(), i, l); };
+  auto gl = [&](int i) { return layer_slice(state_.grads(), i, l); };
   return check(o.linear_backward(ctx_, a.dbig, gl(FCPROJW), nullptr, gl(FCB), a.dresidual, x.fch_gelu, pl(FCPROJW),
                                  x.fch, N, 4 * C, C, 0, dtype_), "linear_backward (fcproj)", error) &&
          check(o.linear_backward(ctx_, a.dln, gl(FCW), nullptr, nullptr, a.dbig, x.ln2, pl(FCW), nullptr, N, C,
@@ -519,8 +445,8 @@ bool GPT::attention_half_backward(int l, const Layer& x, std::string* error) {
   const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads, N = B * T;
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
-  auto pl = [&](int i) { return layer_slice(params_, i, l); };
-  auto gl = [&](int i) { return layer_slice(grads_, i, l); };
+  auto pl = [&](int i) { return layer_slice(state_.params(), i, l); };
+  auto gl = [&](int i) { return layer_slice(state_.grads(), i, l); };
   return check(o.linear_backward(ctx_, a.dln, gl(ATTPROJW), nullptr, nullptr, a.dresidual, x.atty, pl(ATTPROJW),
                                  nullptr, N, C, C, 0, dtype_), "linear_backward (attproj)", error) &&
          check(o.attention_backward(ctx_, a.dbig, a.dln, x.qkv, x.atty, x.lse, B, T, NH, NH, C / NH, 0, dtype_),
@@ -528,7 +454,7 @@ bool GPT::attention_half_backward(int l, const Layer& x, std::string* error) {
          check(o.linear_backward(ctx_, a.dln, gl(QKVW), gl(QKVB), nullptr, a.dbig, x.ln1, pl(QKVW), nullptr, N, C,
                                  3 * C, 0, dtype_), "linear_backward (qkv)", error) &&
          check(o.layernorm_backward(ctx_, a.dresidual, gl(LN1W), gl(LN1B),
-                                    l > 0 ? layer_slice(grads_, FCPROJB, l - 1) : nullptr, a.dln, x.residual,
+                                    l > 0 ? layer_slice(state_.grads(), FCPROJB, l - 1) : nullptr, a.dln, x.residual,
                                     pl(LN1W), x.ln1_mean, x.ln1_rstd, N, C, dtype_),
                "layernorm_backward (ln1)", error);
 }
@@ -567,14 +493,6 @@ bool GPT::logits_for_row(int row, std::vector<float>* logits, std::string* error
          check(ops_->synchronize(ctx_), "synchronize", error);
 }
 
-bool GPT::zero_grads(std::string* error) {
-  return check(ops_->fill(ctx_, grads_, dtype_, 0.f, num_params_), "zeroing gradients", error);
-}
-
-bool GPT::zero_loss(std::string* error) {
-  return check(ops_->fill(ctx_, loss_sum_, NFN_F32, 0.f, 1), "zeroing loss", error);
-}
-
 bool GPT::optimizer_step(const OptimizerStep& s, std::string* error) {
   const void* bufs[kNumParamTensors];
   size_t counts[kNumParamTensors];
@@ -582,33 +500,17 @@ bool GPT::optimizer_step(const OptimizerStep& s, std::string* error) {
   for (int i = 0; i < kNumParamTensors; ++i) {
     bufs[i] = grad(i);
     counts[i] = layout_[i].count;
-    groups[i] = nfn_adamw_group{master_ + layout_[i].offset,
-                                dtype_ == NFN_F32 ? nullptr : param(i),
-                                grad(i),
-                                m_ + layout_[i].offset,
-                                v_ + layout_[i].offset,
-                                layout_[i].count,
-                                param_decays(i) ? s.weight_decay : 0.f};
+    const size_t at = layout_[i].offset;
+    groups[i] = nfn_adamw_group{state_.master(at), state_.param_copy(at), grad(i), state_.m(at), state_.v(at),
+                                layout_[i].count, param_decays(i) ? s.weight_decay : 0.f};
   }
-  if (!check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, grad_sumsq_),
+  if (!check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, state_.grad_sumsq()),
              "sum_squares_many", error) ||
       !check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, s.step, s.lr, s.beta1, s.beta2, s.eps,
-                                   grad_sumsq_, s.max_grad_norm, dtype_), "adamw_step_many", error))
+                                   state_.grad_sumsq(), s.max_grad_norm, dtype_), "adamw_step_many", error))
     return false;
   mark(Stage::kOptimizer);
   return true;
-}
-
-bool GPT::read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) {
-  float both[2];
-  if (!queue_scalars(both, error) || !check(ops_->synchronize(ctx_), "synchronize", error)) return false;
-  *loss_sum = both[0];
-  *grad_sumsq = both[1];
-  return true;
-}
-
-bool GPT::queue_scalars(float* host, std::string* error) {
-  return check(ops_->copy(ctx_, host, loss_sum_, 8, NFN_DEVICE_TO_HOST), "reading the loss and gradient norm", error);
 }
 
 }  // namespace nfn

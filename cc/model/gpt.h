@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cc/model/gpt_config.h"
+#include "cc/model/param_state.h"
 #include "cc/ops/arena.h"
 #include "cc/model/trainable.h"
 #include "cc/ops/nfn_tile_ops.h"
@@ -46,7 +47,7 @@ class GPT : public TrainableModel {
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, nfn_dtype dtype,
             std::string* error, int B = 0, int T = 0, GPTRecompute recompute = {});
   const GPTConfig& config() const { return config_; }
-  size_t num_parameters() const override { return num_params_; }
+  size_t num_parameters() const override { return state_.size(); }
   // The bytes init(..., B, T) asks of the op library in its one block: the model's state in
   // `dtype` and a B x T micro-batch's activations (the op library's own scratch, such as the
   // CUDA LM head's logits, is not in it). B = 0: the state alone.
@@ -58,11 +59,15 @@ class GPT : public TrainableModel {
   bool set_parameters(const std::vector<float>& host, std::string* error);
   bool get_parameters(std::vector<float>* host, std::string* error);  // f32 (the master)
   // Parameter gradients as f32 (tests compare them with references).
-  bool get_gradients(std::vector<float>* host, std::string* error);
+  bool get_gradients(std::vector<float>* host, std::string* error) { return state_.get_gradients(host, error); }
   // The f32 state a checkpoint holds, copied out (or in, the master's range also converted
   // into the parameters' dtype), and waited for.
-  bool download(Stored which, size_t offset, size_t count, float* host, std::string* error) override;
-  bool upload(Stored which, size_t offset, size_t count, const float* host, std::string* error) override;
+  bool download(Stored which, size_t offset, size_t count, float* host, std::string* error) override {
+    return state_.download(which, offset, count, host, error);
+  }
+  bool upload(Stored which, size_t offset, size_t count, const float* host, std::string* error) override {
+    return state_.upload(which, offset, count, host, error);
+  }
 
   bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error) override;
   bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) override;
@@ -72,12 +77,14 @@ class GPT : public TrainableModel {
   // Forward only up to the final LayerNorm, then logits of row `row` (V floats, host).
   bool logits_for_row(int row, std::vector<float>* logits, std::string* error);
 
-  bool zero_grads(std::string* error) override;
-  bool zero_loss(std::string* error) override;
+  bool zero_grads(std::string* error) override { return state_.zero_grads(error); }
+  bool zero_loss(std::string* error) override { return state_.zero_loss(error); }
   // AdamW with clipping; weight decay on matrices and embeddings (ParamTensor::decay).
   bool optimizer_step(const OptimizerStep& s, std::string* error) override;
-  bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) override;
-  bool queue_scalars(float* host, std::string* error) override;
+  bool read_scalars(float* loss_sum, float* grad_sumsq, std::string* error) override {
+    return state_.read_scalars(loss_sum, grad_sumsq, error);
+  }
+  bool queue_scalars(float* host, std::string* error) override { return state_.queue_scalars(host, error); }
   // Changes with a new micro-batch shape (StepGraph holds the activations' addresses).
   uint64_t activations_version() const override { return activations_version_; }
   void set_stage_timer(StageTimer* timer) override { timer_ = timer; }
@@ -86,14 +93,10 @@ class GPT : public TrainableModel {
   struct Acts;
   struct Layer;
   bool check(nfn_status s, const char* what, std::string* error) const;
-  // The device address of elements [offset, offset + count) of `which`, checked in range.
-  bool stored_range(Stored which, size_t offset, size_t count, float** at, std::string* error) const;
   bool ensure_activations(int B, int T, std::string* error);
   void release_activations();
   bool check_sequence_length(int T, std::string* error) const;
   std::vector<ArenaSlot> activation_slots(int B, int T);
-  static std::vector<ArenaSlot> state_plan(size_t P, nfn_dtype dtype, void** params, void** grads, float** master,
-                                           float** m, float** v, float** scalars);
   static std::vector<ArenaSlot> activation_plan(const GPTConfig& config, int B, int T, size_t e,
                                                 GPTRecompute recompute, Acts* a);
   Layer layer(int l) const;
@@ -119,16 +122,9 @@ class GPT : public TrainableModel {
   nfn_dtype dtype_ = NFN_F32;
   GPTRecompute recompute_;
   std::array<ParamTensor, kNumParamTensors> layout_{};
-  size_t num_params_ = 0;
+  ParamState state_;
 
-  void* param_block_ = nullptr;  // one allocation: params, grads, master, m, v, scalars[, activations]
-  void* params_ = nullptr;
-  void* grads_ = nullptr;
-  float* master_ = nullptr;  // == params_ when dtype is f32
-  float* m_ = nullptr;
-  float* v_ = nullptr;
-  float* loss_sum_ = nullptr;    // two floats in one slot: the loss accumulator,
-  float* grad_sumsq_ = nullptr;  // then the gradients' sum of squares
+  void* param_block_ = nullptr;  // one allocation: the state[, activations]
 
   void* act_block_ = nullptr;  // activations of a shape init did not reserve, else null
   int B_ = 0, T_ = 0;

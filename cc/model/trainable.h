@@ -17,6 +17,9 @@ namespace nfn {
 struct OptimizerStep {
   int step;  // 1-based, for the moments' bias correction
   float lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+  // lr over the peak learning rate: the schedule's multiplier, which a model whose groups
+  // have learning rates of their own (decoder.h's recipe) applies to each.
+  float lr_factor = 1.f;
 };
 
 class TrainableModel {

@@ -8,6 +8,7 @@
 #include "cc/ckpt/checkpoint.h"  // and the GPT geometry and layout the format holds
 #include "cc/train/find_checkpoint.h"
 #include "cc/train/manifest.h"
+#include "cc/train/train_config.h"
 #include "cc/util/flags.h"
 #include "cc/util/json.h"
 
@@ -101,6 +102,15 @@ bool checkpoint_answer(const Flags& f, Json* out, std::string* error) {
   out->set("manifest_file", found.manifest.empty() ? Json() : Json(found.manifest));
   out->set("manifest", found.manifest.empty() ? Json() : read_object(found.manifest));
   if (found.kind != "llmc" || f.has("resolve-only")) return true;
+  // A decoder family's model file is safetensors (docs/decoder.md): its kind says so, and its
+  // manifest has its geometry.
+  const Json manifest = found.manifest.empty() ? Json() : read_object(found.manifest);
+  const Json* family = manifest.is_object() ? manifest.find("model_family") : nullptr;
+  if (family != nullptr && family->is_string() && decoder_family(family->as_string())) {
+    out->set("kind", "decoder");
+    out->set("model_family", family->as_string());
+    return true;
+  }
   GPTConfig g;
   int version = 0;
   if (!read_model_header(found.path, &g, &version, error)) return false;

@@ -1,7 +1,8 @@
 // What the training loop needs of a model family beyond its TrainableModel: making the model
 // on an op library, its first weights, its weights file (llm.c's for GPT-2), a sample from
 // it, and its size and cost. The loop (trainer.cc) is written against this and
-// TrainableModel only; a family adds one implementation (gpt_family.cc).
+// TrainableModel only; a family adds one implementation (gpt_family.cc,
+// decoder_family.cc).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +42,10 @@ class ModelFamily {
   virtual bool sample(int start, int tokens, uint64_t seed, std::vector<int>* out, std::string* error) = 0;
 };
 
-// The family a config names (gpt, gpt2 and gpt3 are one dense GPT).
+// The family a config names (gpt, gpt2 and gpt3 are one dense GPT; nanochat and llama the
+// decoder).
 std::unique_ptr<ModelFamily> make_family(const TrainConfig& c);
+std::unique_ptr<ModelFamily> make_gpt_family(const TrainConfig& c);      // gpt_family.cc
+std::unique_ptr<ModelFamily> make_decoder_family(const TrainConfig& c);  // decoder_family.cc
 
 }  // namespace nfn

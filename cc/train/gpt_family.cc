@@ -96,6 +96,6 @@ class GptFamily : public ModelFamily {
 
 }  // namespace
 
-std::unique_ptr<ModelFamily> make_family(const TrainConfig& c) { return std::make_unique<GptFamily>(c); }
+std::unique_ptr<ModelFamily> make_gpt_family(const TrainConfig& c) { return std::make_unique<GptFamily>(c); }
 
 }  // namespace nfn

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cc/ckpt/checkpoint.h"
+#include "cc/train/resolve_decoder.h"
 #include "cc/util/files.h"
 
 namespace nfn {
@@ -16,10 +17,11 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   Json m = Json::object();
   m.set("format", kManifestFormat);
   m.set("version", kManifestVersion);
-  m.set("family", "gpt");
+  const bool decoder = decoder_family(c.model_family);
+  m.set("family", decoder ? "decoder" : "gpt");
   m.set("model_family", c.model_family);
   m.set("template", c.template_name);
-  m.set("geometry", geometry_json(c.model));
+  m.set("geometry", decoder ? decoder_geometry_json(c.decoder) : geometry_json(c.model));
   m.set("parameters", static_cast<uint64_t>(parameters));
   m.set("tokenizer", c.tokenizer);
   m.set("eot_token", c.eot_token);

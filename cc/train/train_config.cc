@@ -5,8 +5,11 @@
 #include <cstring>
 #include <string>
 
+#include "cc/model/decoder.h"
 #include "cc/model/gpt.h"
 #include "cc/train/manifest.h"
+#include "cc/train/resolve_decoder.h"
+#include "cc/train/schedule.h"
 
 namespace nfn {
 
@@ -142,8 +145,8 @@ bool model_from_flags(const Flags& f, TrainConfig* c, bool* recipe, std::string*
 // Family, architecture and sequence length; whether the schedule is a template's recipe.
 bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* error) {
   c->model_family = f.get("model-family");
-  if (!dense_gpt_family(c->model_family)) {
-    *error = "--model-family " + c->model_family + ": the dense GPT trainer takes gpt, gpt2 or gpt3";
+  if (!dense_gpt_family(c->model_family) && !decoder_family(c->model_family)) {
+    *error = "--model-family " + c->model_family + ": the trainers take gpt, gpt2, gpt3, nanochat or llama";
     return false;
   }
   // Unset, the tokenizer and end-of-text token are a --graph-file manifest's, else the defaults.
@@ -151,8 +154,13 @@ bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* er
   c->eot_token = -1;
   c->graph_file = f.get("graph-file");
   *recipe = false;
-  if (!(c->graph_file.empty() ? model_from_flags(f, c, recipe, error) : model_from_graph(f, c, recipe, error)))
+  if (decoder_family(c->model_family)) {
+    preset_config("tiny", &c->model);  // the demo's vocabulary, unless --vocab-size
+    if (!resolve_decoder_model(f, c, recipe, error)) return false;
+  } else if (!(c->graph_file.empty() ? model_from_flags(f, c, recipe, error)
+                                      : model_from_graph(f, c, recipe, error))) {
     return false;
+  }
   if (c->tokenizer.empty()) c->tokenizer = f.get("tokenizer");
   c->seq_len = c->model.max_seq_len;
   read_int(f, "train-seq-len", &c->seq_len);
@@ -161,6 +169,7 @@ bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* er
              std::to_string(c->model.max_seq_len);
     return false;
   }
+  if (decoder_family(c->model_family)) return true;  // resolve_decoder_model validated it
   const std::string bad = validate_config(c->model);
   if (!bad.empty()) *error = "model geometry: " + bad;
   return bad.empty();
@@ -168,6 +177,11 @@ bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* er
 
 // The schedule's defaults: the template's recipe for GPT-2/3 templates, a CPU demo otherwise.
 void default_schedule(bool recipe, TrainConfig* c) {
+  c->max_grad_norm = 1.0;
+  if (decoder_family(c->model_family)) {
+    default_decoder_schedule(recipe, c);
+    return;
+  }
   if (recipe) {
     const Recipe& r = recipe_of(c->template_name);
     c->batch_size = recipe_micro_batch(c->model, c->seq_len);
@@ -214,7 +228,11 @@ bool resolve_schedule(const Flags& f, bool recipe, TrainConfig* c, std::string* 
   read_float(f, "learning-rate", &c->learning_rate);
   read_float(f, "weight-decay", &c->weight_decay);
   read_float(f, "final-lr-fraction", &c->final_lr_fraction);
-  c->max_grad_norm = f.get_double("max-grad-norm");
+  read_float(f, "max-grad-norm", &c->max_grad_norm);
+  read_float(f, "warmdown-ratio", &c->warmdown_ratio);
+  read_float(f, "embedding-lr", &c->embedding_lr);
+  read_float(f, "unembedding-lr", &c->unembedding_lr);
+  read_float(f, "scalar-lr", &c->scalar_lr);
   if (tbt > 0) c->train_batch_tokens = tbt;
   const int64_t micro = static_cast<int64_t>(c->batch_size) * c->seq_len;
   if (c->train_batch_tokens == 0) c->train_batch_tokens = micro;
@@ -259,6 +277,11 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->pdl = f.get("pdl");
   c->lm_head_rows = f.get("lm-head-row-chunk-size");
   c->recompute = f.get("recompute");
+  if (decoder_family(c->model_family) && c->recompute != "none") {
+    *error = "--recompute " + c->recompute + ": the " + c->model_family + " model keeps every activation (recompute "
+             "is the dense GPT's)";
+    return false;
+  }
   c->graphs = f.get("graphs");
   c->stage_timing = f.has("stage-timing");
   if (c->stage_timing && c->graphs == "on") {
@@ -289,6 +312,14 @@ bool dense_gpt_family(const std::string& family) {
   return family == "gpt" || family == "gpt2" || family == "gpt3";
 }
 
+bool decoder_family(const std::string& family) { return family == "nanochat" || family == "llama"; }
+
+float scheduled_lr(const TrainConfig& c, int step) {
+  const float peak = static_cast<float>(c.learning_rate), floor = static_cast<float>(c.final_lr_fraction);
+  if (c.warmdown_ratio > 0) return warmdown_learning_rate_at(step, c.max_steps, c.warmup_steps, c.warmdown_ratio, peak, floor);
+  return learning_rate_at(step, c.max_steps, c.warmup_steps, peak, floor);
+}
+
 bool resolve_train_config(const Flags& f, TrainConfig* c, std::string* error) {
   bool recipe = false;
   return resolve_model(f, c, &recipe, error) && resolve_schedule(f, recipe, c, error) && resolve_run(f, c, error);
@@ -298,8 +329,9 @@ Json plan_json(const TrainConfig& c) {
   Json p = Json::object();
   p.set("model_family", c.model_family);
   p.set("template", c.template_name);
-  p.set("geometry", geometry_json(c.model));
-  p.set("parameters", static_cast<uint64_t>(num_parameters(c.model)));
+  const bool decoder = decoder_family(c.model_family);
+  p.set("geometry", decoder ? decoder_geometry_json(c.decoder) : geometry_json(c.model));
+  p.set("parameters", static_cast<uint64_t>(decoder ? decoder_num_parameters(c.decoder) : num_parameters(c.model)));
   Json batch = Json::object();
   batch.set("seq_len", c.seq_len);
   batch.set("batch_size", c.batch_size);
@@ -315,8 +347,10 @@ Json plan_json(const TrainConfig& c) {
   p.set("stage_timing", c.stage_timing);
   Json memory = Json::object(), activations = Json::object();
   for (nfn_dtype dtype : {NFN_BF16, NFN_F32}) {
-    const size_t state = GPT::memory_bytes(c.model, dtype, 0, 0);
-    const size_t total = GPT::memory_bytes(c.model, dtype, c.batch_size, c.seq_len, recompute);
+    const size_t state =
+        decoder ? Decoder::memory_bytes(c.decoder, dtype, 0, 0) : GPT::memory_bytes(c.model, dtype, 0, 0);
+    const size_t total = decoder ? Decoder::memory_bytes(c.decoder, dtype, c.batch_size, c.seq_len)
+                                 : GPT::memory_bytes(c.model, dtype, c.batch_size, c.seq_len, recompute);
     auto gib = [](size_t bytes) { return std::round(static_cast<double>(bytes) / (1 << 30) * 100) / 100; };
     memory.set(dtype == NFN_BF16 ? "bf16" : "f32", gib(total));
     activations.set(dtype == NFN_BF16 ? "bf16" : "f32", gib(total - state));
@@ -328,7 +362,20 @@ Json plan_json(const TrainConfig& c) {
   s.set("learning_rate", c.learning_rate);
   s.set("warmup_steps", c.warmup_steps);
   s.set("final_lr_fraction", c.final_lr_fraction);
-  s.set("decay", c.final_lr_fraction == 0 ? "cosine to zero" : "cosine to final_lr_fraction of the peak");
+  if (c.warmdown_ratio > 0) {
+    s.set("decay", "constant, then linear over the last warmdown_ratio of the steps to final_lr_fraction");
+    s.set("warmdown_ratio", c.warmdown_ratio);
+  } else {
+    s.set("decay", c.final_lr_fraction == 0 ? "cosine to zero" : "cosine to final_lr_fraction of the peak");
+  }
+  if (c.model_family == "nanochat") {
+    Json lrs = Json::object();  // the peaks; embeddings and head scaled by sqrt(768 / channels)
+    lrs.set("matrix_muon", c.learning_rate);
+    lrs.set("embedding", c.embedding_lr);
+    lrs.set("unembedding", c.unembedding_lr);
+    lrs.set("scalar", c.scalar_lr);
+    s.set("learning_rates", lrs);
+  }
   s.set("weight_decay", c.weight_decay);
   s.set("max_grad_norm", c.max_grad_norm);
   s.set("eval_every_steps", c.eval_every_steps);

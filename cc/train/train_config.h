@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/model/decoder_config.h"
 #include "cc/model/gpt_config.h"
 #include "cc/util/flags.h"
 #include "cc/util/json.h"
@@ -12,10 +13,13 @@
 namespace nfn {
 
 struct TrainConfig {
-  std::string model_family = "gpt";  // gpt, gpt2 or gpt3: one trainer
-  std::string template_name;         // a preset name, "custom", or the manifest's
+  std::string model_family = "gpt";  // gpt, gpt2, gpt3 (the dense GPT); nanochat, llama (the decoder)
+  std::string template_name;         // a preset name, "custom", "depth-N", or the manifest's
   std::string graph_file, weights;
+  // The dense GPT's geometry; for the decoder families its shared fields (context, vocabulary,
+  // layers, heads, channels) mirror `decoder`, which holds the whole of theirs.
   GPTConfig model;
+  DecoderConfig decoder;
 
   std::string train_data, val_data;  // shard directory or file; val inferred when empty
   std::string dataset_name, tokenizer;
@@ -27,7 +31,11 @@ struct TrainConfig {
   int grad_accum_steps = 1;
   int max_steps = 0;
   double learning_rate = 0, weight_decay = 0, max_grad_norm = 1.0;
-  double final_lr_fraction = 0;  // the cosine decay ends at this fraction of learning_rate
+  double final_lr_fraction = 0;  // the decay ends at this fraction of learning_rate
+  double warmdown_ratio = 0;     // > 0: constant, then linear over this last part of the steps
+  // nanochat's MuonAdamW learning rates besides the matrices' (learning_rate): embeddings, head,
+  // scalars (DecoderRecipe).
+  double embedding_lr = 0.3, unembedding_lr = 0.004, scalar_lr = 0.5;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int warmup_steps = 0, eval_every_steps = 0, eval_batches = 0, checkpoint_every = 0;
   int eval_batch_size = 0;      // rows of a validation micro-batch
@@ -62,6 +70,11 @@ struct TrainConfig {
 bool resolve_train_config(const Flags& flags, TrainConfig* out, std::string* error);
 // Whether the dense GPT trainer takes this family (gpt, gpt2 or gpt3), from a flag or a manifest.
 bool dense_gpt_family(const std::string& family);
+// Whether the decoder trainer takes it (nanochat, llama).
+bool decoder_family(const std::string& family);
+// The learning rate at `step` (0-based): warmup, then the cosine decay, or with a warmdown
+// ratio nanochat's constant-then-linear shape.
+float scheduled_lr(const TrainConfig& c, int step);
 // The --print-plan / --dry-run object: geometry, parameters, schedule, batch math.
 Json plan_json(const TrainConfig& c);
 Json geometry_json(const GPTConfig& g);

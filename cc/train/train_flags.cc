@@ -39,8 +39,9 @@ FlagSpec toggle(const char* name, const char* group, const char* help, const cha
 std::vector<FlagSpec> model_flags() {
   return {
       text("model-family", "model",
-           "model family: gpt, gpt2 or gpt3 (one dense GPT trainer; nfn_native_train lists the families); with "
-           "--graph-file, its manifest's, which another value contradicts",
+           "model family: gpt, gpt2 or gpt3 (the dense GPT trainer), nanochat or llama (the modern decoder; "
+           "nfn_native_train lists the families); with --graph-file, its manifest's, which another value "
+           "contradicts",
            "gpt", "base-model"),
       text("template-name", "model",
            "named geometry and its recipe: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-125m, gpt3-350m, "
@@ -52,6 +53,20 @@ std::vector<FlagSpec> model_flags() {
       integer("num-layers", "model", "transformer blocks", 1),
       integer("num-heads", "model", "attention heads", 1),
       integer("model-dim", "model", "channels", 1),
+      integer("num-kv-heads", "model",
+              "key/value heads of grouped-query attention, dividing --num-heads (nanochat, llama; default: "
+              "--num-heads)",
+              1),
+      integer("depth", "model",
+              "nanochat's one size knob: 64 x depth channels rounded up to heads of 128, 4x MLP, 2048 context, "
+              "and a recipe scaled to it (tokens 20x the parameters, 524,288 a step, batch 32)",
+              1),
+      integer("mlp-hidden", "model", "the MLP's width (nanochat: 4 x --model-dim; llama: 8/3 of it, to 64)", 1),
+      text("window-pattern", "model",
+           "sliding-window attention per layer, tiled: S short (a quarter of the context), L long; the last "
+           "layer is always long (nanochat: SSSL; llama: L)"),
+      number("rope-theta", "model", "rotary base (nanochat: 100000; llama: 10000)"),
+      toggle("tie-embeddings", "model", "llama: the LM head is the token embedding"),
   };
 }
 
@@ -65,13 +80,20 @@ std::vector<FlagSpec> schedule_flags() {
       integer("train-batch-tokens", "schedule",
               "tokens per optimizer step (a multiple of B*T; the rest is gradient accumulation)", 1),
       integer("max-steps", "schedule", "optimizer steps", 1),
-      number("learning-rate", "schedule", "peak learning rate"),
+      number("learning-rate", "schedule", "peak learning rate (nanochat: Muon's, of the block matrices; 0.02)"),
       number("weight-decay", "schedule", "AdamW weight decay of matrices and embeddings"),
       integer("warmup-steps", "schedule", "linear warmup steps before the cosine decay", 0),
       number("final-lr-fraction", "schedule",
              "where the cosine decay ends at --max-steps, a fraction of the peak learning rate (GPT-3 templates "
              "and gpt2-1558m: 0.1; else 0)",
              1),
+      number("warmdown-ratio", "schedule",
+             "the last fraction of the steps the learning rate falls linearly to --final-lr-fraction, constant "
+             "before it (nanochat's schedule; its default 0.4); 0: the cosine decay",
+             1),
+      number("embedding-lr", "schedule", "nanochat: AdamW's of the token and value embeddings (0.3, by sqrt(768/C))"),
+      number("unembedding-lr", "schedule", "nanochat: AdamW's of the LM head (0.004, by sqrt(768/C))"),
+      number("scalar-lr", "schedule", "nanochat: AdamW's of the per-layer lambdas (0.5)"),
       integer("eval-every-steps", "schedule", "validate every N steps (and at the end)", 0),
       integer("eval-batches", "schedule", "validation micro-batches per validation", 0),
       integer("eval-batch-size", "schedule", "rows of each validation micro-batch (default: --batch-size)", 1),
@@ -80,7 +102,7 @@ std::vector<FlagSpec> schedule_flags() {
              "write no checkpoint at all (benchmarks; the report and the sample come from the weights in memory)"),
       choice("checkpoint-dtype", "schedule", "model file precision: f32 (llm.c version 3) or bf16 (version 5)",
              "f32 bf16", "f32"),
-      number("max-grad-norm", "schedule", "clip the global gradient norm to this (0: no clipping)", 1e300, "1.0"),
+      number("max-grad-norm", "schedule", "clip the global gradient norm to this (0: no clipping; default 1, nanochat 0)"),
       FlagSpec{"seed", "schedule", FlagType::kInt, "seed of the initialisation, data order and samples", "1337"},
       choice("packing", "schedule",
              "how rows are cut from the token stream, in training and validation: contiguous (llm.c's B*T+1 "

@@ -17,6 +17,7 @@
 #include "cc/train/checkpointing.h"
 #include "cc/train/family.h"
 #include "cc/train/mfu.h"
+#include "cc/train/resolve_decoder.h"
 #include "cc/train/resume.h"
 #include "cc/train/run_setup.h"
 #include "cc/train/schedule.h"
@@ -34,9 +35,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The binary running this loop (nfn_gpt_native_train, nfn_nanochat_native_train, ...), as its
+// messages name it.
+std::string trainer_binary_name() {
+  const std::string exe = executable_path(), name = exe.substr(exe.find_last_of('/') + 1);
+  return name.empty() ? "nfn_native_train" : name;
+}
+
 // One line on stderr; the exit code: 1, or 2 for a bad flag.
 int fail(const std::string& message, int code = 1) {
-  std::fprintf(stderr, "nfn_gpt_native_train: error: %s\n", message.c_str());
+  std::fprintf(stderr, "%s: error: %s\n", trainer_binary_name().c_str(), message.c_str());
   return code;
 }
 
@@ -386,11 +394,11 @@ int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr) {
     ph_.forward_backward += seconds_since(t0);
   }
   const auto t0 = Clock::now();
-  *lr = learning_rate_at(step, c_.max_steps, c_.warmup_steps, static_cast<float>(c_.learning_rate),
-                         static_cast<float>(c_.final_lr_fraction));
-  const OptimizerStep opt{step + 1, *lr, static_cast<float>(c_.beta1), static_cast<float>(c_.beta2),
-                          static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay),
-                          static_cast<float>(c_.max_grad_norm)};
+  *lr = scheduled_lr(c_, step);
+  OptimizerStep opt{step + 1, *lr, static_cast<float>(c_.beta1), static_cast<float>(c_.beta2),
+                    static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay),
+                    static_cast<float>(c_.max_grad_norm)};
+  opt.lr_factor = c_.learning_rate > 0 ? *lr / static_cast<float>(c_.learning_rate) : 0.f;
   if (!model.optimizer_step(opt, &error_) || (stage_timing_ && !stage_timing_->end_step(&error_)) ||
       !readback_->queue(model, step, &error_))
     return fail(error_);
@@ -420,8 +428,8 @@ int TrainingRun::finish_step(const Issued& s, const Clock::time_point* next_star
   if (!std::isfinite(last_loss_) || !std::isfinite(sumsq)) {
     // The last checkpoint this run wrote, else the one it resumed from.
     const std::string& last_good = !model_path_.empty() ? model_path_ : start_.from;
-    std::fprintf(stderr, "nfn_gpt_native_train: error: step %d: loss is %s; stopping without writing a checkpoint "
-                 "(last good: %s)\n", done, std::isnan(last_loss_) ? "NaN" : "infinite",
+    std::fprintf(stderr, "%s: error: step %d: loss is %s; stopping without writing a checkpoint "
+                 "(last good: %s)\n", trainer_binary_name().c_str(), done, std::isnan(last_loss_) ? "NaN" : "infinite",
                  last_good.empty() ? "none" : last_good.c_str());
     return 3;
   }
@@ -524,7 +532,7 @@ int TrainingRun::report() {
   report.set("model_family", c_.model_family);
   report.set("template", c_.template_name);
   report.set("parameters", static_cast<uint64_t>(family_->num_parameters()));
-  report.set("geometry", geometry_json(c_.model));
+  report.set("geometry", decoder_family(c_.model_family) ? decoder_geometry_json(c_.decoder) : geometry_json(c_.model));
   report.set("config", plan_json(c_));
   report.set("steps", c_.max_steps);
   report.set("resumed_from", start_.from.empty() ? Json() : Json(start_.from));

@@ -240,6 +240,10 @@ std::vector<std::string> sibling_and_runfiles_dirs(const std::string& rel) {
   size_t pos = exe.find(".runfiles/");
   if (pos != std::string::npos) dirs.push_back(join_path(exe.substr(0, pos + 9), sub));
   if (const char* env = std::getenv("RUNFILES_DIR")) dirs.push_back(join_path(env, sub));
+  // A binary of Bazel's output tree run as itself (bazel-bin/cc/bin/X, its own runfiles tree
+  // not made because it was built only as another target's data): the tree's `rel`.
+  const size_t bin = exe.rfind("/cc/bin/");
+  if (bin != std::string::npos) dirs.push_back(join_path(exe.substr(0, bin), rel));
   return dirs;
 }
 

@@ -80,8 +80,9 @@ std::string executable_path();
 // will run, as that binary would find its files: what nfn._native asks on the trainer's behalf.
 void set_lookup_executable(const std::string& path);
 // Where a workspace-relative path ("cc/ops") of this binary's Bazel runfiles may be: the
-// binary's own <exe>.runfiles, the runfiles tree it was placed in (a py_binary's), and
-// $RUNFILES_DIR, in that order. The directory beside the binary comes first.
+// binary's own <exe>.runfiles, the runfiles tree it was placed in (a py_binary's),
+// $RUNFILES_DIR, and the output tree a binary under cc/bin sits in, in that order. The
+// directory beside the binary comes first.
 std::vector<std::string> sibling_and_runfiles_dirs(const std::string& workspace_relative);
 
 }  // namespace nfn

@@ -9,6 +9,7 @@ namespace nfn::py {
 void bind_ops(nanobind::module_& m);
 void bind_data(nanobind::module_& m);
 void bind_model(nanobind::module_& m);
+void bind_decoder(nanobind::module_& m);
 void bind_infer(nanobind::module_& m);
 void bind_train(nanobind::module_& m);
 

@@ -8,6 +8,7 @@ NB_MODULE(_native, m) {
   nfn::py::bind_ops(m);
   nfn::py::bind_data(m);
   nfn::py::bind_model(m);
+  nfn::py::bind_decoder(m);
   nfn::py::bind_infer(m);
   nfn::py::bind_train(m);
 }

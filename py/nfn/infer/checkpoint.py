@@ -27,7 +27,8 @@ MANIFEST = "manifest.json"
 
 @dataclass
 class Checkpoint:
-    kind: str                 # "llmc" (a model file) or "hf" (config.json + model.safetensors)
+    kind: str                 # "llmc" (a model file), "hf" (config.json + model.safetensors) or
+                              # "decoder" (a nanochat or llama trainer's safetensors model file)
     path: str                 # the model file, or the HF directory
     step: Optional[int]       # from model_%08d.bin, when the name has one
     manifest: Optional[str]   # the checkpoint's manifest (its DONE marker, or manifest.json beside it)
@@ -41,6 +42,9 @@ def resolve(spec, for_resume=False, header=False):
     an llm.c file's header and tensor layout (else the file is not read)."""
     answer = native_bin.ask([f"--inspect-checkpoint={spec}", f"--artifacts-dir={paths.artifacts_dir()}", "--json"] +
                             (["--for-resume"] if for_resume else []) + ([] if header else ["--resolve-only"]))
+    if header and answer["kind"] == "decoder":
+        raise UserError(f"{answer['path']}: a {answer['model_family']} checkpoint: nfn infer and nfn eval run "
+                        "dense GPT checkpoints; the decoder families' inference is not built yet (docs/decoder.md)")
     return Checkpoint(answer["kind"], answer["path"], answer["step"], answer["manifest_file"],
                       answer.get("header"), answer.get("tensors"))
 

@@ -139,8 +139,20 @@ def check_flags(argv):
     from nfn import _native
     code, message = _native.check_train(argv[0], argv[1:])
     if code:
-        print(f"nfn_gpt_native_train: error: {message}", file=sys.stderr)
+        print(f"{trainer_name(argv)}: error: {message}", file=sys.stderr)
     return code
+
+
+def trainer_name(argv):
+    """The family trainer nfn_native_train runs for this argv (gpt's when no family is named)."""
+    family = "gpt"
+    for i, a in enumerate(argv):
+        for spelling in ("--model-family", "--base-model"):
+            if a == spelling and i + 1 < len(argv):
+                family = argv[i + 1]
+            elif a.startswith(spelling + "="):
+                family = a.split("=", 1)[1]
+    return f"nfn_{'gpt' if family in ('gpt2', 'gpt3') else family}_native_train"
 
 
 def write_sample(report, tokenizer_name, quiet=False):

@@ -27,16 +27,19 @@ class DispatcherTest(unittest.TestCase):
         for name in ("gpt", "gpt2", "gpt3"):
             self.assertEqual(models[name]["status"], "ready")
             self.assertEqual(models[name]["binary"], "nfn_gpt_native_train")
-        self.assertEqual(models["llama"]["status"], "missing")
-        self.assertIn("no trainer yet", models["llama"]["reason"])
+        for name in ("nanochat", "llama"):
+            self.assertEqual(models[name]["status"], "ready")
+            self.assertEqual(models[name]["binary"], f"nfn_{name}_native_train")
+        self.assertEqual(models["embedding"]["status"], "missing")
+        self.assertIn("no trainer yet", models["embedding"]["reason"])
 
     def test_unknown_and_unbuilt_families(self):
         proc = run(["--base-model", "nope"])
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--model-family nope: unknown", proc.stderr)
-        proc = run(["--base-model", "llama", "--dry-run"])
+        proc = run(["--base-model", "embedding", "--dry-run"])
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("--model-family llama: no trainer yet", proc.stderr)
+        self.assertIn("--model-family embedding: no trainer yet", proc.stderr)
 
     def test_default_output_dir_is_the_familys(self):
         # $NFN_ARTIFACTS_DIR/<family>; its older name NEURALFN_ARTIFACTS_DIR where it is unset.

@@ -202,11 +202,11 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual((code, err.strip()), (2, f"nfn_gpt_native_train: error: --model-family gpt3 contradicts "
                                                   f"{graph}, whose model_family is gpt2; give one"))
         with open(graph, "w", encoding="utf-8") as f:
-            json.dump({"format": "nfn.manifest", "version": 1, "model_family": "llama"}, f)
+            json.dump({"format": "nfn.manifest", "version": 1, "model_family": "embedding"}, f)
         code, _, err, _ = self.nfn(["train", "--dry-run", "--graph-file", graph, "--pretraining-file", text])
         self.assertEqual(code, 2, err)
-        self.assertTrue(err.strip().startswith(f"nfn_native_train: error: {graph}: model_family llama: no trainer "
-                                               "yet"), err)
+        self.assertTrue(err.strip().startswith(f"nfn_native_train: error: {graph}: model_family embedding: no "
+                                               "trainer yet"), err)
         # The seed is the trainer's to choose (a resumed run keeps its own unless --seed names
         # another: trainer_run_test): nfn train passes --seed only as given.
         resumed = os.path.join(self.tmp, "resumed_seed")
@@ -262,10 +262,10 @@ class TrainCliTest(unittest.TestCase):
         self.assertIn("unknown option attention", lines[0])
 
     def test_unknown_family_is_one_line(self):
-        code, _, err, _ = self.nfn(["train", "--base-model", "llama", "--dataset", self.data])
+        code, _, err, _ = self.nfn(["train", "--base-model", "embedding", "--dataset", self.data])
         self.assertEqual(code, 2)
         self.assertEqual(len(err.strip().splitlines()), 1, err)
-        self.assertTrue(err.startswith("nfn_native_train: error: --model-family llama: no trainer yet"), err)
+        self.assertTrue(err.startswith("nfn_native_train: error: --model-family embedding: no trainer yet"), err)
 
     def test_bad_flag_fails_before_any_preparation(self):
         # An uncached corpus would take a tokenizer's training and an encoding first: the

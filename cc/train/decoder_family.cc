@@ -1,0 +1,130 @@
+// The decoder families (nanochat, llama): the Decoder model, its initialisation, its weights
+// file (safetensors under the checkpoint's model_%08d.bin name, the tensors named as the
+// family's own checkpoints name them, the geometry in __metadata__), and samples.
+#include <algorithm>
+
+#include "cc/ckpt/safetensors.h"
+#include "cc/infer/sampler.h"
+#include "cc/model/decoder.h"
+#include "cc/train/family.h"
+#include "cc/train/resolve_decoder.h"
+
+namespace nfn {
+
+namespace {
+
+constexpr const char* kWeightsFormat = "nfn-decoder";
+
+class DecoderModelFamily : public ModelFamily {
+ public:
+  explicit DecoderModelFamily(const TrainConfig& c) : c_(c) {
+    recipe_.muon = c.decoder.nanochat();
+    recipe_.matrix_lr = static_cast<float>(c.learning_rate);
+    recipe_.embedding_lr = static_cast<float>(c.embedding_lr);
+    recipe_.unembedding_lr = static_cast<float>(c.unembedding_lr);
+    recipe_.scalar_lr = static_cast<float>(c.scalar_lr);
+    recipe_.muon_weight_decay = static_cast<float>(c.weight_decay);
+  }
+
+  size_t num_parameters() const override { return decoder_num_parameters(c_.decoder); }
+  size_t memory_bytes(nfn_dtype dtype, int B, int T) const override {
+    return Decoder::memory_bytes(c_.decoder, dtype, B, T);
+  }
+  double flops_per_token(int T) const override { return Decoder::flops_per_token(c_.decoder, T); }
+
+  bool check_weights_file(const std::string& path, const char* what, std::string* error) const override {
+    SafetensorsInfo info;
+    if (!read_safetensors_header(path, &info, error)) return false;
+    auto meta = [&](const char* key) {
+      auto it = info.metadata.find(key);
+      return it == info.metadata.end() ? std::string() : it->second;
+    };
+    if (meta("format") != kWeightsFormat) {
+      *error = path + ": " + what + " is not an nfn decoder weights file (its __metadata__ format is \"" +
+               meta("format") + "\", not \"" + kWeightsFormat + "\")";
+      return false;
+    }
+    if (meta("model_family") != c_.model_family) {
+      *error = path + ": " + what + " holds a " + meta("model_family") + " model, not " + c_.model_family;
+      return false;
+    }
+    const std::string want = decoder_geometry_json(c_.decoder).dump();
+    if (meta("geometry") != want) {
+      *error = path + ": " + what + " geometry " + meta("geometry") + " does not match the model's " + want;
+      return false;
+    }
+    return true;
+  }
+
+  bool create(const nfn_op_table* ops, nfn_ctx* ctx, nfn_dtype dtype, int B, int T, std::string* error) override {
+    return model_.init(ops, ctx, c_.decoder, dtype, recipe_, error, B, T);
+  }
+  TrainableModel& model() override { return model_; }
+
+  bool initialize(std::string* error) override {
+    if (c_.weights.empty()) return model_.set_parameters(Decoder::random_parameters(c_.decoder, c_.seed), error);
+    return check_weights_file(c_.weights, "weights", error) && read_weights(c_.weights, error);
+  }
+
+  bool write_weights(const std::string& path, int version, std::string* error) override {
+    std::vector<SafetensorsTensor> tensors;
+    for (const DecoderTensor& t : model_.layout())
+      tensors.push_back({t.name, t.rows == 1 ? std::vector<size_t>{t.cols} : std::vector<size_t>{t.rows, t.cols},
+                         t.offset});
+    const std::vector<std::pair<std::string, std::string>> metadata = {
+        {"format", kWeightsFormat},
+        {"model_family", c_.model_family},
+        {"geometry", decoder_geometry_json(c_.decoder).dump()},
+    };
+    const FloatSource master = [this](size_t offset, size_t count, float* dst, std::string* why) {
+      return model_.download(TrainableModel::Stored::kMaster, offset, count, dst, why);
+    };
+    return write_safetensors(path, tensors, metadata, master, version == 5, error);
+  }
+
+  bool read_weights(const std::string& path, std::string* error) override {
+    SafetensorsInfo info;
+    if (!read_safetensors_header(path, &info, error)) return false;
+    const FloatSink into = [this](size_t offset, size_t count, const float* src, std::string* why) {
+      return model_.upload(TrainableModel::Stored::kMaster, offset, count, src, why);
+    };
+    for (const DecoderTensor& t : model_.layout()) {
+      const std::vector<size_t> shape =
+          t.rows == 1 ? std::vector<size_t>{t.cols} : std::vector<size_t>{t.rows, t.cols};
+      if (!read_safetensors_tensor(path, info, t.name, shape, t.offset, into, error)) return false;
+    }
+    return true;
+  }
+
+  // Without a KV cache: each token runs the forward over one row of the context so far (the
+  // positions after it do not reach it), at temperature 1.
+  bool sample(int start, int tokens, uint64_t seed, std::vector<int>* out, std::string* error) override {
+    const int T = std::min(tokens + 1, c_.decoder.max_seq_len);
+    std::vector<int32_t> row(T, start);
+    std::vector<float> logits;
+    SamplingConfig sampling;
+    sampling.seed = seed;
+    Sampler sampler(sampling);
+    out->clear();
+    for (int t = 0; t + 1 < T; ++t) {
+      if (!model_.upload_tokens(row.data(), nullptr, 1, T, error) || !model_.logits_for_row(t, &logits, error))
+        return false;
+      row[t + 1] = sampler.sample(logits.data(), c_.decoder.vocab_size);
+      out->push_back(row[t + 1]);
+    }
+    return true;
+  }
+
+ private:
+  const TrainConfig& c_;
+  DecoderRecipe recipe_;
+  Decoder model_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_decoder_family(const TrainConfig& c) {
+  return std::make_unique<DecoderModelFamily>(c);
+}
+
+}  // namespace nfn
