@@ -42,6 +42,10 @@ class ModelFamily {
   virtual bool sample(int start, int tokens, uint64_t seed, std::vector<int>* out, std::string* error) = 0;
 };
 
+// The family whose weights file `path` is, from the file alone: "gpt" for an llm.c model
+// file, a decoder family from its safetensors __metadata__, "" when it is neither.
+std::string weights_family(const std::string& path);
+
 // The family a config names (gpt, gpt2 and gpt3 are one dense GPT; nanochat and llama the
 // decoder).
 std::unique_ptr<ModelFamily> make_family(const TrainConfig& c);

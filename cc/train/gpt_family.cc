@@ -31,6 +31,11 @@ class GptFamily : public ModelFamily {
   }
 
   bool check_weights_file(const std::string& path, const char* what, std::string* error) const override {
+    const std::string family = weights_family(path);
+    if (!family.empty() && family != "gpt") {
+      *error = path + ": " + what + " holds a " + family + " model, not " + c_.model_family;
+      return false;
+    }
     GPTConfig g;
     int version = 0;
     if (!read_model_header(path, &g, &version, error)) return false;

@@ -119,6 +119,20 @@ class DecoderRunTest(unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
         self.assertIn("holds a llama model, not nanochat", proc.stderr)
+        # Nor is a dense GPT's llm.c file, and a GPT takes no decoder file either.
+        gpt_dir = os.path.join(self.tmp, "gpt")
+        run("gpt", ["--train-data", self.data, "--vocab-size", str(VOCAB), "--num-layers", "1", "--num-heads", "2",
+                    "--model-dim", "32", "--train-seq-len", "16", "--batch-size", "2", "--max-steps", "1",
+                    "--eval-every-steps", "0", "--sample-tokens", "0", "--backend", "cpu", "--output-dir", gpt_dir])
+        for family, weights, want in (
+                ("nanochat", os.path.join(gpt_dir, "model_00000001.bin"), "holds a gpt model, not nanochat"),
+                ("gpt", os.path.join(self.tmp, "nanochat", "model_00000006.bin"), "holds a nanochat model, not gpt")):
+            proc = run(family, ["--train-data", self.data, "--vocab-size", str(VOCAB), "--train-seq-len", "16",
+                                "--batch-size", "2", "--weights", weights,
+                                "--output-dir", os.path.join(self.tmp, "cross_" + family)], check=False)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+            self.assertIn(want, proc.stderr)
 
     def test_depth_plan(self):
         plan = json.loads(run("nanochat", ["--depth", "4", "--dry-run", "--json", "--vocab-size", "1024"]).stdout)
