@@ -9,6 +9,9 @@ does ("flops_per_token"), since both sides train the same geometry.
     python3 tools/bench_train.py --backend cuda --json \\
         --trainer .device/bin/nfn_gpt_native_train --tile-ops-lib .device/lib/libnfn_native_train_tile_ops.so
 
+--family nanochat (CPU only) trains nanochat's model with nfn_nanochat_native_train against
+tools/bench_nanochat_torch.py's, and prints the host's CPU model and features with them.
+
 Standard library only; the reference needs torch.
 """
 import argparse
@@ -28,12 +31,16 @@ SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", default="gpt", choices=["gpt", "nanochat"],
+                   help="gpt (default); nanochat: cpu only, 4 layers, 256 channels, 2 heads of 128, windows "
+                        "SSSL, seq 256, vocab 1024, against tools/bench_nanochat_torch.py in three modes")
     p.add_argument("--backend", default="cuda", choices=["cpu", "cuda"],
                    help="cuda: GPT-2 124M against tools/bench_train_torch_cuda.py; cpu: a small GPT "
                         "(4 layers, 256 channels, seq 256, vocab 8192) against "
                         "tools/bench_train_torch_cpu.py in four modes")
     p.add_argument("--trainer", default=None,
-                   help="nfn_gpt_native_train binary (default: bazel-bin/cc/bin, else .device/bin)")
+                   help="nfn_gpt_native_train binary, nfn_nanochat_native_train with --family nanochat "
+                        "(default: bazel-bin/cc/bin, else .device/bin)")
     p.add_argument("--tile-ops-lib", default="", help="op library for the trainer (default: its own search)")
     p.add_argument("--batch-size", type=int, default=None, help="cuda: micro-batch rows (default 16)")
     p.add_argument("--seq-len", type=int, default=None, help="cuda: tokens a row (default 1024)")
@@ -212,16 +219,36 @@ def run_torch(args):
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]), t0=t0, t1=time.time())
 
 
-def default_trainer():
-    for path in ("bazel-bin/cc/bin/nfn_gpt_native_train", ".device/bin/nfn_gpt_native_train"):
+def default_trainer(family="gpt"):
+    name = f"nfn_{family}_native_train"
+    for path in (f"bazel-bin/cc/bin/{name}", f".device/bin/{name}"):
         if os.path.exists(path):
             return path
-    return ".device/bin/nfn_gpt_native_train"
+    return f".device/bin/{name}"
+
+
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")  # those nfn's CPU GEMMs choose by
+
+
+def cpu_info(path="/proc/cpuinfo"):
+    """The host's CPU model and which of CPU_FEATURES it has (as `nfn kernels doctor` reports)."""
+    fields = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for key, _, value in (line.partition(":") for line in f):
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"), "features": [f for f in CPU_FEATURES if f in flags]}
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    args.trainer = os.path.abspath(args.trainer or default_trainer())
+    args.trainer = os.path.abspath(args.trainer or default_trainer(args.family))
+    if args.family != "gpt" and args.backend != "cpu":
+        print(f"bench_train: --family {args.family}: --backend cpu only", file=sys.stderr)
+        return 2
     if args.accum < 1:
         print(f"bench_train: --accum {args.accum} must be at least 1", file=sys.stderr)
         return 2
@@ -242,7 +269,12 @@ def main(argv=None):
         import bench_train_cpu
         with tempfile.TemporaryDirectory(prefix="nfn-bench-") as workdir:
             result = bench_train_cpu.run(args, workdir)
+        if args.family != "gpt":
+            result = dict(result, family=args.family, cpu=cpu_info())
         if not args.json:
+            if "cpu" in result:
+                print(f"cpu {result['cpu']['model']} ({' '.join(result['cpu']['features'])}), "
+                      f"{result['threads']} threads")
             for mode, r in result["nfn"]["modes"].items():
                 print(f"nfn {mode:18s} {r.get('tokens_per_s', 0):10.0f} tok/s  {r.get('error', '')}")
             for mode, r in result["pytorch"].get("modes", {}).items():

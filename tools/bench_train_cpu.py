@@ -1,5 +1,7 @@
 """The CPU half of tools/bench_train.py: nfn's trainer (f32 and bf16 GEMMs) against the
-PyTorch CPU reference (tools/bench_train_torch_cpu.py) on the same small GPT, same threads.
+PyTorch CPU reference (tools/bench_train_torch_cpu.py) on the same small GPT, same threads;
+with --family nanochat, nfn's nanochat trainer (the host's default GEMMs) against the
+reference's nanochat (tools/bench_nanochat_torch.py) at a small nanochat's geometry.
 
 Both sides are timed the same way: the median of --steps timed steps (nfn's per-step wall
 times come from its report's "step_seconds", after 3 untimed steps in each fresh trainer; the
@@ -24,10 +26,16 @@ import sys
 import threading
 
 from bench_train import timed_steps, write_shard_tokens
-from bench_train_torch_cpu import MODES as TORCH_MODES  # standard library only at import
+from bench_train_torch_cpu import FAMILY_MODES as TORCH_MODES  # standard library only at import
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEOMETRY = {"layers": 4, "heads": 4, "channels": 256, "seq_len": 256, "batch_size": 8, "vocab": 8192}
+# A nanochat of --depth 4's style: 2 heads of 128 (kv heads as many), windows SSSL.
+NANOCHAT_GEOMETRY = {"layers": 4, "heads": 2, "kv_heads": 2, "channels": 256, "seq_len": 256, "batch_size": 8,
+                     "vocab": 1024, "window_pattern": "SSSL"}
+GEOMETRIES = {"gpt": GEOMETRY, "nanochat": NANOCHAT_GEOMETRY}
+# nfn's modes: the GPT's GEMMs both ways; nanochat's the host's default ("default").
+NFN_MODES = {"gpt": ["f32", "bf16"], "nanochat": ["default"]}
 WARMUP_STEPS = 3  # bench_train_torch_cpu.py's --warmup default
 
 
@@ -36,14 +44,14 @@ def nfn_modes(args, workdir, matmuls, threads):
     for matmul in matmuls:
         try:
             out[f"matmul_{matmul}"] = nfn_rate(args.trainer, workdir, matmul, threads, args.steps,
-                                               args.timeout)
+                                               args.timeout, args.family)
         except (RuntimeError, OSError, ValueError, KeyError) as e:
             out[f"matmul_{matmul}"] = {"error": str(e)}
     return out
 
 
-def nfn_rate(trainer, workdir, matmul, threads, steps, timeout=None):
-    g = GEOMETRY
+def nfn_rate(trainer, workdir, matmul, threads, steps, timeout=None, family="gpt"):
+    g = GEOMETRIES[family]
     data = os.path.join(workdir, "data")
     if not os.path.isdir(data):
         os.makedirs(data)
@@ -53,9 +61,13 @@ def nfn_rate(trainer, workdir, matmul, threads, steps, timeout=None):
                            [rng.randrange(g["vocab"]) for _ in range(ntok)])
     cmd = [trainer, "--train-data", data, "--vocab-size", str(g["vocab"]), "--num-layers", str(g["layers"]),
            "--num-heads", str(g["heads"]), "--model-dim", str(g["channels"]), "--train-seq-len", str(g["seq_len"]),
-           "--batch-size", str(g["batch_size"]), "--max-steps", str(WARMUP_STEPS + steps), "--warmup-steps", "2",
-           "--eval-batches", "0", "--backend", "cpu", "--matmul", matmul, "--threads", str(threads),
-           "--output-dir", os.path.join(workdir, f"out_{matmul}"), "--json"]
+           "--batch-size", str(g["batch_size"]), "--max-steps", str(WARMUP_STEPS + steps)]
+    if family == "gpt":
+        cmd += ["--warmup-steps", "2", "--eval-batches", "0", "--backend", "cpu", "--matmul", matmul]
+    else:  # nanochat's own schedule; no checkpoint or sample, which no step times
+        cmd += ["--num-kv-heads", str(g["kv_heads"]), "--window-pattern", g["window_pattern"], "--eval-batches", "0",
+                "--backend", "cpu", "--no-checkpoint", "--sample-tokens", "0"]
+    cmd += ["--threads", str(threads), "--output-dir", os.path.join(workdir, f"out_{matmul}"), "--json"]
     shutil.rmtree(os.path.join(workdir, f"out_{matmul}"), ignore_errors=True)  # a fresh run every round
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -65,8 +77,11 @@ def nfn_rate(trainer, workdir, matmul, threads, steps, timeout=None):
         raise RuntimeError(f"trainer exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
     report = json.loads(proc.stdout)
     step = statistics.median(timed_steps(report, WARMUP_STEPS))
-    return {"tokens_per_s": g["batch_size"] * g["seq_len"] / step, "median_step_s": step,
-            "timed_steps": steps, "final_loss": report["final_train_loss"]}
+    out = {"tokens_per_s": g["batch_size"] * g["seq_len"] / step, "median_step_s": step,
+           "timed_steps": steps, "final_loss": report["final_train_loss"]}
+    if family != "gpt":  # which GEMMs the default chose
+        out["matmul"] = (report.get("op_library") or {}).get("matmul")
+    return out
 
 
 class TorchReference:
@@ -74,10 +89,12 @@ class TorchReference:
     for `steps` more steps per round, so rounds stay short enough to alternate with nfn's. Its
     start and each answer have `timeout` seconds (None: no limit); past them it is killed."""
 
-    def __init__(self, threads, modes, workdir, timeout=None):
+    def __init__(self, threads, modes, workdir, timeout=None, family="gpt"):
         cmd = [sys.executable, os.path.join(HERE, "bench_train_torch_cpu.py"), "--serve", "--threads", str(threads),
                "--warmup", str(WARMUP_STEPS), "--modes", ",".join(modes)]
-        cmd += [f"--{k.replace('_', '-')}={v}" for k, v in GEOMETRY.items()]
+        cmd += [f"--{k.replace('_', '-')}={v}" for k, v in GEOMETRIES[family].items()]
+        if family != "gpt":  # a compilation past half the limit skips its mode, not the whole reference
+            cmd += ["--family", family] + (["--start-seconds", str(timeout / 2)] if timeout else [])
         self.timeout = timeout
         self.stopped = None  # why it was killed, once it was
         # stderr to a file: compiler warnings must never fill a pipe nobody reads mid-run
@@ -183,9 +200,10 @@ def run(args, workdir):
     fail, or run at under a quarter of their side's best in round 1 (PyTorch's bf16 autocast
     without bf16 units), are measured in round 1 only."""
     threads = os.cpu_count()
-    nfn_all = ["f32", "bf16"]
-    torch_all = list(TORCH_MODES)
-    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir, args.timeout)
+    family = args.family
+    nfn_all = list(NFN_MODES[family])
+    torch_all = list(TORCH_MODES[family])
+    ref = None if args.skip_torch else TorchReference(threads, torch_all, workdir, args.timeout, family)
     rounds = []
     try:
         for i in range(max(1, args.rounds)):
@@ -212,7 +230,7 @@ def run(args, workdir):
     ratios = [r["ratio"] for r in rounds if r["ratio"]]
     nfn_mode, nfn_tps = best(nfn)
     ref_mode, ref_tps = best(ref)
-    return {"backend": "cpu", "geometry": GEOMETRY, "threads": threads, "steps": args.steps,
+    return {"backend": "cpu", "geometry": GEOMETRIES[family], "threads": threads, "steps": args.steps,
             "rounds": [{"nfn": best(r["nfn"])[1], "pytorch": best(r["pytorch"])[1], "ratio": r["ratio"]}
                        for r in rounds],
             "nfn": {"modes": nfn, "best_mode": nfn_mode, "tokens_per_s": nfn_tps},

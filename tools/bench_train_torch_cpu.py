@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The PyTorch CPU reference for nfn's CPU training throughput.
 
-The same GPT (LayerNorm, tanh GELU, learned positions, tied head, biases) and the same step
+--family gpt (the default): the same GPT (LayerNorm, tanh GELU, learned positions, tied head, biases) and the same step
 as nfn's trainer: AdamW with decay/no-decay groups, global-norm clipping at 1.0, on random
 tokens. Four modes: eager and torch.compile, fp32 and bf16 autocast. Prints one JSON object
-with tokens/s per mode (median step time over the timed steps). A mode whose timed steps pass
+with tokens/s per mode (median step time over the timed steps). --family nanochat: nanochat
+(tools/bench_nanochat_torch.py) with its MuonAdamW, no clipping, in three modes (no compiled
+bf16). A mode whose timed steps pass
 --mode-seconds stops after 3 of them: bf16 autocast on a CPU without bf16 units runs ~25 s a
 step, and its median needs no 10 of those.
 
@@ -14,22 +16,25 @@ step, and its median needs no 10 of those.
 Needs torch; never part of nfn's runtime.
 """
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import time
 
-from bench_gpt_torch import adamw, build_model
-
-
 MODES = ("eager_fp32", "eager_bf16", "compiled_fp32", "compiled_bf16")
+FAMILY_MODES = {"gpt": MODES, "nanochat": MODES[:3]}
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", default="gpt", choices=sorted(FAMILY_MODES))
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=None, help="nanochat: key/value heads (default: --heads)")
+    p.add_argument("--window-pattern", default="SSSL", help="nanochat: S short, L long, tiled over the layers")
     p.add_argument("--channels", type=int, default=256)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
@@ -38,15 +43,19 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     p.add_argument("--mode-seconds", type=float, default=60.0,
                    help="stop timing a mode after this many seconds of timed steps (at least 3 steps)")
+    p.add_argument("--start-seconds", type=float, default=None,
+                   help="give up a mode whose build and warm-up (compilation) take longer, reported as its error")
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    p.add_argument("--modes", default=None, help="comma-separated, of " + ", ".join(MODES) + " (default: the family's)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--serve", action="store_true",
                    help="warm every mode once, then run 'MODE STEPS' requests from stdin (one JSON line each)")
     args = p.parse_args(argv)
-    unknown = [m for m in args.modes.split(",") if m not in MODES]
+    known = FAMILY_MODES[args.family]
+    args.modes = args.modes or ",".join(known)
+    unknown = [m for m in args.modes.split(",") if m not in known]
     if unknown:
-        p.error(f"--modes: unknown {', '.join(unknown)} (known: {', '.join(MODES)})")
+        p.error(f"--modes: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     return args
 
 
@@ -57,10 +66,19 @@ class Mode:
     def __init__(self, torch, args, mode):
         torch.manual_seed(0)
         self.torch, self.args, self.mode = torch, args, mode
-        self.model = build_model(torch, args.layers, args.heads, args.channels, args.seq_len, args.vocab)
-        self.opt = adamw(torch, self.model, 1e-3)
-        self.step_fn = torch.compile(self.model) if mode.startswith("compiled") else self.model
         self.bf16 = mode.endswith("bf16")
+        self.clip = args.family == "gpt"  # nanochat trains without clipping
+        if args.family == "nanochat":
+            import bench_nanochat_torch as nc
+            self.model = nc.build_model(torch, args.layers, args.heads, args.kv_heads or args.heads, args.channels,
+                                        args.seq_len, args.vocab, args.window_pattern)
+            self.opt = nc.MuonAdamW(torch, self.model, torch.bfloat16 if self.bf16 else torch.float32,
+                                    channels=args.channels)
+        else:
+            from bench_gpt_torch import adamw, build_model
+            self.model = build_model(torch, args.layers, args.heads, args.channels, args.seq_len, args.vocab)
+            self.opt = adamw(torch, self.model, 1e-3)
+        self.step_fn = torch.compile(self.model) if mode.startswith("compiled") else self.model
         self.gen = torch.Generator().manual_seed(1)
         self.loss = None
 
@@ -74,7 +92,8 @@ class Mode:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
                 loss = self.step_fn(idx[:, :-1], idx[:, 1:])
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            if self.clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
             self.loss = loss.item()
@@ -95,12 +114,33 @@ def start_modes(torch, args, names):
     modes, errors = {}, {}
     for name in names:
         try:
-            modes[name] = Mode(torch, args, name)
-            modes[name].steps(args.warmup)
+            with time_limit(args.start_seconds, f"{name}: build and warm-up ran past {args.start_seconds} s"):
+                modes[name] = Mode(torch, args, name)
+                modes[name].steps(args.warmup)
         except Exception as e:  # reported, not fatal
             modes.pop(name, None)
             errors[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return modes, errors
+
+
+@contextlib.contextmanager
+def time_limit(seconds, message):
+    """TimeoutError(message) in the block once `seconds` pass (None: no limit): a compilation
+    that would take the reference's whole time leaves its mode skipped, the others measured."""
+    if not seconds:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(message)
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def serve(torch, args, modes, errors):
