@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "cc/ops/arena.h"
 #include "cc/model/token_upload.h"
@@ -138,7 +137,7 @@ size_t Decoder::memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B
 double Decoder::flops_per_token(const DecoderConfig& c, int T) {
   double matmul = 0;
   for (const DecoderTensor& t : decoder_layout(c))
-    if (t.role == TensorRole::kMatrix || t.role == TensorRole::kHead || (c.tied_head && t.role == TensorRole::kEmbedding))
+    if (t.role() == TensorRole::kMatrix || t.role() == TensorRole::kHead || (c.tied_head && t.role() == TensorRole::kEmbedding))
       matmul += static_cast<double>(t.count());
   double attention = 0;
   for (int w : layer_windows(c)) attention += 12.0 * c.num_heads * c.head_dim * (w > 0 ? std::min(w + 1, T) : T);
@@ -161,36 +160,29 @@ bool Decoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& c
   layout_ = decoder_layout(config);
   windows_ = layer_windows(config);
   lt_.assign(config.num_layers, LayerTensors{});
-  // Each tensor's offset by what it is: the layer's fused GEMMs start at q (q, k, v) and at
-  // fc / gate (gate, up).
+  // Each tensor's offset by its slot: the layer's fused GEMMs start at q (q, k, v) and at
+  // the first up projection (llama's gate, then up).
   for (const DecoderTensor& t : layout_) {
-    auto ends = [&](const char* s) {
-      return t.name.size() >= std::strlen(s) && t.name.compare(t.name.size() - std::strlen(s), std::string::npos, s) == 0;
-    };
-    if (t.layer < 0) {
-      if (t.role == TensorRole::kEmbedding) wte_ = t.offset;
-      if (t.role == TensorRole::kHead) head_ = t.offset;
-      if (t.role == TensorRole::kNormWeight) final_norm_ = t.offset;
-      if (t.role == TensorRole::kResidLambdas) resid_ = t.offset;
-      if (t.role == TensorRole::kX0Lambdas) x0l_ = t.offset;
-      if (t.name == "smear_gate.weight") smear_gate_ = t.offset;
-      if (t.name == "smear_lambda") smear_lambda_ = t.offset;
-      if (t.name == "backout_lambda") backout_ = t.offset;
-      if (t.role == TensorRole::kValueEmbedding) {
-        const int l = std::stoi(t.name.substr(std::strlen("value_embeds.")));
-        lt_[l].ve_table = t.offset;
-        lt_[l].has_ve = true;
-      }
-      continue;
+    LayerTensors* x = t.layer >= 0 ? &lt_[t.layer] : nullptr;
+    switch (t.slot) {
+      case TensorSlot::kEmbedding: wte_ = t.offset; break;
+      case TensorSlot::kHead: head_ = t.offset; break;
+      case TensorSlot::kFinalNorm: final_norm_ = t.offset; break;
+      case TensorSlot::kResidLambdas: resid_ = t.offset; break;
+      case TensorSlot::kX0Lambdas: x0l_ = t.offset; break;
+      case TensorSlot::kSmearGate: smear_gate_ = t.offset; break;
+      case TensorSlot::kSmearLambda: smear_lambda_ = t.offset; break;
+      case TensorSlot::kBackout: backout_ = t.offset; break;
+      case TensorSlot::kValueTable: x->ve_table = t.offset, x->has_ve = true; break;
+      case TensorSlot::kAttnNorm: x->attn_norm = t.offset; break;
+      case TensorSlot::kQ: x->qkv = t.offset; break;
+      case TensorSlot::kValueGate: x->ve_gate = t.offset; break;
+      case TensorSlot::kO: x->o = t.offset; break;
+      case TensorSlot::kMlpNorm: x->mlp_norm = t.offset; break;
+      case TensorSlot::kUp: x->fc = t.offset; break;
+      case TensorSlot::kDown: x->proj = t.offset; break;
+      default: break;  // k, v and llama's up follow q and the gate
     }
-    LayerTensors& x = lt_[t.layer];
-    if (ends("input_layernorm.weight")) x.attn_norm = t.offset;
-    if (ends("c_q.weight") || ends("q_proj.weight")) x.qkv = t.offset;
-    if (ends("ve_gate.weight")) x.ve_gate = t.offset;
-    if (ends("attn.c_proj.weight") || ends("o_proj.weight")) x.o = t.offset;
-    if (ends("post_attention_layernorm.weight")) x.mlp_norm = t.offset;
-    if (ends("c_fc.weight") || ends("gate_proj.weight")) x.fc = t.offset;
-    if (ends("mlp.c_proj.weight") || ends("down_proj.weight")) x.proj = t.offset;
   }
   if (config.tied_head) head_ = wte_;
   state_.bind(ops, ctx, dtype, decoder_num_parameters(config));
@@ -211,7 +203,7 @@ bool Decoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& c
     T_ = T;
     ++activations_version_;
   }
-  return state_.ready(error) && state_.zero_loss(error);
+  return state_.ready(error);
 }
 
 bool Decoder::ensure_activations(int B, int T, std::string* error) {
@@ -263,41 +255,37 @@ std::vector<float> Decoder::random_parameters(const DecoderConfig& c, uint64_t s
   for (const DecoderTensor& t : decoder_layout(c)) {
     float* x = w.data() + t.offset;
     // Padding rows of the vocabulary stay 0.
-    const size_t rows = (t.role == TensorRole::kEmbedding || t.role == TensorRole::kHead ||
-                         t.role == TensorRole::kValueEmbedding)
+    const size_t rows = (t.role() == TensorRole::kEmbedding || t.role() == TensorRole::kHead ||
+                         t.role() == TensorRole::kValueEmbedding)
                             ? std::min<size_t>(t.rows, c.vocab_size)
                             : t.rows;
     const size_t n = rows * t.cols;
-    const std::string& name = t.name;
-    auto ends = [&](const char* suffix) {
-      const size_t k = std::strlen(suffix);
-      return name.size() >= k && name.compare(name.size() - k, k, suffix) == 0;
-    };
     if (!c.nanochat()) {
-      if (t.role == TensorRole::kNormWeight)
+      if (t.role() == TensorRole::kNormWeight)
         std::fill(x, x + n, 1.f);
       else
         fill_normal(x, n, 0.02f, &rng);
       continue;
     }
-    if (t.role == TensorRole::kEmbedding) {
-      fill_normal(x, n, 0.8f, &rng);
-    } else if (t.role == TensorRole::kHead) {
-      fill_normal(x, n, 0.001f, &rng);
-    } else if (t.role == TensorRole::kResidLambdas) {
-      for (int i = 0; i < c.num_layers; ++i) x[i] = 1.15f - 0.10f * i / L1;
-    } else if (t.role == TensorRole::kX0Lambdas) {
-      for (int i = 0; i < c.num_layers; ++i) x[i] = 0.20f - 0.15f * i / L1;
-    } else if (name == "smear_gate.weight" || ends("ve_gate.weight")) {
-      fill_uniform(x, n, 0.f, 0.02f, &rng);
-    } else if (name == "backout_lambda") {
-      x[0] = 0.2f;
-    } else if (ends("c_q.weight") || ends("c_k.weight") || ends("c_v.weight") ||
-               t.role == TensorRole::kValueEmbedding) {
-      fill_uniform(x, n, -s, s, &rng);
-    } else if (ends("c_fc.weight")) {
-      fill_uniform(x, n, -0.4f * s, 0.4f * s, &rng);
-    }  // c_proj (attention and MLP) and smear_lambda stay 0
+    switch (t.slot) {
+      case TensorSlot::kEmbedding: fill_normal(x, n, 0.8f, &rng); break;
+      case TensorSlot::kHead: fill_normal(x, n, 0.001f, &rng); break;
+      case TensorSlot::kResidLambdas:
+        for (int i = 0; i < c.num_layers; ++i) x[i] = 1.15f - 0.10f * i / L1;
+        break;
+      case TensorSlot::kX0Lambdas:
+        for (int i = 0; i < c.num_layers; ++i) x[i] = 0.20f - 0.15f * i / L1;
+        break;
+      case TensorSlot::kSmearGate:
+      case TensorSlot::kValueGate: fill_uniform(x, n, 0.f, 0.02f, &rng); break;
+      case TensorSlot::kBackout: x[0] = 0.2f; break;
+      case TensorSlot::kQ:
+      case TensorSlot::kK:
+      case TensorSlot::kV:
+      case TensorSlot::kValueTable: fill_uniform(x, n, -s, s, &rng); break;
+      case TensorSlot::kUp: fill_uniform(x, n, -0.4f * s, 0.4f * s, &rng); break;
+      default: break;  // the output projections and smear_lambda stay 0
+    }
   }
   return w;
 }
@@ -659,7 +647,7 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
   };
   if (!recipe_.muon) {
     for (const DecoderTensor& t : layout_)
-      groups.push_back(group(t, t.role == TensorRole::kNormWeight ? 0.f : s.weight_decay));
+      groups.push_back(group(t, t.role() == TensorRole::kNormWeight ? 0.f : s.weight_decay));
     return check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step, s.lr, s.beta1,
                                        s.beta2, s.eps, state_.grad_sumsq(), s.max_grad_norm, dtype_),
                  "adamw_step_many", error);
@@ -667,7 +655,7 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
   for (const Kind& k : kinds) {
     groups.clear();
     for (const DecoderTensor& t : layout_)
-      if (t.role == k.role) groups.push_back(group(t, k.weight_decay));
+      if (t.role() == k.role) groups.push_back(group(t, k.weight_decay));
     if (groups.empty()) continue;
     if (!check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step, k.lr, k.beta1,
                                      k.beta2, kAdamEps, state_.grad_sumsq(), 0.f, dtype_),
@@ -682,7 +670,7 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
 bool Decoder::muon_groups(const OptimizerStep& s, std::string* error) {
   std::vector<nfn_muon_group> groups;
   for (const DecoderTensor& t : layout_)
-    if (t.role == TensorRole::kMatrix)
+    if (t.role() == TensorRole::kMatrix)
       groups.push_back(nfn_muon_group{state_.master(t.offset), state_.param_copy(t.offset), g(t.offset),
                                       state_.m(t.offset), static_cast<int>(t.rows), static_cast<int>(t.cols)});
   const float warm = std::min(1.f, static_cast<float>(s.step - 1) / std::max(1, recipe_.muon_momentum_warmup));

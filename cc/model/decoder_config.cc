@@ -51,53 +51,70 @@ std::string validate_decoder(const DecoderConfig& c) {
 std::vector<DecoderTensor> decoder_layout(const DecoderConfig& c) {
   std::vector<DecoderTensor> t;
   size_t offset = 0;
-  auto add = [&](const std::string& name, size_t rows, size_t cols, int layer, TensorRole role) {
-    t.push_back({name, rows, cols, offset, layer, role});
+  auto add = [&](const std::string& name, size_t rows, size_t cols, int layer, TensorSlot slot) {
+    t.push_back({name, rows, cols, offset, layer, slot});
     offset += rows * cols;
   };
   const size_t C = c.channels, V = c.padded_vocab_size, L = c.num_layers, H = c.hidden;
   const size_t QD = static_cast<size_t>(c.num_heads) * c.head_dim, KD = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
   const bool nano = c.nanochat();
-  add(nano ? "transformer.wte.weight" : "model.embed_tokens.weight", V, C, -1, TensorRole::kEmbedding);
+  add(nano ? "transformer.wte.weight" : "model.embed_tokens.weight", V, C, -1, TensorSlot::kEmbedding);
   if (nano) {
-    add("resid_lambdas", 1, L, -1, TensorRole::kResidLambdas);
-    add("x0_lambdas", 1, L, -1, TensorRole::kX0Lambdas);
-    add("smear_gate.weight", 1, kSmearGateChannels, -1, TensorRole::kSmear);
-    add("smear_lambda", 1, 1, -1, TensorRole::kSmear);
-    add("backout_lambda", 1, 1, -1, TensorRole::kSmear);
+    add("resid_lambdas", 1, L, -1, TensorSlot::kResidLambdas);
+    add("x0_lambdas", 1, L, -1, TensorSlot::kX0Lambdas);
+    add("smear_gate.weight", 1, kSmearGateChannels, -1, TensorSlot::kSmearGate);
+    add("smear_lambda", 1, 1, -1, TensorSlot::kSmearLambda);
+    add("backout_lambda", 1, 1, -1, TensorSlot::kBackout);
   }
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = (nano ? "transformer.h." : "model.layers.") + std::to_string(l) + ".";
     if (nano) {
-      add(p + "attn.c_q.weight", QD, C, l, TensorRole::kMatrix);
-      add(p + "attn.c_k.weight", KD, C, l, TensorRole::kMatrix);
-      add(p + "attn.c_v.weight", KD, C, l, TensorRole::kMatrix);
+      add(p + "attn.c_q.weight", QD, C, l, TensorSlot::kQ);
+      add(p + "attn.c_k.weight", KD, C, l, TensorSlot::kK);
+      add(p + "attn.c_v.weight", KD, C, l, TensorSlot::kV);
       if (has_value_embedding(l, c.num_layers))
-        add(p + "attn.ve_gate.weight", c.num_kv_heads, kValueGateChannels, l, TensorRole::kMatrix);
-      add(p + "attn.c_proj.weight", C, QD, l, TensorRole::kMatrix);
-      add(p + "mlp.c_fc.weight", H, C, l, TensorRole::kMatrix);
-      add(p + "mlp.c_proj.weight", C, H, l, TensorRole::kMatrix);
+        add(p + "attn.ve_gate.weight", c.num_kv_heads, kValueGateChannels, l, TensorSlot::kValueGate);
+      add(p + "attn.c_proj.weight", C, QD, l, TensorSlot::kO);
+      add(p + "mlp.c_fc.weight", H, C, l, TensorSlot::kUp);
+      add(p + "mlp.c_proj.weight", C, H, l, TensorSlot::kDown);
     } else {
-      add(p + "input_layernorm.weight", 1, C, l, TensorRole::kNormWeight);
-      add(p + "self_attn.q_proj.weight", QD, C, l, TensorRole::kMatrix);
-      add(p + "self_attn.k_proj.weight", KD, C, l, TensorRole::kMatrix);
-      add(p + "self_attn.v_proj.weight", KD, C, l, TensorRole::kMatrix);
-      add(p + "self_attn.o_proj.weight", C, QD, l, TensorRole::kMatrix);
-      add(p + "post_attention_layernorm.weight", 1, C, l, TensorRole::kNormWeight);
-      add(p + "mlp.gate_proj.weight", H, C, l, TensorRole::kMatrix);
-      add(p + "mlp.up_proj.weight", H, C, l, TensorRole::kMatrix);
-      add(p + "mlp.down_proj.weight", C, H, l, TensorRole::kMatrix);
+      add(p + "input_layernorm.weight", 1, C, l, TensorSlot::kAttnNorm);
+      add(p + "self_attn.q_proj.weight", QD, C, l, TensorSlot::kQ);
+      add(p + "self_attn.k_proj.weight", KD, C, l, TensorSlot::kK);
+      add(p + "self_attn.v_proj.weight", KD, C, l, TensorSlot::kV);
+      add(p + "self_attn.o_proj.weight", C, QD, l, TensorSlot::kO);
+      add(p + "post_attention_layernorm.weight", 1, C, l, TensorSlot::kMlpNorm);
+      add(p + "mlp.gate_proj.weight", H, C, l, TensorSlot::kUp);
+      add(p + "mlp.up_proj.weight", H, C, l, TensorSlot::kUpSecond);
+      add(p + "mlp.down_proj.weight", C, H, l, TensorSlot::kDown);
     }
   }
   if (nano) {
     for (int l = 0; l < c.num_layers; ++l)
       if (has_value_embedding(l, c.num_layers))
-        add("value_embeds." + std::to_string(l) + ".weight", V, KD, -1, TensorRole::kValueEmbedding);
+        add("value_embeds." + std::to_string(l) + ".weight", V, KD, l, TensorSlot::kValueTable);
   } else {
-    add("model.norm.weight", 1, C, -1, TensorRole::kNormWeight);
+    add("model.norm.weight", 1, C, -1, TensorSlot::kFinalNorm);
   }
-  if (!c.tied_head) add("lm_head.weight", V, C, -1, TensorRole::kHead);
+  if (!c.tied_head) add("lm_head.weight", V, C, -1, TensorSlot::kHead);
   return t;
+}
+
+TensorRole DecoderTensor::role() const {
+  switch (slot) {
+    case TensorSlot::kEmbedding: return TensorRole::kEmbedding;
+    case TensorSlot::kHead: return TensorRole::kHead;
+    case TensorSlot::kValueTable: return TensorRole::kValueEmbedding;
+    case TensorSlot::kFinalNorm:
+    case TensorSlot::kAttnNorm:
+    case TensorSlot::kMlpNorm: return TensorRole::kNormWeight;
+    case TensorSlot::kResidLambdas: return TensorRole::kResidLambdas;
+    case TensorSlot::kX0Lambdas: return TensorRole::kX0Lambdas;
+    case TensorSlot::kSmearGate:
+    case TensorSlot::kSmearLambda:
+    case TensorSlot::kBackout: return TensorRole::kSmear;
+    default: return TensorRole::kMatrix;  // the blocks' linear weights, the value gates among them
+  }
 }
 
 size_t decoder_num_parameters(const DecoderConfig& c) {

@@ -51,13 +51,24 @@ enum class TensorRole {
   kSmear,           // smear_gate, smear_lambda, backout_lambda
 };
 
+// Which tensor it is, whatever the family calls it: the model finds its tensors by slot.
+enum class TensorSlot {
+  kEmbedding, kHead, kFinalNorm, kResidLambdas, kX0Lambdas, kSmearGate, kSmearLambda, kBackout,
+  kValueTable,  // a layer's value embedding
+  kAttnNorm, kQ, kK, kV, kValueGate, kO, kMlpNorm,
+  kUp,    // nanochat's c_fc, llama's gate_proj (its up_proj follows: kUpSecond)
+  kUpSecond,
+  kDown,  // c_proj / down_proj
+};
+
 struct DecoderTensor {
   std::string name;  // the family's checkpoint name, e.g. transformer.h.0.attn.c_q.weight
   size_t rows, cols;  // a vector has rows 1
   size_t offset;      // elements from the start of the parameter block
-  int layer;          // -1 for tensors outside the blocks
-  TensorRole role;
+  int layer;          // the layer of a block tensor or value embedding, else -1
+  TensorSlot slot;
   size_t count() const { return rows * cols; }
+  TensorRole role() const;
 };
 
 // Every tensor in memory order. Within layer l, q, k and v are adjacent (one fused qkv GEMM)

@@ -33,13 +33,12 @@ class DecoderModelFamily : public ModelFamily {
   double flops_per_token(int T) const override { return Decoder::flops_per_token(c_.decoder, T); }
 
   bool check_weights_file(const std::string& path, const char* what, std::string* error) const override {
-    const std::string family = weights_family(path);
-    if (!family.empty() && family != c_.model_family) {
-      *error = path + ": " + what + " holds a " + family + " model, not " + c_.model_family;
+    SafetensorsInfo info;
+    if (!read_safetensors_header(path, &info, error)) {
+      // Not safetensors: say so of an llm.c GPT file, else the reader's why.
+      if (weights_family(path) == "gpt") *error = path + ": " + what + " holds a gpt model, not " + c_.model_family;
       return false;
     }
-    SafetensorsInfo info;
-    if (!read_safetensors_header(path, &info, error)) return false;
     auto meta = [&](const char* key) {
       auto it = info.metadata.find(key);
       return it == info.metadata.end() ? std::string() : it->second;

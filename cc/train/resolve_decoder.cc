@@ -131,7 +131,7 @@ void default_decoder_schedule(bool recipe, TrainConfig* c) {
     // a run from its parameter:data ratio.
     double scaling = 0;
     for (const DecoderTensor& t : decoder_layout(c->decoder))
-      if (t.role == TensorRole::kMatrix || t.role == TensorRole::kHead) scaling += static_cast<double>(t.count());
+      if (t.role() == TensorRole::kMatrix || t.role() == TensorRole::kHead) scaling += static_cast<double>(t.count());
     c->batch_size = kDepthMicroBatch;
     c->train_batch_tokens = kDepthBatchTokens;
     c->max_steps = static_cast<int>(std::ceil(kTokensPerParameter * scaling / kDepthBatchTokens));

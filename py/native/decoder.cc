@@ -5,7 +5,6 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -15,25 +14,17 @@
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
 #include "py/native/ids.h"
+#include "py/native/trainable_calls.h"
 
 namespace nb = nanobind;
 
 namespace {
 
-using F32Vector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Numpy1 = nb::ndarray<nb::numpy, float, nb::ndim<1>>;
+using nfn::py::check;
+using nfn::py::F32Vector;
 using nfn::py::IdArray;
-using nfn::py::ids_of;
-
-void check(bool ok, const std::string& error) {
-  if (!ok) throw std::runtime_error(error);
-}
-
-Numpy1 to_numpy(std::vector<float>&& v) {
-  auto* heap = new std::vector<float>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  return Numpy1(heap->data(), {heap->size()}, owner);
-}
+using nfn::py::Numpy1;
+using nfn::py::to_numpy;
 
 nfn::DecoderConfig make_config(const std::string& family, int max_seq_len, int vocab_size, int padded_vocab_size,
                                int num_layers, int num_heads, int num_kv_heads, int head_dim, int channels,
@@ -89,18 +80,8 @@ class NativeDecoder {
     std::string error;
     check(model_.set_parameters(std::vector<float>(params.data(), params.data() + params.size()), &error), error);
   }
-  Numpy1 parameters() {
-    std::vector<float> host;
-    std::string error;
-    check(model_.get_parameters(&host, &error), error);
-    return to_numpy(std::move(host));
-  }
-  Numpy1 gradients() {
-    std::vector<float> host;
-    std::string error;
-    check(model_.get_gradients(&host, &error), error);
-    return to_numpy(std::move(host));
-  }
+  Numpy1 parameters() { return nfn::py::parameters_of(model_); }
+  Numpy1 gradients() { return nfn::py::gradients_of(model_); }
   void zero_grads() {
     std::string error;
     check(model_.zero_grads(&error), error);
@@ -109,28 +90,15 @@ class NativeDecoder {
   // The summed loss over the targets that count (>= 0); with backward, gradients of that sum
   // times grad_scale are added to the parameter gradients.
   float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale) {
-    const std::vector<int32_t> inputs = ids_of(input_array, 2, "inputs"), targets = ids_of(target_array, 2, "targets");
-    const int B = static_cast<int>(input_array.shape(0)), T = static_cast<int>(input_array.shape(1));
-    for (int32_t id : inputs)
-      if (id < 0 || id >= model_.config().vocab_size) throw std::invalid_argument("input id outside the vocabulary");
-    std::string error;
-    float loss_sum = 0, sumsq = 0;
-    check(model_.upload_tokens(inputs.data(), targets.data(), B, T, &error) && model_.zero_loss(&error) &&
-              model_.step_forward_backward(backward, grad_scale, &error) &&
-              model_.read_scalars(&loss_sum, &sumsq, &error),
-          error);
-    return loss_sum;
+    return nfn::py::loss_sum(model_, input_array, target_array, model_.config().vocab_size, backward, grad_scale);
   }
 
   // One optimizer step (the recipe's); returns the gradients' global norm.
   float optimizer_step(int step, float lr, float beta1, float beta2, float eps, float weight_decay,
                        float max_grad_norm, float lr_factor) {
-    std::string error;
-    float loss_sum = 0, sumsq = 0;
     nfn::OptimizerStep s{step, lr, beta1, beta2, eps, weight_decay, max_grad_norm};
     s.lr_factor = lr_factor;
-    check(model_.optimizer_step(s, &error) && model_.read_scalars(&loss_sum, &sumsq, &error), error);
-    return std::sqrt(sumsq);
+    return nfn::py::step_norm(model_, s);
   }
 
  private:

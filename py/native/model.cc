@@ -5,7 +5,6 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -15,32 +14,19 @@
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
 #include "py/native/ids.h"
+#include "py/native/trainable_calls.h"
 
 namespace nb = nanobind;
 
 namespace {
 
-using F32Vector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using nfn::py::check;
+using nfn::py::check_inputs;
+using nfn::py::F32Vector;
 using nfn::py::IdArray;
 using nfn::py::ids_of;
-
-void check(bool ok, const std::string& error) {
-  if (!ok) throw std::runtime_error(error);
-}
-
-// Input ids index wte's rows: each must be a token of the vocabulary (the ops read no bound).
-void check_inputs(const std::vector<int32_t>& ids, int vocab_size) {
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= vocab_size)
-      throw std::invalid_argument("input id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
-}
-
-nb::ndarray<nb::numpy, float, nb::ndim<1>> to_numpy(std::vector<float>&& v) {
-  auto* heap = new std::vector<float>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  return nb::ndarray<nb::numpy, float, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
-}
+using nfn::py::Numpy1;
+using nfn::py::to_numpy;
 
 nfn::GPTConfig make_config(int max_seq_len, int vocab_size, int num_layers, int num_heads, int channels,
                            int padded_vocab_size) {
@@ -87,19 +73,8 @@ class NativeGPT {
     check(model_.set_parameters(host, &error), error);
   }
 
-  nb::ndarray<nb::numpy, float, nb::ndim<1>> parameters() {
-    std::vector<float> host;
-    std::string error;
-    check(model_.get_parameters(&host, &error), error);
-    return to_numpy(std::move(host));
-  }
-
-  nb::ndarray<nb::numpy, float, nb::ndim<1>> gradients() {
-    std::vector<float> host;
-    std::string error;
-    check(model_.get_gradients(&host, &error), error);
-    return to_numpy(std::move(host));
-  }
+  Numpy1 parameters() { return nfn::py::parameters_of(model_); }
+  Numpy1 gradients() { return nfn::py::gradients_of(model_); }
 
   void zero_grads() {
     std::string error;
@@ -109,32 +84,18 @@ class NativeGPT {
   // Mean loss over the batch; with backward, gradients of (sum of losses * grad_scale) are
   // added to the parameter gradients.
   float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale) {
-    const std::vector<int32_t> inputs = ids_of(input_array, 2, "inputs"), targets = ids_of(target_array, 2, "targets");
-    if (input_array.shape(0) != target_array.shape(0) || input_array.shape(1) != target_array.shape(1))
-      throw std::invalid_argument("inputs and targets must have the same (B, T) shape");
-    const int B = static_cast<int>(input_array.shape(0)), T = static_cast<int>(input_array.shape(1));
-    check_inputs(inputs, model_.config().vocab_size);
-    std::string error;
-    float loss_sum = 0, sumsq = 0;
-    check(model_.upload_tokens(inputs.data(), targets.data(), B, T, &error) && model_.zero_loss(&error) &&
-              model_.step_forward_backward(backward, grad_scale, &error) &&
-              model_.read_scalars(&loss_sum, &sumsq, &error),
-          error);
-    return loss_sum / static_cast<float>(B * T);
+    const float sum = nfn::py::loss_sum(model_, input_array, target_array, model_.config().vocab_size, backward,
+                                        grad_scale);
+    return sum / static_cast<float>(input_array.shape(0) * input_array.shape(1));
   }
 
   // One AdamW step (with global-norm clipping); returns the gradient norm before clipping.
   float optimizer_step(int step, float lr, float beta1, float beta2, float eps, float weight_decay,
                        float max_grad_norm) {
-    std::string error;
-    float loss_sum = 0, sumsq = 0;
-    check(model_.optimizer_step({step, lr, beta1, beta2, eps, weight_decay, max_grad_norm}, &error) &&
-              model_.read_scalars(&loss_sum, &sumsq, &error),
-          error);
-    return std::sqrt(sumsq);
+    return nfn::py::step_norm(model_, {step, lr, beta1, beta2, eps, weight_decay, max_grad_norm});
   }
 
-  nb::ndarray<nb::numpy, float, nb::ndim<1>> logits(IdArray input_array, int row) {
+  Numpy1 logits(IdArray input_array, int row) {
     const std::vector<int32_t> inputs = ids_of(input_array, 2, "inputs");
     const int B = static_cast<int>(input_array.shape(0)), T = static_cast<int>(input_array.shape(1));
     check_inputs(inputs, model_.config().vocab_size);
