@@ -10,10 +10,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-bool generate(GPTDecoder* model, const std::vector<int32_t>& prompt, int max_new_tokens,
+bool generate(CachedLM* model, const std::vector<int32_t>& prompt, int max_new_tokens,
               const SamplingConfig& sampling, int32_t stop_token, const std::function<bool(int32_t)>& on_token,
               GenerationResult* result, std::string* error) {
-  const GPTConfig& g = model->config();
   std::string bad = validate_sampling(sampling);
   if (!bad.empty()) {
     *error = "sampling: " + bad;
@@ -23,9 +22,9 @@ bool generate(GPTDecoder* model, const std::vector<int32_t>& prompt, int max_new
     *error = "prompt: empty (give at least one token)";
     return false;
   }
-  if (static_cast<int>(prompt.size()) > g.max_seq_len) {
+  if (static_cast<int>(prompt.size()) > model->max_seq_len()) {
     *error = "prompt: " + std::to_string(prompt.size()) + " tokens is longer than the context of " +
-             std::to_string(g.max_seq_len);
+             std::to_string(model->max_seq_len());
     return false;
   }
   if (max_new_tokens < 0) {
@@ -44,7 +43,7 @@ bool generate(GPTDecoder* model, const std::vector<int32_t>& prompt, int max_new
   result->prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < max_new_tokens; ++i) {
-    const int32_t next = sampler.sample(logits.data(), g.vocab_size);
+    const int32_t next = sampler.sample(logits.data(), model->vocab_size());
     result->tokens.push_back(next);
     if (on_token && !on_token(next)) {
       result->stop_reason = "callback";
@@ -55,7 +54,7 @@ bool generate(GPTDecoder* model, const std::vector<int32_t>& prompt, int max_new
       break;
     }
     if (i + 1 == max_new_tokens) break;  // the last token needs no forward
-    if (model->position() >= g.max_seq_len) {
+    if (model->position() >= model->max_seq_len()) {
       result->stop_reason = "context";
       break;
     }

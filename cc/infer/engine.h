@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cc/infer/gpt_decoder.h"
+#include "cc/infer/cached_lm.h"
 #include "cc/infer/sampler.h"
 
 namespace nfn {
@@ -20,7 +20,7 @@ struct GenerationResult {
 
 // Streams each generated id to on_token (may be empty; returning false stops). Stops at
 // max_new_tokens, after emitting stop_token (< 0: none), or when the context is full.
-bool generate(GPTDecoder* model, const std::vector<int32_t>& prompt, int max_new_tokens,
+bool generate(CachedLM* model, const std::vector<int32_t>& prompt, int max_new_tokens,
               const SamplingConfig& sampling, int32_t stop_token, const std::function<bool(int32_t)>& on_token,
               GenerationResult* result, std::string* error);
 

@@ -18,14 +18,13 @@ GPTDecoder::~GPTDecoder() { release(); }
 void GPTDecoder::release() {
   if (ops_ != nullptr) {
     if (act_block_) ops_->free(ctx_, act_block_);
-    if (logits_) ops_->free(ctx_, logits_);
     if (params_) ops_->free(ctx_, params_);
     if (k_cache_) ops_->free(ctx_, k_cache_);
   }
   act_block_ = params_ = nullptr;
-  logits_ = nullptr;
   k_cache_ = v_cache_ = nullptr;
-  cap_rows_ = cap_logit_rows_ = 0;
+  logits_.release();
+  cap_rows_ = 0;
 }
 
 bool GPTDecoder::check(nfn_status s, const char* what, std::string* error) const {
@@ -53,6 +52,7 @@ bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& co
   }
   ops_ = ops;
   ctx_ = ctx;
+  logits_.bind(ops, ctx);
   config_ = config;
   offsets_.clear();
   per_layer_.clear();
@@ -85,18 +85,7 @@ bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& co
 
 bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
   const size_t C = config_.channels, Vp = config_.padded_vocab_size;
-  // Logits live in their own allocation, so growing them keeps the last forward's rows.
-  const int logit_rows = logits_all ? n : 1;
-  if (logit_rows > cap_logit_rows_) {
-    if (logits_) ops_->free(ctx_, logits_);
-    logits_ = nullptr;
-    cap_logit_rows_ = 0;
-    void* p = nullptr;
-    if (!check(ops_->alloc(ctx_, static_cast<size_t>(logit_rows) * Vp * 4, &p), "allocating logits", error))
-      return false;
-    logits_ = static_cast<float*>(p);
-    cap_logit_rows_ = logit_rows;
-  }
+  if (!logits_.reserve(logits_all ? n : 1, Vp, error)) return false;
   if (n <= cap_rows_) return true;
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
@@ -117,17 +106,8 @@ bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
 
 bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
   const GPTConfig& g = config_;
-  if (n < 1 || pos_ + n > g.max_seq_len) {
-    *error = "forward: " + std::to_string(n) + " tokens at position " + std::to_string(pos_) +
-             " do not fit the context of " + std::to_string(g.max_seq_len);
-    return false;
-  }
-  for (int i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= g.vocab_size) {
-      *error = "forward: token id " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
-               std::to_string(g.vocab_size) + ")";
-      return false;
-    }
+  *error = check_forward_block(*this, tokens, n);
+  if (!error->empty()) return false;
   if (!ensure_rows(n, false, error)) return false;
   const int C = g.channels, NH = g.num_heads, maxT = g.max_seq_len;
   const size_t cache_layer = static_cast<size_t>(maxT) * C;
@@ -175,32 +155,16 @@ bool GPTDecoder::logits(bool all_rows, std::vector<float>* out, std::string* err
   const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const int rows = all_rows ? rows_ : 1;
   const float* x = ln_ + static_cast<size_t>(rows_ - rows) * C;
-  if (!check(ops_->linear_forward(ctx_, logits_, nullptr, x, param(WTE), nullptr, nullptr, rows, C, Vp,
+  if (!check(ops_->linear_forward(ctx_, logits_.data(), nullptr, x, param(WTE), nullptr, nullptr, rows, C, Vp,
                                   NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (logits)", error))
     return false;
-  std::vector<float> padded(static_cast<size_t>(rows) * Vp);
-  if (!check(ops_->copy(ctx_, padded.data(), logits_, padded.size() * 4, NFN_DEVICE_TO_HOST), "copy", error) ||
-      !check(ops_->synchronize(ctx_), "synchronize", error))
-    return false;
-  out->resize(static_cast<size_t>(rows) * V);
-  for (int r = 0; r < rows; ++r)
-    std::copy(padded.begin() + static_cast<size_t>(r) * Vp, padded.begin() + static_cast<size_t>(r) * Vp + V,
-              out->begin() + static_cast<size_t>(r) * V);
-  return true;
+  return logits_.download(rows, V, Vp, out, error);
 }
 
 bool GPTDecoder::losses(const int32_t* targets, std::vector<float>* out, std::string* error) {
-  if (rows_ == 0) {
-    *error = "losses: no forward to read";
-    return false;
-  }
+  *error = check_targets(*this, rows_, targets);
+  if (!error->empty()) return false;
   const int n = rows_, V = config_.vocab_size;
-  for (int i = 0; i < n; ++i)
-    if (targets[i] < 0 || targets[i] >= V) {
-      *error = "losses: target id " + std::to_string(targets[i]) + " is outside the vocabulary [0, " +
-               std::to_string(V) + ")";
-      return false;
-    }
   out->resize(n);
   return check(ops_->copy(ctx_, targets_, targets, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
                "uploading targets", error) &&

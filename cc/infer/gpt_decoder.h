@@ -1,23 +1,24 @@
 // The dense GPT-2 forward for generation, written against the op ABI: parameters and a KV
 // cache on the backend, nothing for training (no gradients, no optimizer state, no saved
-// activations). Each forward() runs the next block of tokens at positions [position(),
-// position()+n), appends their keys and values to the cache, and leaves the final
-// LayerNorm's rows for logits() and losses().
+// activations). A CachedLM: forward() leaves the final LayerNorm's rows for logits() and
+// losses().
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cc/infer/cached_lm.h"
+#include "cc/infer/logit_buffer.h"
 #include "cc/model/gpt_config.h"
 #include "cc/ops/nfn_tile_ops.h"
 
 namespace nfn {
 
-class GPTDecoder {
+class GPTDecoder : public CachedLM {
  public:
   GPTDecoder() = default;
-  ~GPTDecoder();
+  ~GPTDecoder() override;
   GPTDecoder(const GPTDecoder&) = delete;
   GPTDecoder& operator=(const GPTDecoder&) = delete;
 
@@ -26,15 +27,13 @@ class GPTDecoder {
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config, const std::vector<float>& params,
             std::string* error);
   const GPTConfig& config() const { return config_; }
-  int position() const { return pos_; }
-  void reset() { pos_ = 0; rows_ = 0; }
-
-  // Token ids must be in [0, vocab_size); the block must fit in the context.
-  bool forward(const int32_t* tokens, int n, std::string* error);
-  // Logits (vocab_size floats per row) of the last forward: its last row, or all of its rows.
-  bool logits(bool all_rows, std::vector<float>* out, std::string* error);
-  // Cross-entropy (nats) of each row of the last forward against targets (n ids).
-  bool losses(const int32_t* targets, std::vector<float>* out, std::string* error);
+  int vocab_size() const override { return config_.vocab_size; }
+  int max_seq_len() const override { return config_.max_seq_len; }
+  int position() const override { return pos_; }
+  void reset() override { pos_ = 0; rows_ = 0; }
+  bool forward(const int32_t* tokens, int n, std::string* error) override;
+  bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
+  bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;
 
  private:
   bool check(nfn_status s, const char* what, std::string* error) const;
@@ -53,11 +52,11 @@ class GPTDecoder {
 
   // Per-forward buffers for up to cap_rows_ rows (grown on demand; growing drops their contents).
   void* act_block_ = nullptr;
-  int cap_rows_ = 0, cap_logit_rows_ = 0;
+  int cap_rows_ = 0;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   float *x_ = nullptr, *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *qkv_ = nullptr, *atty_ = nullptr,
         *fch_ = nullptr, *fch_gelu_ = nullptr, *losses_ = nullptr;
-  float* logits_ = nullptr;  // (cap_logit_rows_, Vp), a separate allocation
+  LogitBuffer logits_;  // (rows, Vp)
 };
 
 }  // namespace nfn

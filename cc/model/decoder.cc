@@ -51,8 +51,6 @@ struct Decoder::Acts {
   void* ve;                   // (N,KD) a layer's value-embedding rows
   void *dres, *dln, *dx0, *dmid;  // (N,C)
   void *dbig, *dhid, *datt, *dve;  // (N,max(Hf,QKV)), (N,H), (N,QD), (N,KD)
-  void* logits;                    // (Vp) one row's, for sampling
-  float* logits_f32;               // (Vp)
 };
 
 struct Decoder::Layer {
@@ -120,8 +118,6 @@ std::vector<ArenaSlot> Decoder::activation_plan(const DecoderConfig& c, int B, i
       slot(&a->dhid, N * d.H * e),
       slot(&a->datt, N * d.QD * e),
       slot(&a->dve, nano ? N * d.KD * e : 0),
-      slot(&a->logits, d.Vp * e),
-      slot(&a->logits_f32, d.Vp * f),
   };
 }
 
@@ -159,32 +155,7 @@ bool Decoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& c
   dtype_ = dtype;
   layout_ = decoder_layout(config);
   windows_ = layer_windows(config);
-  lt_.assign(config.num_layers, LayerTensors{});
-  // Each tensor's offset by its slot: the layer's fused GEMMs start at q (q, k, v) and at
-  // the first up projection (llama's gate, then up).
-  for (const DecoderTensor& t : layout_) {
-    LayerTensors* x = t.layer >= 0 ? &lt_[t.layer] : nullptr;
-    switch (t.slot) {
-      case TensorSlot::kEmbedding: wte_ = t.offset; break;
-      case TensorSlot::kHead: head_ = t.offset; break;
-      case TensorSlot::kFinalNorm: final_norm_ = t.offset; break;
-      case TensorSlot::kResidLambdas: resid_ = t.offset; break;
-      case TensorSlot::kX0Lambdas: x0l_ = t.offset; break;
-      case TensorSlot::kSmearGate: smear_gate_ = t.offset; break;
-      case TensorSlot::kSmearLambda: smear_lambda_ = t.offset; break;
-      case TensorSlot::kBackout: backout_ = t.offset; break;
-      case TensorSlot::kValueTable: x->ve_table = t.offset, x->has_ve = true; break;
-      case TensorSlot::kAttnNorm: x->attn_norm = t.offset; break;
-      case TensorSlot::kQ: x->qkv = t.offset; break;
-      case TensorSlot::kValueGate: x->ve_gate = t.offset; break;
-      case TensorSlot::kO: x->o = t.offset; break;
-      case TensorSlot::kMlpNorm: x->mlp_norm = t.offset; break;
-      case TensorSlot::kUp: x->fc = t.offset; break;
-      case TensorSlot::kDown: x->proj = t.offset; break;
-      default: break;  // k, v and llama's up follow q and the gate
-    }
-  }
-  if (config.tied_head) head_ = wte_;
+  off_ = decoder_offsets(config);
   state_.bind(ops, ctx, dtype, decoder_num_parameters(config));
   std::vector<ArenaSlot> plan = state_.plan();
   if (B > 0 && T > 0) {
@@ -351,14 +322,14 @@ bool Decoder::embed(std::string* error) {
   const int B = B_, T = T_, N = B * T, C = config_.channels;
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
-  if (!check(o.embedding_forward(ctx_, a.emb, a.inputs, p(wte_), nullptr, B, T, C, dtype_), "embedding_forward",
+  if (!check(o.embedding_forward(ctx_, a.emb, a.inputs, p(off_.wte), nullptr, B, T, C, dtype_), "embedding_forward",
              error))
     return false;
   if (!config_.nanochat()) return true;
   return check(o.rmsnorm_forward(ctx_, a.emb_n, a.emb_rstd, a.emb, nullptr, N, C, config_.norm_eps, dtype_),
                "rmsnorm_forward (embedding)", error) &&
          check(o.copy(ctx_, a.x0, a.emb_n, d.N * d.C * state_.esize(), NFN_DEVICE_TO_DEVICE), "copy", error) &&
-         check(o.gated_add_forward(ctx_, a.x0, a.emb_n, p(smear_gate_), p(smear_lambda_), a.emb_n, N, T, 1, C,
+         check(o.gated_add_forward(ctx_, a.x0, a.emb_n, p(off_.smear_gate), p(off_.smear_lambda), a.emb_n, N, T, 1, C,
                                    kSmearGateChannels, 1, C, C, C, 1.f, dtype_), "gated_add_forward (smear)", error);
 }
 
@@ -369,10 +340,10 @@ bool Decoder::layer_forward(int l, const void* input, std::string* error) {
             H = config_.hidden, Hf = static_cast<int>(d.Hf);
   const bool nano = config_.nanochat();
   const nfn_op_table& o = *ops_;
-  const LayerTensors& w = lt_[l];
+  const DecoderOffsets::Layer& w = off_.layers[l];
   const Layer x = layer(l);
   Acts& a = *acts_;
-  if (nano && !check(o.scaled_sum_forward(ctx_, x.xm, input, a.x0, p(resid_ + l), p(x0l_ + l), 1.f, 1.f,
+  if (nano && !check(o.scaled_sum_forward(ctx_, x.xm, input, a.x0, p(off_.resid + l), p(off_.x0l + l), 1.f, 1.f,
                                           d.N * d.C, dtype_), "scaled_sum_forward (lambdas)", error))
     return false;
   const float eps = config_.norm_eps;
@@ -429,12 +400,12 @@ bool Decoder::forward(std::string* error) {
     if (!layer_forward(l, layer(l).input, error)) return false;
   const void* last = layer(L - 1).res3;
   if (config_.nanochat()) {
-    if (!check(o.scaled_sum_forward(ctx_, a.xb, last, layer(L / 2).res3, nullptr, p(backout_), 1.f, -1.f, d.N * d.C,
+    if (!check(o.scaled_sum_forward(ctx_, a.xb, last, layer(L / 2).res3, nullptr, p(off_.backout), 1.f, -1.f, d.N * d.C,
                                     dtype_), "scaled_sum_forward (backout)", error))
       return false;
     last = a.xb;
   }
-  return check(o.rmsnorm_forward(ctx_, a.lnf, a.rstdf, last, config_.nanochat() ? nullptr : p(final_norm_), N, C,
+  return check(o.rmsnorm_forward(ctx_, a.lnf, a.rstdf, last, config_.nanochat() ? nullptr : p(off_.final_norm), N, C,
                                  config_.norm_eps, dtype_), "rmsnorm_forward (final)", error);
 }
 
@@ -445,7 +416,7 @@ bool Decoder::head_forward(bool backward, float grad_scale, std::string* error) 
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
   if (!check(o.lm_head_cross_entropy(ctx_, a.losses, state_.loss_sum(), backward ? a.dln : nullptr,
-                                     backward ? g(head_) : nullptr, a.lnf, p(head_), a.targets, N, C,
+                                     backward ? g(off_.head) : nullptr, a.lnf, p(off_.head), a.targets, N, C,
                                      config_.vocab_size, config_.padded_vocab_size, grad_scale,
                                      config_.nanochat() ? kLogitSoftcap : 0.f, dtype_),
              "lm_head_cross_entropy", error))
@@ -462,42 +433,13 @@ bool Decoder::step_forward_backward(bool backward, float grad_scale, std::string
   return forward(error) && head_forward(backward, grad_scale, error) && (!backward || this->backward(error));
 }
 
-bool Decoder::logits_for_row(int row, std::vector<float>* logits, std::string* error) {
-  if (acts_ == nullptr || !have_inputs_) {
-    *error = "logits: no tokens uploaded";
-    return false;
-  }
-  if (row < 0 || row >= B_ * T_) {
-    *error = "logits: row " + std::to_string(row) + " is outside the " + std::to_string(B_ * T_) + " uploaded";
-    return false;
-  }
-  if (!forward(error)) return false;
-  const int C = config_.channels, Vp = config_.padded_vocab_size;
-  const nfn_op_table& o = *ops_;
-  Acts& a = *acts_;
-  const void* x = static_cast<const char*>(a.lnf) + static_cast<size_t>(row) * C * state_.esize();
-  if (!check(o.linear_forward(ctx_, a.logits, nullptr, x, p(head_), nullptr, nullptr, 1, C, Vp, NFN_EPILOGUE_NONE,
-                              dtype_), "linear_forward (logits)", error) ||
-      (config_.nanochat() &&
-       !check(o.softcap_forward(ctx_, a.logits, a.logits, Vp, kLogitSoftcap, dtype_), "softcap_forward", error)))
-    return false;
-  const void* src = a.logits;
-  if (dtype_ != NFN_F32) {
-    if (!check(o.convert(ctx_, a.logits_f32, NFN_F32, a.logits, dtype_, Vp), "convert", error)) return false;
-    src = a.logits_f32;
-  }
-  logits->resize(config_.vocab_size);
-  return check(o.copy(ctx_, logits->data(), src, logits->size() * 4, NFN_DEVICE_TO_HOST), "copy", error) &&
-         check(o.synchronize(ctx_), "synchronize", error);
-}
-
 // MLP: res3 = res2 + proj(act(fc(norm(res2)))); dres holds d res3 and leaves with d res2.
 bool Decoder::mlp_backward(int l, const Layer& x, std::string* error) {
   const Dims d(config_, B_, T_);
   const int N = B_ * T_, C = config_.channels, H = config_.hidden, Hf = static_cast<int>(d.Hf);
   const bool nano = config_.nanochat();
   const nfn_op_table& o = *ops_;
-  const LayerTensors& w = lt_[l];
+  const DecoderOffsets::Layer& w = off_.layers[l];
   Acts& a = *acts_;
   if (!check(o.linear_backward(ctx_, a.dhid, g(w.proj), nullptr, nullptr, a.dres, x.act, p(w.proj), nullptr, N, H, C,
                                0, dtype_), "linear_backward (mlp down)", error))
@@ -522,7 +464,7 @@ bool Decoder::attention_backward(int l, const Layer& x, std::string* error) {
             KD = static_cast<int>(d.KD);
   const bool nano = config_.nanochat();
   const nfn_op_table& o = *ops_;
-  const LayerTensors& w = lt_[l];
+  const DecoderOffsets::Layer& w = off_.layers[l];
   Acts& a = *acts_;
   if (!check(o.linear_backward(ctx_, a.datt, g(w.o), nullptr, nullptr, a.dres, x.atty, p(w.o), nullptr, N, QD, C, 0,
                                dtype_), "linear_backward (attention output)", error) ||
@@ -559,7 +501,7 @@ bool Decoder::embed_backward(std::string* error) {
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
   if (!config_.nanochat())
-    return check(o.embedding_backward(ctx_, g(wte_), nullptr, a.dres, a.inputs, B, T, C, dtype_),
+    return check(o.embedding_backward(ctx_, g(off_.wte), nullptr, a.dres, a.inputs, B, T, C, dtype_),
                  "embedding_backward", error);
   const size_t NC = d.N * d.C;
   // x0 = e + gated(e): d e = d x0 + the gated term's gradients (through the gate's input and
@@ -567,15 +509,15 @@ bool Decoder::embed_backward(std::string* error) {
   // overlap its dout.
   return check(o.fill(ctx_, a.dx0, dtype_, 0.f, NC), "fill", error) &&
          check(o.fill(ctx_, a.dln, dtype_, 0.f, NC), "fill", error) &&
-         check(o.gated_add_backward(ctx_, a.dln, g(smear_gate_), g(smear_lambda_), a.dx0, a.dres, a.emb_n,
-                                    p(smear_gate_), p(smear_lambda_), a.emb_n, N, T, 1, C, kSmearGateChannels, 1, C,
+         check(o.gated_add_backward(ctx_, a.dln, g(off_.smear_gate), g(off_.smear_lambda), a.dx0, a.dres, a.emb_n,
+                                    p(off_.smear_gate), p(off_.smear_lambda), a.emb_n, N, T, 1, C, kSmearGateChannels, 1, C,
                                     C, C, 1.f, dtype_), "gated_add_backward (smear)", error) &&
          check(o.residual_forward(ctx_, a.dres, a.dres, a.dx0, nullptr, N, C, dtype_), "residual_forward", error) &&
          check(o.residual_forward(ctx_, a.dres, a.dres, a.dln, nullptr, N, C, dtype_), "residual_forward", error) &&
          check(o.fill(ctx_, a.dln, dtype_, 0.f, NC), "fill", error) &&
          check(o.rmsnorm_backward(ctx_, a.dln, nullptr, a.dres, a.emb, nullptr, a.emb_rstd, N, C, dtype_),
                "rmsnorm_backward (embedding)", error) &&
-         check(o.embedding_backward(ctx_, g(wte_), nullptr, a.dln, a.inputs, B, T, C, dtype_), "embedding_backward",
+         check(o.embedding_backward(ctx_, g(off_.wte), nullptr, a.dln, a.inputs, B, T, C, dtype_), "embedding_backward",
                error);
 }
 
@@ -589,15 +531,15 @@ bool Decoder::backward(std::string* error) {
   const void* last = nano ? a.xb : layer(L - 1).res3;
   // dln holds d lnf; the residual stream's gradient gathers in dres.
   if (!check(o.fill(ctx_, a.dres, dtype_, 0.f, NC), "fill", error) ||
-      !check(o.rmsnorm_backward(ctx_, a.dres, nano ? nullptr : g(final_norm_), a.dln, last,
-                                nano ? nullptr : p(final_norm_), a.rstdf, N, C, dtype_),
+      !check(o.rmsnorm_backward(ctx_, a.dres, nano ? nullptr : g(off_.final_norm), a.dln, last,
+                                nano ? nullptr : p(off_.final_norm), a.rstdf, N, C, dtype_),
              "rmsnorm_backward (final)", error))
     return false;
   // The backout's share of the middle layer's output waits in dmid; d x0 gathers in dx0.
   if (nano && (!check(o.fill(ctx_, a.dmid, dtype_, 0.f, NC), "fill", error) ||
                !check(o.fill(ctx_, a.dx0, dtype_, 0.f, NC), "fill", error) ||
-               !check(o.scaled_sum_backward(ctx_, nullptr, a.dmid, nullptr, g(backout_), a.dres, nullptr,
-                                            layer(mid).res3, nullptr, p(backout_), 1.f, -1.f, NC, dtype_),
+               !check(o.scaled_sum_backward(ctx_, nullptr, a.dmid, nullptr, g(off_.backout), a.dres, nullptr,
+                                            layer(mid).res3, nullptr, p(off_.backout), 1.f, -1.f, NC, dtype_),
                       "scaled_sum_backward (backout)", error)))
     return false;
   mark(Stage::kLmHead);
@@ -609,8 +551,8 @@ bool Decoder::backward(std::string* error) {
     if (!mlp_backward(l, x, error)) return false;
     mark(Stage::kMlpBackward, l);
     if (!attention_backward(l, x, error)) return false;
-    if (nano && !check(o.scaled_sum_backward(ctx_, a.dres, a.dx0, g(resid_ + l), g(x0l_ + l), a.dres, x.input, a.x0,
-                                             p(resid_ + l), p(x0l_ + l), 1.f, 1.f, NC, dtype_),
+    if (nano && !check(o.scaled_sum_backward(ctx_, a.dres, a.dx0, g(off_.resid + l), g(off_.x0l + l), a.dres, x.input, a.x0,
+                                             p(off_.resid + l), p(off_.x0l + l), 1.f, 1.f, NC, dtype_),
                        "scaled_sum_backward (lambdas)", error))
       return false;
     mark(Stage::kAttentionBackward, l);

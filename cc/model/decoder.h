@@ -65,9 +65,6 @@ class Decoder : public TrainableModel {
   bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error) override;
   bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) override;
   bool step_forward_backward(bool backward, float grad_scale, std::string* error) override;
-  // Forward over the uploaded tokens (targets not needed), then the logits of row `row`
-  // (vocab_size floats, soft-capped as the loss sees them): sampling without a KV cache.
-  bool logits_for_row(int row, std::vector<float>* logits, std::string* error);
   bool zero_grads(std::string* error) override { return state_.zero_grads(error); }
   bool zero_loss(std::string* error) override { return state_.zero_loss(error); }
   bool optimizer_step(const OptimizerStep& s, std::string* error) override;
@@ -110,14 +107,7 @@ class Decoder : public TrainableModel {
   nfn_dtype dtype_ = NFN_F32;
   std::vector<DecoderTensor> layout_;
   std::vector<int> windows_;
-  // Offsets of the tensors the forward reads by role (a layer's by its index).
-  struct LayerTensors {
-    size_t attn_norm, qkv, ve_gate, ve_table, o, mlp_norm, fc, proj;
-    bool has_ve;
-  };
-  std::vector<LayerTensors> lt_;
-  size_t wte_ = 0, head_ = 0, final_norm_ = 0, resid_ = 0, x0l_ = 0, smear_gate_ = 0, smear_lambda_ = 0,
-         backout_ = 0;
+  DecoderOffsets off_;  // where the forward finds each tensor
   ParamState state_;
 
   void* block_ = nullptr;      // state (and the activations init reserved)

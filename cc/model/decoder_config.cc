@@ -122,4 +122,33 @@ size_t decoder_num_parameters(const DecoderConfig& c) {
   return t.back().offset + t.back().count();
 }
 
+DecoderOffsets decoder_offsets(const DecoderConfig& c) {
+  DecoderOffsets o;
+  o.layers.assign(c.num_layers, DecoderOffsets::Layer{});
+  for (const DecoderTensor& t : decoder_layout(c)) {
+    DecoderOffsets::Layer* x = t.layer >= 0 ? &o.layers[t.layer] : nullptr;
+    switch (t.slot) {
+      case TensorSlot::kEmbedding: o.wte = t.offset; break;
+      case TensorSlot::kHead: o.head = t.offset; break;
+      case TensorSlot::kFinalNorm: o.final_norm = t.offset; break;
+      case TensorSlot::kResidLambdas: o.resid = t.offset; break;
+      case TensorSlot::kX0Lambdas: o.x0l = t.offset; break;
+      case TensorSlot::kSmearGate: o.smear_gate = t.offset; break;
+      case TensorSlot::kSmearLambda: o.smear_lambda = t.offset; break;
+      case TensorSlot::kBackout: o.backout = t.offset; break;
+      case TensorSlot::kValueTable: x->ve_table = t.offset, x->has_ve = true; break;
+      case TensorSlot::kAttnNorm: x->attn_norm = t.offset; break;
+      case TensorSlot::kQ: x->qkv = t.offset; break;
+      case TensorSlot::kValueGate: x->ve_gate = t.offset; break;
+      case TensorSlot::kO: x->o = t.offset; break;
+      case TensorSlot::kMlpNorm: x->mlp_norm = t.offset; break;
+      case TensorSlot::kUp: x->fc = t.offset; break;
+      case TensorSlot::kDown: x->proj = t.offset; break;
+      default: break;  // k, v and llama's up follow q and the gate
+    }
+  }
+  if (c.tied_head) o.head = o.wte;
+  return o;
+}
+
 }  // namespace nfn

@@ -71,6 +71,19 @@ struct DecoderTensor {
   TensorRole role() const;
 };
 
+// Where the forward finds each tensor, in elements from the start of the parameter block. A
+// layer's fused GEMMs start at q (q, k, v) and at its first up projection (llama's gate, then
+// up); a tied head is the embedding.
+struct DecoderOffsets {
+  struct Layer {
+    size_t attn_norm = 0, qkv = 0, ve_gate = 0, ve_table = 0, o = 0, mlp_norm = 0, fc = 0, proj = 0;
+    bool has_ve = false;
+  };
+  std::vector<Layer> layers;
+  size_t wte = 0, head = 0, final_norm = 0, resid = 0, x0l = 0, smear_gate = 0, smear_lambda = 0, backout = 0;
+};
+DecoderOffsets decoder_offsets(const DecoderConfig& c);
+
 // Every tensor in memory order. Within layer l, q, k and v are adjacent (one fused qkv GEMM)
 // and so are llama's gate and up (one fused SwiGLU GEMM).
 std::vector<DecoderTensor> decoder_layout(const DecoderConfig& c);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cc/ckpt/checkpoint.h"  // and the GPT geometry and layout the format holds
+#include "cc/train/family.h"
 #include "cc/train/find_checkpoint.h"
 #include "cc/train/manifest.h"
 #include "cc/train/train_config.h"
@@ -102,13 +103,12 @@ bool checkpoint_answer(const Flags& f, Json* out, std::string* error) {
   out->set("manifest_file", found.manifest.empty() ? Json() : Json(found.manifest));
   out->set("manifest", found.manifest.empty() ? Json() : read_object(found.manifest));
   if (found.kind != "llmc" || f.has("resolve-only")) return true;
-  // A decoder family's model file is safetensors (docs/decoder.md): its kind says so, and its
-  // manifest has its geometry.
-  const Json manifest = found.manifest.empty() ? Json() : read_object(found.manifest);
-  const Json* family = manifest.is_object() ? manifest.find("model_family") : nullptr;
-  if (family != nullptr && family->is_string() && decoder_family(family->as_string())) {
+  // A decoder family's model file is safetensors (docs/decoder.md) that names its family: its
+  // kind says so, and its __metadata__ has its geometry.
+  const std::string family = weights_family(found.path);
+  if (decoder_family(family)) {
     out->set("kind", "decoder");
-    out->set("model_family", family->as_string());
+    out->set("model_family", family);
     return true;
   }
   GPTConfig g;

@@ -4,16 +4,16 @@
 #include <algorithm>
 
 #include "cc/ckpt/safetensors.h"
-#include "cc/infer/sampler.h"
+#include "cc/infer/decoder_runtime.h"
+#include "cc/infer/engine.h"
 #include "cc/model/decoder.h"
+#include "cc/model/decoder_weights.h"
 #include "cc/train/family.h"
 #include "cc/train/resolve_decoder.h"
 
 namespace nfn {
 
 namespace {
-
-constexpr const char* kWeightsFormat = "nfn-decoder";
 
 class DecoderModelFamily : public ModelFamily {
  public:
@@ -43,9 +43,9 @@ class DecoderModelFamily : public ModelFamily {
       auto it = info.metadata.find(key);
       return it == info.metadata.end() ? std::string() : it->second;
     };
-    if (meta("format") != kWeightsFormat) {
+    if (meta("format") != kDecoderWeightsFormat) {
       *error = path + ": " + what + " is not an nfn decoder weights file (its __metadata__ format is \"" +
-               meta("format") + "\", not \"" + kWeightsFormat + "\")";
+               meta("format") + "\", not \"" + kDecoderWeightsFormat + "\")";
       return false;
     }
     if (meta("model_family") != c_.model_family) {
@@ -61,6 +61,8 @@ class DecoderModelFamily : public ModelFamily {
   }
 
   bool create(const nfn_op_table* ops, nfn_ctx* ctx, nfn_dtype dtype, int B, int T, std::string* error) override {
+    ops_ = ops;
+    ctx_ = ctx;
     return model_.init(ops, ctx, c_.decoder, dtype, recipe_, error, B, T);
   }
   TrainableModel& model() override { return model_; }
@@ -75,11 +77,7 @@ class DecoderModelFamily : public ModelFamily {
     for (const DecoderTensor& t : model_.layout())
       tensors.push_back({t.name, t.rows == 1 ? std::vector<size_t>{t.cols} : std::vector<size_t>{t.rows, t.cols},
                          t.offset});
-    const std::vector<std::pair<std::string, std::string>> metadata = {
-        {"format", kWeightsFormat},
-        {"model_family", c_.model_family},
-        {"geometry", decoder_geometry_json(c_.decoder).dump()},
-    };
+    const std::vector<std::pair<std::string, std::string>> metadata = decoder_weights_metadata(c_.decoder);
     const FloatSource master = [this](size_t offset, size_t count, float* dst, std::string* why) {
       return model_.download(TrainableModel::Stored::kMaster, offset, count, dst, why);
     };
@@ -100,28 +98,26 @@ class DecoderModelFamily : public ModelFamily {
     return true;
   }
 
-  // Without a KV cache: each token runs the forward over one row of the context so far (the
-  // positions after it do not reach it), at temperature 1.
+  // Through the KV-cached runtime, in f32 on the same op library, at temperature 1.
   bool sample(int start, int tokens, uint64_t seed, std::vector<int>* out, std::string* error) override {
-    const int T = std::min(tokens + 1, c_.decoder.max_seq_len);
-    std::vector<int32_t> row(T, start);
-    std::vector<float> logits;
+    std::vector<float> params;
+    DecoderRuntime runtime;
+    if (!model_.get_parameters(&params, error) || !runtime.init(ops_, ctx_, c_.decoder, params, error)) return false;
     SamplingConfig sampling;
     sampling.seed = seed;
-    Sampler sampler(sampling);
-    out->clear();
-    for (int t = 0; t + 1 < T; ++t) {
-      if (!model_.upload_tokens(row.data(), nullptr, 1, T, error) || !model_.logits_for_row(t, &logits, error))
-        return false;
-      row[t + 1] = sampler.sample(logits.data(), c_.decoder.vocab_size);
-      out->push_back(row[t + 1]);
-    }
+    GenerationResult result;
+    if (!generate(&runtime, {start}, std::min(tokens, c_.decoder.max_seq_len - 1), sampling, -1, nullptr, &result,
+                  error))
+      return false;
+    out->assign(result.tokens.begin(), result.tokens.end());
     return true;
   }
 
  private:
   const TrainConfig& c_;
   DecoderRecipe recipe_;
+  const nfn_op_table* ops_ = nullptr;
+  nfn_ctx* ctx_ = nullptr;
   Decoder model_;
 };
 

@@ -4,6 +4,7 @@
 
 #include "cc/ckpt/checkpoint.h"
 #include "cc/infer/engine.h"
+#include "cc/infer/gpt_decoder.h"
 #include "cc/model/gpt.h"
 #include "cc/train/family.h"
 #include "cc/train/mfu.h"

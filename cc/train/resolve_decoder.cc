@@ -42,23 +42,6 @@ void base_geometry(const Flags& f, bool nano, DecoderConfig* d, std::string* tem
 
 }  // namespace
 
-Json decoder_geometry_json(const DecoderConfig& d) {
-  Json j = Json::object();
-  j.set("max_seq_len", d.max_seq_len);
-  j.set("vocab_size", d.vocab_size);
-  j.set("padded_vocab_size", d.padded_vocab_size);
-  j.set("num_layers", d.num_layers);
-  j.set("num_heads", d.num_heads);
-  j.set("num_kv_heads", d.num_kv_heads);
-  j.set("head_dim", d.head_dim);
-  j.set("channels", d.channels);
-  j.set("mlp_hidden", d.hidden);
-  j.set("rope_theta", static_cast<double>(d.rope_theta));
-  j.set("window_pattern", d.window_pattern);
-  j.set("tied_head", d.tied_head);
-  return j;
-}
-
 bool resolve_decoder_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* error) {
   const bool nano = c->model_family == "nanochat";
   if (!c->graph_file.empty()) {

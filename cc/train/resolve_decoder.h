@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cc/model/decoder_weights.h"  // decoder_geometry_json
 #include "cc/train/train_config.h"
 #include "cc/util/flags.h"
 #include "cc/util/json.h"
@@ -14,6 +15,5 @@ namespace nfn {
 bool resolve_decoder_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* error);
 // The schedule's defaults: nanochat's base_train recipe for --depth, the CPU demo's otherwise.
 void default_decoder_schedule(bool recipe, TrainConfig* c);
-Json decoder_geometry_json(const DecoderConfig& d);
 
 }  // namespace nfn

@@ -30,10 +30,12 @@ class Json {
   static Json object() { Json j; j.type_ = Type::Object; return j; }
 
   bool is_null() const { return type_ == Type::Null; }
+  bool is_bool() const { return type_ == Type::Bool; }
   bool is_number() const { return type_ == Type::Number; }
   bool is_string() const { return type_ == Type::String; }
   bool is_object() const { return type_ == Type::Object; }
   bool is_array() const { return type_ == Type::Array; }
+  bool as_bool() const { return bool_; }
   double as_number() const { return num_; }
   // A number written without fraction or exponent within int64's range, or made from an integer.
   bool is_integer() const { return type_ == Type::Number && is_int_; }

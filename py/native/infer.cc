@@ -1,5 +1,6 @@
-// Bindings for the inference engine: a KV-cached GPT on the linked CPU op library, or on an
-// op library loaded at run time (the CUDA one) through the trainer's loader.
+// Bindings for the inference engine: a KV-cached model (the dense GPT, or a nanochat or llama
+// decoder read from its weights file) on the linked CPU op library, or on an op library loaded
+// at run time (the CUDA one) through the trainer's loader.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
@@ -11,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "cc/infer/decoder_runtime.h"
 #include "cc/infer/engine.h"
 #include "cc/infer/gpt_decoder.h"
+#include "cc/model/decoder_weights.h"
 #include "cc/ops/backend.h"
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
@@ -59,32 +62,26 @@ class InferenceEngine {
   // path is loaded (and must implement attention_kv_cached).
   InferenceEngine(F32Vector params, int max_seq_len, int vocab_size, int num_layers, int num_heads, int channels,
                   int padded_vocab_size, const std::string& library, int threads) {
-    std::string error;
-    if (library.empty()) {
-      linked_ = nfn::linked_op_table();
-      ops_ = &linked_;
-      check(ops_->ctx_create(0, &ctx_) == NFN_OK, "cannot create a CPU op context");
-    } else {
-      backend_ = std::make_unique<nfn::Backend>();
-      check(nfn::open_backend("", library, backend_.get(), &error), error);
-      ops_ = &backend_->lib.ops;
-      ctx_ = backend_->ctx;
-    }
-    if (threads > 0 && ops_->ctx_configure(ctx_, "threads", std::to_string(threads).c_str()) != NFN_OK) {
-      error = std::string("threads: ") + ops_->ctx_last_error(ctx_);
-      release();
-      throw std::invalid_argument(error);
-    }
+    open(library, threads);
     nfn::GPTConfig c;
     c.max_seq_len = max_seq_len, c.vocab_size = vocab_size, c.num_layers = num_layers, c.num_heads = num_heads;
     c.channels = channels, c.padded_vocab_size = padded_vocab_size;
-    std::vector<float> host(params.data(), params.data() + params.size());
-    decoder_ = std::make_unique<nfn::GPTDecoder>();
-    if (!decoder_->init(ops_, ctx_, c, host, &error)) {
-      error = std::string(ops_->backend_name()) + " op library: " + error;  // ops_ is gone after release
-      release();
-      throw std::runtime_error(error);
-    }
+    auto gpt = std::make_unique<nfn::GPTDecoder>();
+    std::string error;
+    const bool ok = gpt->init(ops_, ctx_, c, std::vector<float>(params.data(), params.data() + params.size()), &error);
+    start(std::move(gpt), ok, error);
+  }
+
+  // A nanochat or llama decoder from its weights file (cc/model/decoder_weights.h).
+  InferenceEngine(const std::string& weights_file, const std::string& library, int threads) {
+    nfn::DecoderConfig c;
+    std::vector<float> params;
+    std::string error;
+    if (!nfn::read_decoder_weights(weights_file, &c, &params, &error)) throw std::invalid_argument(error);
+    open(library, threads);
+    auto decoder = std::make_unique<nfn::DecoderRuntime>();
+    const bool ok = decoder->init(ops_, ctx_, c, params, &error);
+    start(std::move(decoder), ok, error);
   }
   ~InferenceEngine() { release(); }
 
@@ -109,7 +106,7 @@ class InferenceEngine {
       nb::gil_scoped_release unlocked;
       check(decoder_->forward(tokens.data(), n, &error) && decoder_->logits(all_logits, &out, &error), error);
     }
-    const size_t V = decoder_->config().vocab_size;
+    const size_t V = decoder_->vocab_size();
     return to_numpy(std::move(out), out.size() / V, V);
   }
 
@@ -159,6 +156,37 @@ class InferenceEngine {
   }
 
  private:
+  void open(const std::string& library, int threads) {
+    std::string error;
+    if (library.empty()) {
+      linked_ = nfn::linked_op_table();
+      ops_ = &linked_;
+      check(ops_->ctx_create(0, &ctx_) == NFN_OK, "cannot create a CPU op context");
+    } else {
+      backend_ = std::make_unique<nfn::Backend>();
+      check(nfn::open_backend("", library, backend_.get(), &error), error);
+      ops_ = &backend_->lib.ops;
+      ctx_ = backend_->ctx;
+    }
+    if (threads > 0 && ops_->ctx_configure(ctx_, "threads", std::to_string(threads).c_str()) != NFN_OK) {
+      error = std::string("threads: ") + ops_->ctx_last_error(ctx_);
+      release();
+      throw std::invalid_argument(error);
+    }
+  }
+
+  // Keeps the model init made, or releases everything and throws its error.
+  void start(std::unique_ptr<nfn::CachedLM> model, bool ok, std::string error) {
+    if (ok) {
+      decoder_ = std::move(model);
+      return;
+    }
+    error = std::string(ops_->backend_name()) + " op library: " + error;  // ops_ is gone after release
+    model.reset();  // frees backend memory while the context lives
+    release();
+    throw std::runtime_error(error);
+  }
+
   void release() {
     decoder_.reset();  // frees backend memory while the context lives
     if (backend_) {
@@ -173,7 +201,7 @@ class InferenceEngine {
   std::unique_ptr<nfn::Backend> backend_;
   const nfn_op_table* ops_ = nullptr;
   nfn_ctx* ctx_ = nullptr;
-  std::unique_ptr<nfn::GPTDecoder> decoder_;
+  std::unique_ptr<nfn::CachedLM> decoder_;
   std::atomic<bool> busy_{false};
 };
 
@@ -182,10 +210,12 @@ class InferenceEngine {
 namespace nfn::py {
 
 void bind_infer(nb::module_& m) {
-  nb::class_<InferenceEngine>(m, "InferenceEngine", "KV-cached GPT generation over an op library; one call at a time (another thread, or generate's on_token, is refused). on_token(id) returns True to go on, False to stop.")
+  nb::class_<InferenceEngine>(m, "InferenceEngine", "KV-cached generation over an op library: a dense GPT from its parameters and geometry, or a nanochat or llama decoder from its weights file (weights_file=...). One call at a time (another thread, or generate's on_token, is refused). on_token(id) returns True to go on, False to stop.")
       .def(nb::init<F32Vector, int, int, int, int, int, int, const std::string&, int>(), nb::arg("params"),
            nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"), nb::arg("num_heads"),
            nb::arg("channels"), nb::arg("padded_vocab_size"), nb::arg("library") = "", nb::arg("threads") = 0)
+      .def(nb::init<const std::string&, const std::string&, int>(), nb::arg("weights_file"), nb::arg("library") = "",
+           nb::arg("threads") = 0)
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)
       .def("reset", &InferenceEngine::reset)

@@ -9,6 +9,7 @@ layout and the padded vocabulary are the trainer's to say: this module asks its 
 (`nfn_native_train --inspect-checkpoint` and `--inspect-geometry`, cc/train/checkpoint_query.h).
 """
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class Checkpoint:
     manifest: Optional[str]   # the checkpoint's manifest (its DONE marker, or manifest.json beside it)
     header: Optional[dict] = None   # an llm.c file's header, where resolve read it
     tensors: Optional[list] = None  # and each tensor's name, shape, dtype, byte offset and bytes
+    family: Optional[str] = None    # a decoder checkpoint's model family (nanochat, llama)
 
 
 def resolve(spec, for_resume=False, header=False):
@@ -42,11 +44,25 @@ def resolve(spec, for_resume=False, header=False):
     an llm.c file's header and tensor layout (else the file is not read)."""
     answer = native_bin.ask([f"--inspect-checkpoint={spec}", f"--artifacts-dir={paths.artifacts_dir()}", "--json"] +
                             (["--for-resume"] if for_resume else []) + ([] if header else ["--resolve-only"]))
-    if header and answer["kind"] == "decoder":
-        raise UserError(f"{answer['path']}: a {answer['model_family']} checkpoint: nfn infer and nfn eval run "
-                        "dense GPT checkpoints; the decoder families' inference is not built yet (docs/decoder.md)")
     return Checkpoint(answer["kind"], answer["path"], answer["step"], answer["manifest_file"],
-                      answer.get("header"), answer.get("tensors"))
+                      answer.get("header"), answer.get("tensors"), answer.get("model_family"))
+
+
+def decoder_header(path):
+    """(model_family, geometry dict, tensors) of a decoder weights file, from its safetensors
+    header: the tensors as [{name, shape, dtype, offset, bytes}] in file order."""
+    from nfn.infer import safetensors
+    entries, metadata, data_start = safetensors.read_header(path)
+    try:
+        geom = json.loads(metadata.get("geometry", ""))
+    except ValueError:
+        geom = None
+    if not isinstance(geom, dict):
+        raise UserError(f"{path}: __metadata__ geometry is not a JSON object")
+    tensors = [{"name": name, "shape": e["shape"], "dtype": e["dtype"], "offset": data_start + e["data_offsets"][0],
+                "bytes": e["data_offsets"][1] - e["data_offsets"][0]}
+               for name, e in sorted(entries.items(), key=lambda kv: kv[1]["data_offsets"][0])]
+    return metadata.get("model_family"), geom, tensors
 
 
 def geometry(header):
@@ -108,8 +124,8 @@ def recorded_data(manifest):
 
 def check_manifest_matches(manifest_path, manifest, geom):
     """The manifest must describe the weights it is used with, field by field."""
-    for field in GEOMETRY_FIELDS:
-        if manifest["geometry"][field] != geom[field]:
+    for field in geom:
+        if manifest["geometry"].get(field) != geom[field]:
             raise UserError(f"{manifest_path}: geometry.{field} is {manifest['geometry'][field]} but the "
                             f"weights have {geom[field]}")
 
@@ -120,4 +136,8 @@ def header_info(ckpt):
     if ckpt.kind == "hf":
         from nfn.infer import hf
         return hf.read_info(ckpt.path)
+    if ckpt.kind == "decoder":
+        family, geom, _ = decoder_header(ckpt.path)
+        return {"file": ckpt.path, "format": "safetensors", "model_family": family, "geometry": geom,
+                "step": ckpt.step, "manifest": ckpt.manifest}
     return {"file": ckpt.path, **ckpt.header, "step": ckpt.step, "manifest": ckpt.manifest}

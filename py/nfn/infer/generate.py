@@ -24,6 +24,8 @@ def header_only(args):
         if ckpt.kind == "hf":
             from nfn.infer import hf
             info["tensors"] = hf.hf_layout(ckpt.path)
+        elif ckpt.kind == "decoder":
+            info["tensors"] = checkpoint.decoder_header(ckpt.path)[2]
         else:
             info["tensors"] = ckpt.tensors
     print_json(info)

@@ -17,11 +17,13 @@ CUDA_LIB = "libnfn_native_train_tile_ops.so"
 class LoadedModel:
     geometry: dict
     dtype: str               # storage of the file: "f32" or "bf16"
-    params: object           # numpy float32, checkpoint order (bf16 files widened)
+    params: object           # numpy float32, checkpoint order (bf16 files widened); None for a
+                             # decoder, whose engine reads its weights file itself
     tokenizer: Optional[str]
     eot: Optional[int]
     source: str              # the file or directory the weights came from
     data: Optional[tuple] = None  # the training data its manifest names (checkpoint.recorded_data)
+    family: str = "gpt"      # or a decoder family: nanochat, llama
 
 
 def read_raw(ckpt):
@@ -48,11 +50,15 @@ def write_llmc(path, geom, dtype, flat):
         f.write(np.ascontiguousarray(flat, dtype="<f4" if dtype == "f32" else "<u2").tobytes())
 
 
-def load_stored(args):
-    """(geometry, dtype, parameters as stored, manifest dict or None, source) for the args."""
+def load_stored(args, ckpt=None):
+    """(geometry, dtype, parameters as stored, manifest dict or None, source) for the args (whose
+    checkpoint is ckpt, when the caller resolved it)."""
     weights = getattr(args, "weights", None)
-    ckpt = checkpoint.resolve(weights if weights else args.checkpoint, header=True)
+    ckpt = ckpt or checkpoint.resolve(weights if weights else args.checkpoint, header=True)
     manifest_path = getattr(args, "graph_file", None) or ckpt.manifest
+    if ckpt.kind == "decoder":
+        raise UserError(f"{ckpt.path}: a {ckpt.family} checkpoint: --export-hf and --export-llmc write the dense "
+                        "GPT-2 layout only")
     if ckpt.kind == "hf":
         from nfn.infer import hf
         geom, dtype, flat, cfg = hf.load(ckpt.path)
@@ -66,9 +72,26 @@ def load_stored(args):
     return geom, dtype, flat, manifest, ckpt.path
 
 
+def load_decoder(args, ckpt):
+    """(geometry, dtype, manifest dict or None) of a decoder checkpoint: the geometry from its
+    weights file's header; the engine reads the tensors itself."""
+    _, geom, tensors = checkpoint.decoder_header(ckpt.path)
+    manifest_path = getattr(args, "graph_file", None) or ckpt.manifest
+    manifest = None
+    if manifest_path:
+        manifest = checkpoint.read_manifest(manifest_path)
+        checkpoint.check_manifest_matches(manifest_path, manifest, geom)
+    return geom, "bf16" if {t["dtype"] for t in tensors} == {"BF16"} else "f32", manifest
+
+
 def load(args, need_tokenizer=True):
-    geom, dtype, flat, manifest, source = load_stored(args)
-    params = flat if dtype == "f32" else widen_bf16(flat)
+    weights = getattr(args, "weights", None)
+    ckpt = checkpoint.resolve(weights if weights else args.checkpoint, header=True)
+    if ckpt.kind == "decoder":
+        (geom, dtype, manifest), params, source, family = load_decoder(args, ckpt), None, ckpt.path, ckpt.family
+    else:
+        geom, dtype, flat, manifest, source = load_stored(args, ckpt)
+        params, family = flat if dtype == "f32" else widen_bf16(flat), "gpt"
     tokenizer = getattr(args, "tokenizer", None) or (manifest or {}).get("tokenizer")
     if tokenizer is None and geom["vocab_size"] == 50257:
         tokenizer = "gpt2"  # llm.c's GPT-2 files carry no manifest; their vocabulary says gpt2
@@ -78,7 +101,7 @@ def load(args, need_tokenizer=True):
     elif need_tokenizer:
         also = " or --prompt-tokens IDS" if hasattr(args, "prompt_tokens") else ""  # nfn infer's
         raise UserError(f"{source}: no tokenizer recorded (no manifest); pass --tokenizer NAME{also}")
-    return LoadedModel(geom, dtype, params, tokenizer, eot, source, checkpoint.recorded_data(manifest))
+    return LoadedModel(geom, dtype, params, tokenizer, eot, source, checkpoint.recorded_data(manifest), family)
 
 
 def check_tokenizer(name, geom, source):
@@ -103,6 +126,11 @@ def start_engine(model, backend="auto", threads=0):
     g = model.geometry
     dims = (g["max_seq_len"], g["vocab_size"], g["num_layers"], g["num_heads"], g["channels"],
             g["padded_vocab_size"])
+
+    def open_engine(**kw):
+        if model.family == "gpt":
+            return _native.InferenceEngine(model.params, *dims, threads=threads, **kw)
+        return _native.InferenceEngine(weights_file=model.source, threads=threads, **kw)
     note = None
     if backend in ("cuda", "auto"):
         lib = cuda_library()
@@ -113,12 +141,14 @@ def start_engine(model, backend="auto", threads=0):
             note = "auto: no CUDA op library built"
         else:
             try:
-                return _native.InferenceEngine(model.params, *dims, library=lib, threads=threads), None
+                return open_engine(library=lib), None
+            except ValueError as e:  # the weights file or the thread count, not the library
+                raise UserError(str(e)) from None
             except RuntimeError as e:
                 if backend == "cuda":
                     raise UserError(f"--backend cuda: {e}") from None
                 note = f"auto: CUDA unusable ({e})"
     try:
-        return _native.InferenceEngine(model.params, *dims, threads=threads), note
+        return open_engine(), note
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e)) from None

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from nfn import _native
-from decoder_reference import llama_loss, nanochat_loss, split
+from decoder_reference import llama_loss, nanochat_loss, random_weights, split
 from muon_reference import reference_step
 
 NANOCHAT = dict(family="nanochat", max_seq_len=16, vocab_size=61, padded_vocab_size=64, num_layers=4,
@@ -24,23 +24,6 @@ B, T = 3, 16
 
 def native(cfg, muon=True):
     return _native.NativeDecoder(**cfg, muon=muon)
-
-
-def random_weights(layout, rng):
-    """Every tensor non-zero (so every gradient flows), the scalars near their usual values."""
-    flat = np.zeros(layout[-1][3] + layout[-1][1] * layout[-1][2], dtype=np.float32)
-    for name, rows, cols, offset in layout:
-        n = rows * cols
-        w = rng.standard_normal(n).astype(np.float32)
-        if name in ("resid_lambdas", "x0_lambdas", "smear_lambda", "backout_lambda") or name.endswith("norm.weight") \
-                or name.endswith("layernorm.weight"):
-            w = 0.6 + 0.2 * w
-        elif name.endswith("gate.weight"):
-            w = 0.5 * w
-        else:
-            w = w / np.sqrt(cols)
-        flat[offset:offset + n] = w
-    return flat
 
 
 class DecoderParityTest(unittest.TestCase):

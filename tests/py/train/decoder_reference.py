@@ -1,7 +1,10 @@
 """Float64 PyTorch references of the modern decoder's two families, written from their
 definitions (nanochat's gpt.py, Hugging Face's LlamaForCausalLM) and independent of nfn:
-a flat parameter vector, split by the native layout's names and shapes, to a summed loss."""
+a flat parameter vector, split by the native layout's names and shapes, to logits and a summed
+loss."""
 import math
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -63,8 +66,30 @@ def windows(seq_len, layers, pattern):
     return w
 
 
+def random_weights(layout, rng):
+    """Every tensor non-zero (so every gradient flows), the scalars near their usual values."""
+    flat = np.zeros(layout[-1][3] + layout[-1][1] * layout[-1][2], dtype=np.float32)
+    for name, rows, cols, offset in layout:
+        n = rows * cols
+        w = rng.standard_normal(n).astype(np.float32)
+        if name in ("resid_lambdas", "x0_lambdas", "smear_lambda", "backout_lambda") or name.endswith("norm.weight") \
+                or name.endswith("layernorm.weight"):
+            w = 0.6 + 0.2 * w
+        elif name.endswith("gate.weight"):
+            w = 0.5 * w
+        else:
+            w = w / np.sqrt(cols)
+        flat[offset:offset + n] = w
+    return flat
+
+
 def nanochat_loss(p, idx, targets, cfg):
     """nanochat's GPT.forward: the summed cross-entropy of the soft-capped logits."""
+    return loss_sum(nanochat_logits(p, idx, cfg), targets, cfg["vocab_size"])
+
+
+def nanochat_logits(p, idx, cfg):
+    """nanochat's soft-capped logits (B, T, padded vocabulary)."""
     B, T = idx.shape
     L, NH, NKV, HD, eps = cfg["num_layers"], cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], 1e-5
     x = rms(p["transformer.wte.weight"][idx], eps)
@@ -91,11 +116,16 @@ def nanochat_loss(p, idx, targets, cfg):
             x_mid = x
     x = rms(x - p["backout_lambda"] * x_mid, eps)
     logits = x @ p["lm_head.weight"].T
-    return loss_sum(15 * torch.tanh(logits / 15), targets, cfg["vocab_size"])
+    return 15 * torch.tanh(logits / 15)
 
 
 def llama_loss(p, idx, targets, cfg):
-    """LlamaForCausalLM's forward (no biases, SwiGLU, weighted RMSNorm)."""
+    """LlamaForCausalLM's forward (no biases, SwiGLU, weighted RMSNorm): the summed loss."""
+    return loss_sum(llama_logits(p, idx, cfg), targets, cfg["vocab_size"])
+
+
+def llama_logits(p, idx, cfg):
+    """LlamaForCausalLM's logits (B, T, padded vocabulary)."""
     B, T = idx.shape
     L, NH, NKV, HD = cfg["num_layers"], cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"]
     eps, theta = cfg["norm_eps"], cfg["rope_theta"]
@@ -112,4 +142,4 @@ def llama_loss(p, idx, targets, cfg):
         x = x + mlp @ p[pre + "mlp.down_proj.weight"].T
     x = rms(x, eps) * p["model.norm.weight"]
     head = p["model.embed_tokens.weight"] if cfg["tied_head"] else p["lm_head.weight"]
-    return loss_sum(x @ head.T, targets, cfg["vocab_size"])
+    return x @ head.T

@@ -1,0 +1,30 @@
+// The decoder families' weights file: safetensors with the family's tensor names
+// (decoder_layout) and three `__metadata__` strings: format "nfn-decoder", model_family
+// ("nanochat" or "llama") and geometry (decoder_geometry_json), so a file says what model it
+// holds and a reader needs nothing else.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cc/model/decoder_config.h"
+#include "cc/util/json.h"
+
+namespace nfn {
+
+constexpr const char* kDecoderWeightsFormat = "nfn-decoder";
+
+Json decoder_geometry_json(const DecoderConfig& d);
+// The geometry back from decoder_geometry_json's text (norm_eps, which it does not write,
+// keeps its default); false with one line naming the field that is missing or wrong.
+bool decoder_config_from_json(DecoderFamily family, const std::string& text, DecoderConfig* out,
+                              std::string* error);
+std::vector<std::pair<std::string, std::string>> decoder_weights_metadata(const DecoderConfig& c);
+
+// Reads a whole weights file: its family and geometry from the metadata (validated), and every
+// tensor, widened to f32, into `params` in decoder_layout's order. Errors are "<path>: <what>".
+bool read_decoder_weights(const std::string& path, DecoderConfig* config, std::vector<float>* params,
+                          std::string* error);
+
+}  // namespace nfn
