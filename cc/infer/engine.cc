@@ -12,7 +12,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 bool generate(CachedLM* model, const std::vector<int32_t>& prompt, int max_new_tokens,
               const SamplingConfig& sampling, int32_t stop_token, const std::function<bool(int32_t)>& on_token,
-              GenerationResult* result, std::string* error) {
+              GenerationResult* result, std::string* error, bool append) {
   std::string bad = validate_sampling(sampling);
   if (!bad.empty()) {
     *error = "sampling: " + bad;
@@ -22,9 +22,11 @@ bool generate(CachedLM* model, const std::vector<int32_t>& prompt, int max_new_t
     *error = "prompt: empty (give at least one token)";
     return false;
   }
-  if (static_cast<int>(prompt.size()) > model->max_seq_len()) {
-    *error = "prompt: " + std::to_string(prompt.size()) + " tokens is longer than the context of " +
-             std::to_string(model->max_seq_len());
+  const int start = append ? model->position() : 0;
+  if (static_cast<int>(prompt.size()) > model->max_seq_len() - start) {
+    *error = "prompt: " + std::to_string(prompt.size()) + " tokens" +
+             (append ? " after the " + std::to_string(start) + " in the cache" : std::string()) +
+             (append ? " do not fit" : " is longer than") + " the context of " + std::to_string(model->max_seq_len());
     return false;
   }
   if (max_new_tokens < 0) {
@@ -35,7 +37,7 @@ bool generate(CachedLM* model, const std::vector<int32_t>& prompt, int max_new_t
   result->stop_reason = "max_new_tokens";
   Sampler sampler(sampling);
   std::vector<float> logits;
-  model->reset();
+  if (!append) model->reset();
   auto t0 = std::chrono::steady_clock::now();
   if (!model->forward(prompt.data(), static_cast<int>(prompt.size()), error) ||
       !model->logits(false, &logits, error))

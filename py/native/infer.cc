@@ -128,7 +128,7 @@ class InferenceEngine {
   }
 
   nb::dict generate(std::vector<int32_t> prompt, int max_new_tokens, float temperature, int top_k, double top_p,
-                    uint64_t seed, int32_t stop_token, nb::object on_token) {
+                    uint64_t seed, int32_t stop_token, nb::object on_token, bool append) {
     if (!on_token.is_none() && !PyCallable_Check(on_token.ptr()))
       throw nb::type_error("on_token must be a callable or None");
     Busy busy(&busy_);
@@ -146,7 +146,7 @@ class InferenceEngine {
     s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
     nfn::GenerationResult r;
     std::string error;
-    check(nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error), error);
+    check(nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append), error);
     nb::dict out;
     out["tokens"] = r.tokens;
     out["prefill_seconds"] = r.prefill_seconds;
@@ -223,7 +223,7 @@ void bind_infer(nb::module_& m) {
       .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
       .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),
            nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
-           nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none());
+           nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none(), nb::arg("append") = false);
 }
 
 }  // namespace nfn::py
