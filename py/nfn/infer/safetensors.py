@@ -77,19 +77,30 @@ def read_tensor(path, entry, data_start):
 
 def write(path, tensors, metadata=None):
     """Writes [(name, dtype, numpy array)] in the given order, atomically (temp + rename)."""
+    write_streamed(path, [(name, dtype, array.shape, lambda a=array: a) for name, dtype, array in tensors], metadata)
+
+
+def write_streamed(path, tensors, metadata=None):
+    """As write, from [(name, dtype, shape, make)]: each make() returns its array when the data
+    reaches it, so that only one tensor need be in memory at a time."""
     import numpy as np
-    header, offset, blobs = {}, 0, []
+    header, offset = {}, 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    for name, dtype, array in tensors:
-        data = np.ascontiguousarray(array, dtype=NUMPY[dtype]).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
+    for name, dtype, shape, _ in tensors:
+        count = 1
+        for d in shape:
+            count *= int(d)
+        nbytes = count * np.dtype(NUMPY[dtype]).itemsize
+        header[name] = {"dtype": dtype, "shape": [int(d) for d in shape], "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as the reference writer does
     with fileio.atomic_open(path) as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
-        for data in blobs:
-            f.write(data)
+        for name, dtype, shape, make in tensors:
+            array = make()
+            if tuple(array.shape) != tuple(int(d) for d in shape):
+                raise ValueError(f"{path}: tensor {name} has shape {list(array.shape)}, declared {list(shape)}")
+            f.write(np.ascontiguousarray(array, dtype=NUMPY[dtype]).tobytes())

@@ -1,11 +1,12 @@
-"""Tokenizers by name: gpt2, sp1024..sp8192, and chat BPEs trained by `nfn tokenizer train`.
+"""Tokenizers by name: gpt2, sp1024..sp8192, chat BPEs trained by `nfn tokenizer train`, and the
+tokenizers of models `nfn import` wrote (named as the model's directory under the artifacts).
 
     tok = nfn.tokenizers.load("gpt2")
     tok.encode("hello"), tok.decode([31373]), tok.eot_id, tok.vocab_size, tok.identity()
 
 Only the standard library is imported here; `load` imports the tokenizer library it needs.
 `describe`, `vocab_size_of` and `fingerprint` answer from files alone (the cached-dataset
-path uses them without importing tiktoken or sentencepiece).
+path uses them without importing tiktoken, sentencepiece or tokenizers).
 """
 import hashlib
 import json
@@ -30,15 +31,24 @@ def trained_names():
     return sorted(n for n in os.listdir(root) if _trained_manifest(n))
 
 
+def imported_names():
+    """Tokenizers of imported models (artifact directories with an hf-tokenizer manifest) whose
+    names no trained tokenizer takes."""
+    root = paths.artifacts_dir()
+    if not os.path.isdir(root):
+        return []
+    return sorted(n for n in os.listdir(root) if _imported_manifest(n) and not _trained_manifest(n))
+
+
 def known_names():
-    return BUILTIN + trained_names()
+    return BUILTIN + trained_names() + imported_names()
 
 
 def _trained_manifest(name):
     """The bpe manifest of tokenizers_dir()/name, or None when there is none. Never for a
     built-in's name, a path, or a dot-name (a folder `tokenizer train` is still writing, or
     was killed writing)."""
-    if not isinstance(name, str) or name in BUILTIN or "/" in name or name.startswith("."):
+    if not _plain_name(name):
         return None
     path = os.path.join(paths.tokenizers_dir(), name, TRAINED_MANIFEST)
     try:
@@ -47,6 +57,23 @@ def _trained_manifest(name):
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("kind") == "bpe" else None
+
+
+def _plain_name(name):
+    return isinstance(name, str) and name not in BUILTIN and "/" not in name and not name.startswith(".")
+
+
+def _imported_manifest(name):
+    """The hf-tokenizer manifest of artifacts_dir()/name (a model `nfn import` wrote), or None."""
+    if not _plain_name(name):
+        return None
+    from nfn.tokenizers import hf_json
+    return hf_json.read_manifest(os.path.join(paths.artifacts_dir(), name))
+
+
+def imported_dir(name):
+    """The directory of an imported model whose tokenizer is `name`, or None."""
+    return os.path.join(paths.artifacts_dir(), name) if _imported_manifest(name) else None
 
 
 def _unknown(name):
@@ -66,6 +93,9 @@ def load(name, quiet=False):
     if _trained_manifest(name):
         from nfn.tokenizers import bpe
         return bpe.load_trained(os.path.join(paths.tokenizers_dir(), name))
+    if _imported_manifest(name):
+        from nfn.tokenizers import hf_json
+        return hf_json.load(imported_dir(name))
     raise _unknown(name)
 
 
@@ -75,7 +105,7 @@ def vocab_size_of(name):
         return GPT2_VOCAB_SIZE
     if name in SENTENCEPIECE_SIZES:
         return SENTENCEPIECE_SIZES[name]
-    manifest = _trained_manifest(name)
+    manifest = _trained_manifest(name) or _imported_manifest(name)
     if manifest is None:
         raise _unknown(name)
     return int(manifest["vocab_size"])
@@ -84,14 +114,18 @@ def vocab_size_of(name):
 def eot_id_of(name):
     """The document separator id (data.md) from the name or the trained manifest, without
     loading anything: GPT-2's <|endoftext|>, the SentencePiece models' <s>, a trained BPE's
-    <|bos|>; None where a trained manifest does not say."""
+    <|bos|>, an imported model's end-of-turn token; None where a manifest does not say."""
     if name == "gpt2":
         return GPT2_EOT_ID
     if name in SENTENCEPIECE_SIZES:
         return SENTENCEPIECE_BOS_ID
     manifest = _trained_manifest(name)
     if manifest is None:
-        raise _unknown(name)
+        manifest = _imported_manifest(name)
+        if manifest is None:
+            raise _unknown(name)
+        eot = manifest.get("eot_token")
+        return eot if isinstance(eot, int) and not isinstance(eot, bool) else None
     special = manifest.get("special_tokens")
     eot = special.get("<|bos|>") if isinstance(special, dict) else None
     return eot if isinstance(eot, int) and not isinstance(eot, bool) else None
@@ -128,7 +162,12 @@ def model_files(name):
     d = os.path.join(paths.tokenizers_dir(), name)
     manifest = _trained_manifest(name)
     if manifest is None:
-        raise _unknown(name)
+        if _imported_manifest(name) is None:
+            raise _unknown(name)
+        from nfn.tokenizers import hf_json  # the two files HFTokenizer.identity hashes
+        d = imported_dir(name)
+        return sorted(os.path.join(d, n) for n in (hf_json.MANIFEST, hf_json.TOKENIZER_FILE)
+                      if os.path.isfile(os.path.join(d, n)))
     # The manifest and the ranks it names, as BPETokenizer.identity hashes them (held-out
     # text beside them does not define the tokenizer).
     ranks = (manifest.get("files") or {}).get("ranks") if isinstance(manifest.get("files"), dict) else None
@@ -159,6 +198,10 @@ def describe(name):
                 "note": "ready" if files else "made on first use (downloaded if configured, else trained)"}
     manifest = _trained_manifest(name)
     if manifest is None:
-        raise _unknown(name)
+        manifest = _imported_manifest(name)
+        if manifest is None:
+            raise _unknown(name)
+        return {"name": name, "kind": manifest["kind"], "vocab_size": int(manifest.get("vocab_size", 0)),
+                "ready": True, "path": imported_dir(name), "note": f"imported by nfn import ({manifest.get('source')})"}
     return {"name": name, "kind": "bpe", "vocab_size": int(manifest.get("vocab_size", 0)), "ready": True,
             "path": os.path.join(paths.tokenizers_dir(), name), "note": "trained by nfn tokenizer train"}

@@ -81,9 +81,12 @@ def train(texts, vocab_size, name, out_root, heldout=None, quiet=False):
 def check_name(name):
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
         raise UserError(f"--name must be a plain directory name, got {name!r}")
-    from nfn.tokenizers import BUILTIN
+    from nfn.tokenizers import BUILTIN, imported_dir
     if name in BUILTIN:
         raise UserError(f"--name {name} is a built-in tokenizer's; choose another name")
+    if imported_dir(name):  # a trained one of the same name would shadow it
+        raise UserError(f"--name {name} is the tokenizer of the model imported in {imported_dir(name)}; "
+                        "choose another name")
 
 
 def save_atomically(out_root, name, files, quiet=False):
