@@ -204,6 +204,16 @@ void add_memory_cases(const CaseSink& s, const Shape& g) {
     s.add({"convert", "f32->bf16", 0, false, 0, 6 * nc, false,
            [=] { return o->convert(ctx, dst, NFN_BF16, src, NFN_F32, NC); }});
   }
+  if (s.want("dequantize")) {  // the MLP's up matrix (4C x C) from Q4_1: what a quantized base reads
+    const size_t n = 4 * size_t(g.C) * g.C, blocks = n / 32;
+    std::vector<uint8_t> q(blocks * 20);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i * 40503u >> 7);
+    for (size_t b = 0; b < blocks; ++b) q[b * 20 + 1] = q[b * 20 + 3] = 0x30;  // modest scales
+    const void* src = buf.put(q.data(), q.size());
+    void* dst = buf.zeros(n);
+    s.add({"dequantize", "q4_1 (4C x C)", 0, false, 0, 20.0 * blocks + e * n, false,
+           [=] { return o->dequantize(ctx, dst, src, NFN_Q4_1, n, dt); }});
+  }
   if (s.want("copy")) {
     void *a = buf.random(NC, 42, 1.f), *b = buf.zeros(NC), *h = buf.host(NC * buf.element_bytes());
     const size_t n = NC * buf.element_bytes();

@@ -4,9 +4,16 @@
 // on the new positions, with rotary at their absolute positions, each layer's window over the
 // cache, and nanochat's smear fed the previous position's normed embedding, which is kept
 // between forwards. logits() are soft-capped as nanochat's loss sees them.
+//
+// With a quantization type (cc/util/quant.h: q8_0, q4_1, nf4) the blocks' linear weights (the
+// fused qkv, the attention output, the MLP's up and down) stay block-quantized on the backend
+// and each is dequantized into one scratch matrix just before its GEMM, so the weights take
+// about their quantized size; embeddings, head, norms and gates stay f32.
 #pragma once
 
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,8 +33,11 @@ class DecoderRuntime : public CachedLM {
 
   // Uploads parameters in decoder_layout order and allocates the cache for max_seq_len
   // positions. Fails with one line when the backend lacks an op the model needs.
+  // quant: -1 for f32 weights, else a quant::Type for the block matrices.
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
-            std::string* error);
+            std::string* error, int quant = -1);
+  // Backend bytes the weights take (f32 tensors plus quantized matrices).
+  size_t weight_bytes() const { return weight_bytes_; }
   const DecoderConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
   int max_seq_len() const override { return config_.max_seq_len; }
@@ -42,7 +52,14 @@ class DecoderRuntime : public CachedLM {
   bool ensure_rows(int n, bool logits_all, std::string* error);
   bool embed(int n, std::string* error);
   bool layer_forward(int l, int n, std::string* error);
-  float* p(size_t offset) const { return params_ + offset; }
+  bool upload_weights(const std::vector<float>& params, int quant, std::string* error);
+  // An f32 tensor's element `offset` (decoder_layout's numbering) on the backend.
+  float* p(size_t offset) const {
+    auto it = std::prev(f32_at_.upper_bound(offset));
+    return it->second + (offset - it->first);
+  }
+  // The f32 matrix that starts at `offset`: a quantized one dequantized into scratch_.
+  const float* mat(size_t offset, std::string* error);
   void release();
 
   const nfn_op_table* ops_ = nullptr;
@@ -50,7 +67,16 @@ class DecoderRuntime : public CachedLM {
   DecoderConfig config_;
   DecoderOffsets off_;
   std::vector<int> windows_;
-  float* params_ = nullptr;
+  float* params_ = nullptr;                 // the f32 tensors, packed
+  std::map<size_t, float*> f32_at_;         // each f32 tensor's start (layout offset) -> its place
+  struct Quantized {
+    size_t byte, n;  // where in qblob_, how many values
+  };
+  std::map<size_t, Quantized> quantized_;   // each quantized matrix's start -> its blocks
+  int quant_ = -1;
+  uint8_t* qblob_ = nullptr;
+  float* scratch_ = nullptr;                // the largest quantized matrix, dequantized
+  size_t weight_bytes_ = 0;
   void* state_ = nullptr;                   // one allocation: the caches and prev_
   float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, NKV*HD) each
   float* prev_ = nullptr;  // (C) nanochat: the normed embedding of position pos_-1

@@ -24,8 +24,8 @@ extern "C" {
  * softcap_forward/backward; 13: attention_forward/backward/kv_cached take NKV, HD and window
  * (grouped-query heads, sliding windows), rmsnorm_forward takes eps, lm_head_cross_entropy takes
  * softcap, head_rmsnorm_forward/backward, scaled_sum_forward/backward,
- * gated_add_forward/backward */
-#define NFN_ABI_VERSION 13
+ * gated_add_forward/backward; 14: dequantize (nfn_qtype) */
+#define NFN_ABI_VERSION 14
 
 typedef enum nfn_status {
   NFN_OK = 0,
@@ -39,6 +39,14 @@ typedef enum nfn_dtype {
   NFN_F32 = 0,
   NFN_BF16 = 1,
 } nfn_dtype;
+
+/* Block-quantized weights for dequantize: blocks of 32 values, GGML's Q8_0 and Q4_1 and QLoRA's
+ * NF4 levels in Q4_0's layout (cc/util/quant.h has the bytes and the formula). */
+typedef enum nfn_qtype {
+  NFN_Q8_0 = 0,
+  NFN_Q4_1 = 1,
+  NFN_NF4 = 2,
+} nfn_qtype;
 
 typedef enum nfn_epilogue {
   NFN_EPILOGUE_NONE = 0,

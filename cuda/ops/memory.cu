@@ -1,5 +1,5 @@
-// Memory ops on the GPU: stream-ordered allocation, fills, copies, dtype conversion and
-// token widening.
+// Memory ops on the GPU: stream-ordered allocation, fills, copies, dtype conversion,
+// dequantization and token widening.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include "cuda/ops/context.h"
 #include "cuda/ops/dtype.cuh"
 #include "cuda/ops/launch.h"
+#include "cc/util/quant.h"
 
 using nfn::cuda::fail;
 
@@ -26,6 +27,17 @@ __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = nfn::cuda::from_f32<Dst>(nfn::cuda::to_f32(src[i]));
+}
+
+// One thread a value: quant.h's block_value, the CPU library's formula.
+template <typename T>
+__global__ void dequantize_kernel(T* out, const uint8_t* in, int qtype, size_t n) {
+  nfn::cuda::pdl_begin();
+  const size_t bytes = nfn::quant::block_bytes(qtype);
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[i] = nfn::cuda::from_f32<T>(nfn::quant::block_value(qtype, in + i / nfn::quant::kBlock * bytes,
+                                                            static_cast<int>(i % nfn::quant::kBlock)));
 }
 
 __global__ void widen_kernel(int32_t* dst, const uint16_t* src, size_t n) {
@@ -124,6 +136,24 @@ nfn_status nfn_convert(nfn_ctx* ctx, void* dst, nfn_dtype dst_dtype, const void*
       nfn::cuda::launch_kernel(ctx, convert_kernel<D, S>, grid, block, 0, static_cast<D*>(dst),
                                static_cast<const S*>(src), n)));
   NFN_CUDA_TRY(ctx, cudaGetLastError(), "convert");
+  return NFN_OK;
+}
+
+nfn_status nfn_dequantize(nfn_ctx* ctx, void* out, const void* in, nfn_qtype qtype, size_t n, nfn_dtype dtype) {
+  NFN_CHECK_CTX(ctx);
+  NFN_CHECK_DTYPE(ctx, dtype, "dequantize");
+  if (!nfn::quant::valid_type(qtype))
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "dequantize: unknown qtype %d", static_cast<int>(qtype));
+  if (n % nfn::quant::kBlock != 0)
+    return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "dequantize: n=%zu is not a multiple of the block of %d", n,
+                nfn::quant::kBlock);
+  if (n == 0) return NFN_OK;
+  if (out == nullptr || in == nullptr) return fail(ctx, NFN_ERR_INVALID_ARGUMENT, "dequantize: null pointer");
+  const unsigned block = 256, grid = nfn::cuda::grid_for(n, block);
+  NFN_DISPATCH(dtype, T,
+               nfn::cuda::launch_kernel(ctx, dequantize_kernel<T>, grid, block, 0, static_cast<T*>(out),
+                                        static_cast<const uint8_t*>(in), static_cast<int>(qtype), n));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), "dequantize");
   return NFN_OK;
 }
 

@@ -16,6 +16,7 @@
 #include "cc/infer/engine.h"
 #include "cc/infer/gpt_decoder.h"
 #include "cc/model/decoder_weights.h"
+#include "cc/util/quant.h"
 #include "cc/ops/backend.h"
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
@@ -66,26 +67,35 @@ class InferenceEngine {
     nfn::GPTConfig c;
     c.max_seq_len = max_seq_len, c.vocab_size = vocab_size, c.num_layers = num_layers, c.num_heads = num_heads;
     c.channels = channels, c.padded_vocab_size = padded_vocab_size;
+    weight_bytes_ = params.size() * 4;
     auto gpt = std::make_unique<nfn::GPTDecoder>();
     std::string error;
     const bool ok = gpt->init(ops_, ctx_, c, std::vector<float>(params.data(), params.data() + params.size()), &error);
     start(std::move(gpt), ok, error);
   }
 
-  // A nanochat or llama decoder from its weights file (cc/model/decoder_weights.h).
-  InferenceEngine(const std::string& weights_file, const std::string& library, int threads) {
+  // A nanochat or llama decoder from its weights file (cc/model/decoder_weights.h); quantize
+  // "" keeps its weights f32, q8_0, q4_1 or nf4 keeps the block matrices quantized.
+  InferenceEngine(const std::string& weights_file, const std::string& library, int threads,
+                  const std::string& quantize) {
+    const int quant = quantize.empty() ? -1 : nfn::quant::parse_type(quantize);
+    if (!quantize.empty() && quant < 0)
+      throw std::invalid_argument("quantize: '" + quantize + "' is not q8_0, q4_1 or nf4");
     nfn::DecoderConfig c;
     std::vector<float> params;
     std::string error;
     if (!nfn::read_decoder_weights(weights_file, &c, &params, &error)) throw std::invalid_argument(error);
     open(library, threads);
     auto decoder = std::make_unique<nfn::DecoderRuntime>();
-    const bool ok = decoder->init(ops_, ctx_, c, params, &error);
+    const bool ok = decoder->init(ops_, ctx_, c, params, &error, quant);
+    weight_bytes_ = decoder->weight_bytes();
     start(std::move(decoder), ok, error);
   }
   ~InferenceEngine() { release(); }
 
   std::string backend() const { return ops_->backend_name(); }
+  // The weights on the backend, in bytes.
+  size_t weight_bytes() const { return weight_bytes_; }
   int position() {
     Busy busy(&busy_);  // not while a call (another thread's, with the GIL released) moves it
     return decoder_->position();
@@ -203,6 +213,7 @@ class InferenceEngine {
   nfn_ctx* ctx_ = nullptr;
   std::unique_ptr<nfn::CachedLM> decoder_;
   std::atomic<bool> busy_{false};
+  size_t weight_bytes_ = 0;
 };
 
 }  // namespace
@@ -214,8 +225,9 @@ void bind_infer(nb::module_& m) {
       .def(nb::init<F32Vector, int, int, int, int, int, int, const std::string&, int>(), nb::arg("params"),
            nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"), nb::arg("num_heads"),
            nb::arg("channels"), nb::arg("padded_vocab_size"), nb::arg("library") = "", nb::arg("threads") = 0)
-      .def(nb::init<const std::string&, const std::string&, int>(), nb::arg("weights_file"), nb::arg("library") = "",
-           nb::arg("threads") = 0)
+      .def(nb::init<const std::string&, const std::string&, int, const std::string&>(), nb::arg("weights_file"),
+           nb::arg("library") = "", nb::arg("threads") = 0, nb::arg("quantize") = "")
+      .def_prop_ro("weight_bytes", &InferenceEngine::weight_bytes)
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)
       .def("reset", &InferenceEngine::reset)

@@ -962,6 +962,39 @@ void check_event_timing(const Backend& b, void* dev, size_t bytes) {
   for (nfn_event* e : {t0, t1, plain, unrecorded}) b.ok(o.event_free(b.ctx, e), "event_free");
 }
 
+// dequantize: random blocks (random bytes, the scales random finite halves) in each format, the
+// same bits from both libraries in f32 and bf16.
+template <typename Rng>
+void check_dequantize(const Backend& cpu, const Backend& gpu, Rng& rng) {
+  const size_t n = 32 * 37;
+  for (nfn_qtype qt : {NFN_Q8_0, NFN_Q4_1, NFN_NF4}) {
+    const size_t block = qt == NFN_Q8_0 ? 34 : qt == NFN_Q4_1 ? 20 : 18;
+    std::vector<uint8_t> bytes(n / 32 * block);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() & 0xff);
+    for (size_t b = 0; b < n / 32; ++b)  // finite scales: exponents below the top
+      for (size_t at : {size_t{1}, size_t{3}})
+        if (at == 1 || qt == NFN_Q4_1) bytes[b * block + at] &= 0x7b;
+    for (nfn_dtype dt : {NFN_F32, NFN_BF16}) {
+      const size_t e = dt == NFN_F32 ? 4 : 2;
+      std::vector<uint8_t> out[2];
+      const Backend* backends[2] = {&cpu, &gpu};
+      for (int k = 0; k < 2; ++k) {
+        const Backend& b = *backends[k];
+        void* src = b.upload(bytes.data(), bytes.size());
+        std::vector<uint8_t> poison(n * e, 0xff);
+        void* dst = b.upload(poison.data(), poison.size());
+        b.ok(b.ops().dequantize(b.ctx, dst, src, qt, n, dt), "dequantize");
+        out[k].resize(n * e);
+        b.download(out[k].data(), dst, n * e);
+        b.ok(b.ops().free(b.ctx, src), "free");
+        b.ok(b.ops().free(b.ctx, dst), "free");
+      }
+      expect(out[0] == out[1], "dequantize qtype " + std::to_string(static_cast<int>(qt)) +
+                                   (dt == NFN_F32 ? " f32" : " bf16") + ": the libraries differ");
+    }
+  }
+}
+
 void check_memory(const Backend& cpu, const Backend& gpu) {
   // 0.7, -0 (a kernel) and +0 (a memset); the outputs start poisoned, so every element is checked.
   for (nfn_dtype dt : {NFN_F32, NFN_BF16})
@@ -1026,6 +1059,7 @@ void check_memory(const Backend& cpu, const Backend& gpu) {
   bool widened = true;
   for (size_t i = 0; i < n; ++i) widened = widened && results[1][i] == narrow[i];
   expect(widened && results[0] == results[1], "widen_tokens differs from the CPU or from the input");
+  check_dequantize(cpu, gpu, rng);
   // Page-locked host memory both ways: up from one buffer, down into another.
   for (const Backend* b : backends) {
     void *up = nullptr, *down = nullptr, *dev = nullptr;

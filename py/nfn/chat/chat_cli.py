@@ -31,7 +31,7 @@ def open_session(args):
     m = model_lib.load(args, need_tokenizer=True)
     tok = tokenizers.load(m.tokenizer, quiet=True)
     fmt = chat_format(tok, m.tokenizer)
-    engine, _ = model_lib.start_engine(m, args.backend)
+    engine, _ = model_lib.start_engine(m, args.backend, quantize=args.quantize)
     session = ChatSession(engine, tok, fmt, m.geometry["max_seq_len"], temperature=args.temperature,
                           top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
                           tool=None if args.no_tools else args.tool, system=args.system)
@@ -46,6 +46,7 @@ def run(args):
         reply = session.ask(args.prompt, write)
         if args.json:
             json.dump({"checkpoint": m.source, "format": session.fmt.name, "backend": session.engine.backend,
+                       "quantize": args.quantize, "weight_bytes": session.engine.weight_bytes,
                        "messages": session.messages, "tool_calls": reply["tool_calls"],
                        "stop_reason": reply["stop_reason"]}, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -56,6 +56,14 @@ class ChatMLFormat:
         return ids + self.message("user", text) + [self.im_start] + self.tok.encode("assistant\n")
 
 
+def default_system(template):
+    """The system message a ChatML template writes when a conversation has none (SmolLM2's
+    names the model), read from the template's literal text; None when it writes none."""
+    import re
+    found = re.search(r"<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>", template or "", re.S)
+    return found.group(1).replace("\\n", "\n") if found else None
+
+
 def chat_format(tok, name):
     """The format of tokenizer `tok` (called `name`): nanochat's where it has <|assistant_start|>,
     ChatML where it has <|im_start|>; a UserError otherwise."""
@@ -68,7 +76,7 @@ def chat_format(tok, name):
     if has("<|assistant_start|>"):
         return NanochatFormat(tok)
     if has("<|im_start|>") and has("<|im_end|>"):
-        return ChatMLFormat(tok, getattr(tok, "default_system", None))
+        return ChatMLFormat(tok, default_system(getattr(tok, "chat_template", None)))
     raise UserError(f"tokenizer {name} has no chat format: it has neither nanochat's <|assistant_start|> "
                     "nor ChatML's <|im_start|>/<|im_end|> special tokens (chat needs a model trained or "
                     "fine-tuned to chat)")

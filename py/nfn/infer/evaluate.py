@@ -105,7 +105,7 @@ def run(args):
         raise UserError(f"dataset {name}: the {args.split} split has fewer than 2 tokens")
     from nfn import tokenizers
     tok = tokenizers.load(m.tokenizer, quiet=args.json)
-    engine, note = model_lib.start_engine(m, args.backend)
+    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize)
     try:
         losses = score(engine, tokens, m.geometry["max_seq_len"])
     except (RuntimeError, ValueError) as e:
