@@ -130,7 +130,8 @@ PY
 fi
 
 # 2b. the decoder families (GQA 2:1, nanochat's sliding window on its first layer) on cuda
-# against cpu, and a recorded step against op by op.
+# against cpu, and a recorded step against op by op; each run samples through the KV-cached
+# decoder runtime (cc/infer/decoder_runtime.h) on its backend.
 for family in nanochat llama; do
   dtrainer=$work/bin/nfn_${family}_native_train
   if [ ! -x "$dtrainer" ] || [ ! -d "${data:-}" ]; then
