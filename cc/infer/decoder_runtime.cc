@@ -41,7 +41,7 @@ bool DecoderRuntime::check(nfn_status s, const char* what, std::string* error) c
 }
 
 bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config,
-                          const std::vector<float>& params, std::string* error, int quant) {
+                          const std::vector<float>& params, std::string* error, int quant, int context) {
   release();
   const std::string bad = validate_decoder(config);
   if (!bad.empty()) {
@@ -53,14 +53,20 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
              std::to_string(decoder_num_parameters(config));
     return false;
   }
+  if (context < 0) {
+    *error = "context must be >= 0 (0: the model's " + std::to_string(config.max_seq_len) + " positions), got " +
+             std::to_string(context);
+    return false;
+  }
   ops_ = ops;
   ctx_ = ctx;
   logits_.bind(ops, ctx);
   config_ = config;
+  context_ = context > 0 ? std::min(context, config.max_seq_len) : config.max_seq_len;
   off_ = decoder_offsets(config);
   windows_ = layer_windows(config);
   const size_t KD = static_cast<size_t>(config.num_kv_heads) * config.head_dim;
-  const size_t cache = static_cast<size_t>(config.num_layers) * config.max_seq_len * KD;
+  const size_t cache = static_cast<size_t>(config.num_layers) * context_ * KD;
   if (!upload_weights(params, quant, error) ||
       !check(ops_->alloc(ctx_, (2 * cache + config.channels) * 4, &state_), "allocating the KV cache", error))
     return false;
@@ -72,7 +78,7 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   if (!ensure_rows(1, false, error)) return false;
   const int QKV = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
   if (!check(ops_->fill(ctx_, qkv_, kF32, 0.f, QKV), "fill", error) ||
-      !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, config.max_seq_len,
+      !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, context_,
                                        config.num_heads, config.num_kv_heads, config.head_dim, windows_[0], kF32),
              "attention_kv_cached", error))
     return false;
@@ -213,7 +219,7 @@ bool DecoderRuntime::layer_forward(int l, int n, std::string* error) {
   const DecoderOffsets::Layer& w = off_.layers[l];
   const bool nano = c.nanochat();
   const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = c.head_dim, QD = NH * HD, KD = NKV * HD,
-            QKV = QD + 2 * KD, H = c.hidden, Hf = nano ? H : 2 * H, maxT = c.max_seq_len;
+            QKV = QD + 2 * KD, H = c.hidden, Hf = nano ? H : 2 * H, maxT = context_;
   const size_t NC = static_cast<size_t>(n) * C, cache_layer = static_cast<size_t>(maxT) * KD;
   const float eps = c.norm_eps;
   if (nano && !check(o.scaled_sum_forward(ctx_, xm_, x_, x0_ + C, p(off_.resid + l), p(off_.x0l + l), 1.f, 1.f, NC,

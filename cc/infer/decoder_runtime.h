@@ -33,14 +33,15 @@ class DecoderRuntime : public CachedLM {
 
   // Uploads parameters in decoder_layout order and allocates the cache for max_seq_len
   // positions. Fails with one line when the backend lacks an op the model needs.
-  // quant: -1 for f32 weights, else a quant::Type for the block matrices.
+  // quant: -1 for f32 weights, else a quant::Type for the block matrices. context > 0 caps the
+  // positions the cache holds (a model trained on 8,192 need not hold them all for a chat).
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
-            std::string* error, int quant = -1);
+            std::string* error, int quant = -1, int context = 0);
   // Backend bytes the weights take (f32 tensors plus quantized matrices).
   size_t weight_bytes() const { return weight_bytes_; }
   const DecoderConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
-  int max_seq_len() const override { return config_.max_seq_len; }
+  int max_seq_len() const override { return context_; }
   int position() const override { return pos_; }
   void reset() override { pos_ = 0; rows_ = 0; }
   bool forward(const int32_t* tokens, int n, std::string* error) override;
@@ -80,6 +81,7 @@ class DecoderRuntime : public CachedLM {
   void* state_ = nullptr;                   // one allocation: the caches and prev_
   float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, NKV*HD) each
   float* prev_ = nullptr;  // (C) nanochat: the normed embedding of position pos_-1
+  int context_ = 0;  // positions the cache holds
   int pos_ = 0;   // positions in the cache
   int rows_ = 0;  // rows of the last forward
 

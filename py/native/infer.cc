@@ -77,7 +77,7 @@ class InferenceEngine {
   // A nanochat or llama decoder from its weights file (cc/model/decoder_weights.h); quantize
   // "" keeps its weights f32, q8_0, q4_1 or nf4 keeps the block matrices quantized.
   InferenceEngine(const std::string& weights_file, const std::string& library, int threads,
-                  const std::string& quantize) {
+                  const std::string& quantize, int context) {
     const int quant = quantize.empty() ? -1 : nfn::quant::parse_type(quantize);
     if (!quantize.empty() && quant < 0)
       throw std::invalid_argument("quantize: '" + quantize + "' is not q8_0, q4_1 or nf4");
@@ -87,13 +87,15 @@ class InferenceEngine {
     if (!nfn::read_decoder_weights(weights_file, &c, &params, &error)) throw std::invalid_argument(error);
     open(library, threads);
     auto decoder = std::make_unique<nfn::DecoderRuntime>();
-    const bool ok = decoder->init(ops_, ctx_, c, params, &error, quant);
+    const bool ok = decoder->init(ops_, ctx_, c, params, &error, quant, context);
     weight_bytes_ = decoder->weight_bytes();
     start(std::move(decoder), ok, error);
   }
   ~InferenceEngine() { release(); }
 
   std::string backend() const { return ops_->backend_name(); }
+  // Positions the cache holds.
+  int max_seq_len() const { return decoder_->max_seq_len(); }
   // The weights on the backend, in bytes.
   size_t weight_bytes() const { return weight_bytes_; }
   int position() {
@@ -225,8 +227,9 @@ void bind_infer(nb::module_& m) {
       .def(nb::init<F32Vector, int, int, int, int, int, int, const std::string&, int>(), nb::arg("params"),
            nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("num_layers"), nb::arg("num_heads"),
            nb::arg("channels"), nb::arg("padded_vocab_size"), nb::arg("library") = "", nb::arg("threads") = 0)
-      .def(nb::init<const std::string&, const std::string&, int, const std::string&>(), nb::arg("weights_file"),
-           nb::arg("library") = "", nb::arg("threads") = 0, nb::arg("quantize") = "")
+      .def(nb::init<const std::string&, const std::string&, int, const std::string&, int>(), nb::arg("weights_file"),
+           nb::arg("library") = "", nb::arg("threads") = 0, nb::arg("quantize") = "", nb::arg("context") = 0)
+      .def_prop_ro("max_seq_len", &InferenceEngine::max_seq_len)
       .def_prop_ro("weight_bytes", &InferenceEngine::weight_bytes)
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)

@@ -31,8 +31,8 @@ def open_session(args):
     m = model_lib.load(args, need_tokenizer=True)
     tok = tokenizers.load(m.tokenizer, quiet=True)
     fmt = chat_format(tok, m.tokenizer)
-    engine, _ = model_lib.start_engine(m, args.backend, quantize=args.quantize)
-    session = ChatSession(engine, tok, fmt, m.geometry["max_seq_len"], temperature=args.temperature,
+    engine, _ = model_lib.start_engine(m, args.backend, quantize=args.quantize, context=args.context)
+    session = ChatSession(engine, tok, fmt, engine.max_seq_len, temperature=args.temperature,
                           top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
                           tool=None if args.no_tools else args.tool, system=args.system)
     return session, m

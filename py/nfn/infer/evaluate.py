@@ -105,9 +105,9 @@ def run(args):
         raise UserError(f"dataset {name}: the {args.split} split has fewer than 2 tokens")
     from nfn import tokenizers
     tok = tokenizers.load(m.tokenizer, quiet=args.json)
-    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize)
+    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize, context=args.context)
     try:
-        losses = score(engine, tokens, m.geometry["max_seq_len"])
+        losses = score(engine, tokens, engine.max_seq_len)
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e)) from None
     # End-of-text targets count toward neither sum: the manifest's token, else the tokenizer's.

@@ -140,7 +140,7 @@ def run(args):
             raise UserError("--prompt-tokens: no token ids given")
     if len(prompt) > m.geometry["max_seq_len"]:
         raise UserError(f"prompt: {len(prompt)} tokens is longer than the context of {m.geometry['max_seq_len']}")
-    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize)
+    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize, context=args.context)
     stream = TextStream(tok, sys.stdout) if tok is not None and not args.json else None
     # The end-of-text token stops generation: the manifest's, else the tokenizer's (an llm.c
     # file carries no manifest), as the unconditional start above takes it.

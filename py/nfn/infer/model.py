@@ -119,13 +119,17 @@ def cuda_library():
     return _native.find_op_library("cuda", native_bin.trainer_binary()) or None
 
 
-def start_engine(model, backend="auto", threads=0, quantize=None):
+def start_engine(model, backend="auto", threads=0, quantize=None, context=0):
     """(engine, backend note). cpu: the CPU ops linked into nfn._native; cuda: the CUDA op
     library, loaded at run time; auto: CUDA when it loads and runs every op needed, else CPU.
-    quantize (q8_0, q4_1, nf4): a decoder's block matrices stay quantized."""
-    if quantize and model.family == "gpt":
-        raise UserError(f"--quantize: {model.source} is a dense GPT checkpoint; quantized weights run "
-                        "nanochat and llama checkpoints")
+    quantize (q8_0, q4_1, nf4): a decoder's block matrices stay quantized; context > 0: the
+    positions a decoder's cache holds (at most the model's)."""
+    for flag, value in (("--quantize", quantize), ("--context", context)):
+        if value and model.family == "gpt":
+            raise UserError(f"{flag}: {model.source} is a dense GPT checkpoint; {flag} applies to nanochat and "
+                            "llama checkpoints")
+    if context < 0:
+        raise UserError(f"--context must be >= 0 (got {context})")
     from nfn import _native
     g = model.geometry
     dims = (g["max_seq_len"], g["vocab_size"], g["num_layers"], g["num_heads"], g["channels"],
@@ -134,7 +138,8 @@ def start_engine(model, backend="auto", threads=0, quantize=None):
     def open_engine(**kw):
         if model.family == "gpt":
             return _native.InferenceEngine(model.params, *dims, threads=threads, **kw)
-        return _native.InferenceEngine(weights_file=model.source, threads=threads, quantize=quantize or "", **kw)
+        return _native.InferenceEngine(weights_file=model.source, threads=threads, quantize=quantize or "",
+                                       context=context, **kw)
     note = None
     if backend in ("cuda", "auto"):
         lib = cuda_library()

@@ -106,6 +106,23 @@ class DecoderEngineTest(unittest.TestCase):
     def test_llama(self):
         self.check_family(LLAMA, llama_logits)
 
+    def test_a_shorter_cache(self):
+        path, layout, flat = self.model(NANOCHAT, 2)
+        tokens = np.random.default_rng(4).integers(0, NANOCHAT["vocab_size"], size=20).astype(np.int32)
+        full = _native.InferenceEngine(weights_file=path).forward(tokens, all_logits=True)
+        short = _native.InferenceEngine(weights_file=path, context=8)
+        self.assertEqual(short.max_seq_len, 8)
+        # The model's windows (a quarter of its 20 positions) hold in the shorter cache.
+        np.testing.assert_allclose(short.forward(tokens[:8], all_logits=True), full[:8],
+                                   atol=2e-5 * np.abs(full).max(), rtol=0)
+        with self.assertRaises(RuntimeError) as e:
+            short.forward(tokens[8:9])
+        self.assertIn("1 tokens at position 8 do not fit the context of 8", str(e.exception))
+        self.assertEqual(_native.InferenceEngine(weights_file=path, context=99).max_seq_len, 20)
+        with self.assertRaises(RuntimeError) as e:
+            _native.InferenceEngine(weights_file=path, context=-1)
+        self.assertIn("context must be >= 0 (0: the model's 20 positions), got -1", str(e.exception))
+
     def test_bad_weights_files(self):
         path, layout, flat = self.model(NANOCHAT, 1)
         bad = os.path.join(self.dir.name, "bad.safetensors")
