@@ -4,7 +4,6 @@
 
 #include "cc/ops/arena.h"
 #include "cc/ops/op_error.h"
-#include "cc/util/quant.h"
 
 namespace nfn {
 
@@ -17,18 +16,10 @@ DecoderRuntime::~DecoderRuntime() { release(); }
 void DecoderRuntime::release() {
   if (ops_ != nullptr) {
     if (act_block_) ops_->free(ctx_, act_block_);
-    if (params_) ops_->free(ctx_, params_);
-    if (qblob_) ops_->free(ctx_, qblob_);
-    if (scratch_) ops_->free(ctx_, scratch_);
     if (state_) ops_->free(ctx_, state_);
   }
-  qblob_ = nullptr;
-  scratch_ = nullptr;
-  f32_at_.clear();
-  quantized_.clear();
-  weight_bytes_ = 0;
+  weights_.release();
   act_block_ = state_ = nullptr;
-  params_ = nullptr;
   k_cache_ = v_cache_ = prev_ = nullptr;
   logits_.release();
   cap_rows_ = 0;
@@ -67,7 +58,7 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   windows_ = layer_windows(config);
   const size_t KD = static_cast<size_t>(config.num_kv_heads) * config.head_dim;
   const size_t cache = static_cast<size_t>(config.num_layers) * context_ * KD;
-  if (!upload_weights(params, quant, error) ||
+  if (!weights_.upload(ops_, ctx_, config, params, kF32, quant, error) ||
       !check(ops_->alloc(ctx_, (2 * cache + config.channels) * 4, &state_), "allocating the KV cache", error))
     return false;
   k_cache_ = static_cast<float*>(state_);
@@ -86,68 +77,8 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   return true;
 }
 
-// The f32 tensors packed into one allocation; the block matrices (rows of a multiple of 32
-// values) quantized into another when quant >= 0.
-bool DecoderRuntime::upload_weights(const std::vector<float>& params, int quant, std::string* error) {
-  const DecoderConfig& c = config_;
-  quant_ = quant;
-  struct Matrix {
-    size_t offset, rows, cols;
-  };
-  std::vector<Matrix> matrices;
-  const size_t C = c.channels, QD = static_cast<size_t>(c.num_heads) * c.head_dim,
-               QKV = QD + 2 * static_cast<size_t>(c.num_kv_heads) * c.head_dim, H = c.hidden,
-               Hf = c.nanochat() ? H : 2 * H;
-  if (quant >= 0)
-    for (const DecoderOffsets::Layer& w : off_.layers)
-      for (const Matrix& m : {Matrix{w.qkv, QKV, C}, Matrix{w.o, C, QD}, Matrix{w.fc, Hf, C}, Matrix{w.proj, C, H}})
-        if (m.cols % quant::kBlock == 0) matrices.push_back(m);
-  auto quantized_at = [&](size_t offset) {
-    for (const Matrix& m : matrices)
-      if (offset >= m.offset && offset < m.offset + m.rows * m.cols) return true;
-    return false;
-  };
-  std::vector<float> packed;
-  std::vector<std::pair<size_t, size_t>> placed;  // (layout offset, packed offset) of each f32 tensor
-  for (const DecoderTensor& t : decoder_layout(c))
-    if (!quantized_at(t.offset)) {
-      placed.emplace_back(t.offset, packed.size());
-      packed.insert(packed.end(), params.begin() + t.offset, params.begin() + t.offset + t.count());
-    }
-  std::vector<uint8_t> blob;
-  size_t largest = 0;
-  for (const Matrix& m : matrices) {
-    const size_t n = m.rows * m.cols;
-    quantized_[m.offset] = {blob.size(), n};
-    blob.resize(blob.size() + quant::bytes_of(quant, n));
-    quant::quantize(quant, params.data() + m.offset, n, blob.data() + quantized_[m.offset].byte);
-    largest = std::max(largest, n);
-  }
-  void* w = nullptr;
-  if (!check(ops_->alloc(ctx_, packed.size() * 4, &w), "allocating parameters", error)) return false;
-  params_ = static_cast<float*>(w);
-  for (const auto& [offset, at] : placed) f32_at_[offset] = params_ + at;
-  weight_bytes_ = packed.size() * 4 + blob.size();
-  if (!check(ops_->copy(ctx_, params_, packed.data(), packed.size() * 4, NFN_HOST_TO_DEVICE), "uploading parameters",
-             error))
-    return false;
-  if (blob.empty()) return true;
-  void *q = nullptr, *scratch = nullptr;
-  if (!check(ops_->alloc(ctx_, blob.size(), &q), "allocating quantized weights", error)) return false;
-  qblob_ = static_cast<uint8_t*>(q);
-  if (!check(ops_->alloc(ctx_, largest * 4, &scratch), "allocating the dequantized matrix", error)) return false;
-  scratch_ = static_cast<float*>(scratch);
-  return check(ops_->copy(ctx_, qblob_, blob.data(), blob.size(), NFN_HOST_TO_DEVICE), "uploading quantized weights",
-               error);
-}
-
 const float* DecoderRuntime::mat(size_t offset, std::string* error) {
-  auto it = quantized_.find(offset);
-  if (it == quantized_.end()) return p(offset);
-  if (!check(ops_->dequantize(ctx_, scratch_, qblob_ + it->second.byte, static_cast<nfn_qtype>(quant_), it->second.n,
-                              kF32), "dequantize", error))
-    return nullptr;
-  return scratch_;
+  return static_cast<const float*>(weights_.matrix(offset, error));
 }
 
 bool DecoderRuntime::ensure_rows(int n, bool logits_all, std::string* error) {

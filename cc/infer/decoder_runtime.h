@@ -12,14 +12,13 @@
 #pragma once
 
 #include <cstdint>
-#include <iterator>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "cc/infer/cached_lm.h"
 #include "cc/infer/logit_buffer.h"
 #include "cc/model/decoder_config.h"
+#include "cc/model/frozen_weights.h"
 #include "cc/ops/nfn_tile_ops.h"
 
 namespace nfn {
@@ -38,7 +37,7 @@ class DecoderRuntime : public CachedLM {
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
             std::string* error, int quant = -1, int context = 0);
   // Backend bytes the weights take (f32 tensors plus quantized matrices).
-  size_t weight_bytes() const { return weight_bytes_; }
+  size_t weight_bytes() const { return weights_.bytes(); }
   const DecoderConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
   int max_seq_len() const override { return context_; }
@@ -53,13 +52,9 @@ class DecoderRuntime : public CachedLM {
   bool ensure_rows(int n, bool logits_all, std::string* error);
   bool embed(int n, std::string* error);
   bool layer_forward(int l, int n, std::string* error);
-  bool upload_weights(const std::vector<float>& params, int quant, std::string* error);
   // An f32 tensor's element `offset` (decoder_layout's numbering) on the backend.
-  float* p(size_t offset) const {
-    auto it = std::prev(f32_at_.upper_bound(offset));
-    return it->second + (offset - it->first);
-  }
-  // The f32 matrix that starts at `offset`: a quantized one dequantized into scratch_.
+  float* p(size_t offset) const { return static_cast<float*>(weights_.at(offset)); }
+  // The f32 matrix that starts at `offset` (a quantized one dequantized for the next GEMM).
   const float* mat(size_t offset, std::string* error);
   void release();
 
@@ -68,16 +63,7 @@ class DecoderRuntime : public CachedLM {
   DecoderConfig config_;
   DecoderOffsets off_;
   std::vector<int> windows_;
-  float* params_ = nullptr;                 // the f32 tensors, packed
-  std::map<size_t, float*> f32_at_;         // each f32 tensor's start (layout offset) -> its place
-  struct Quantized {
-    size_t byte, n;  // where in qblob_, how many values
-  };
-  std::map<size_t, Quantized> quantized_;   // each quantized matrix's start -> its blocks
-  int quant_ = -1;
-  uint8_t* qblob_ = nullptr;
-  float* scratch_ = nullptr;                // the largest quantized matrix, dequantized
-  size_t weight_bytes_ = 0;
+  FrozenWeights weights_;
   void* state_ = nullptr;                   // one allocation: the caches and prev_
   float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, NKV*HD) each
   float* prev_ = nullptr;  // (C) nanochat: the normed embedding of position pos_-1
