@@ -51,6 +51,8 @@ struct Decoder::Acts {
   void* ve;                   // (N,KD) a layer's value-embedding rows
   void *dres, *dln, *dx0, *dmid;  // (N,C)
   void *dbig, *dhid, *datt, *dve;  // (N,max(Hf,QKV)), (N,H), (N,QD), (N,KD)
+  void* lora_us;                   // (L,4,N,rank) LoRA: each adapter's scale x A^T
+  void* lora_du;                   // (N,rank)
 };
 
 struct Decoder::Layer {
@@ -71,6 +73,7 @@ void Decoder::release() {
   delete acts_;
   acts_ = nullptr;
   have_inputs_ = have_targets_ = false;
+  base_.release();
 }
 
 bool Decoder::check(nfn_status s, const char* what, std::string* error) const {
@@ -79,7 +82,8 @@ bool Decoder::check(nfn_status s, const char* what, std::string* error) const {
   return false;
 }
 
-std::vector<ArenaSlot> Decoder::activation_plan(const DecoderConfig& c, int B, int T, size_t e, Acts* a) {
+std::vector<ArenaSlot> Decoder::activation_plan(const DecoderConfig& c, const LoraSpec& lora, int B, int T, size_t e,
+                                                Acts* a) {
   const Dims d(c, B, T);
   const bool nano = c.nanochat();
   const size_t N = d.N, C = d.C, L = d.L, f = 4;
@@ -118,6 +122,8 @@ std::vector<ArenaSlot> Decoder::activation_plan(const DecoderConfig& c, int B, i
       slot(&a->dhid, N * d.H * e),
       slot(&a->datt, N * d.QD * e),
       slot(&a->dve, nano ? N * d.KD * e : 0),
+      slot(&a->lora_us, L * kLoraMatrices * N * lora.rank * e),
+      slot(&a->lora_du, N * lora.rank * e),
   };
 }
 
@@ -126,7 +132,7 @@ size_t Decoder::memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B
   state.bind(nullptr, nullptr, dtype, decoder_num_parameters(config));
   size_t bytes = arena_bytes(state.plan());
   Acts acts;
-  if (B > 0 && T > 0) bytes += arena_bytes(activation_plan(config, B, T, dtype == NFN_F32 ? 4 : 2, &acts));
+  if (B > 0 && T > 0) bytes += arena_bytes(activation_plan(config, LoraSpec{}, B, T, dtype == NFN_F32 ? 4 : 2, &acts));
   return bytes;
 }
 
@@ -153,10 +159,22 @@ bool Decoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& c
   config_ = config;
   recipe_ = recipe;
   dtype_ = dtype;
-  layout_ = decoder_layout(config);
   windows_ = layer_windows(config);
   off_ = decoder_offsets(config);
-  state_.bind(ops, ctx, dtype, decoder_num_parameters(config));
+  if (recipe.lora.on()) {
+    const std::string why = validate_lora(recipe.lora);
+    if (!why.empty()) {
+      *error = why;
+      return false;
+    }
+    recipe_.muon = false;  // the adapters train with AdamW
+    layout_ = lora_layout(config, recipe.lora);
+    lora_at_ = lora_targets(config, recipe.lora);
+  } else {
+    layout_ = decoder_layout(config);
+    lora_at_.clear();
+  }
+  state_.bind(ops, ctx, dtype, layout_.back().offset + layout_.back().count());
   std::vector<ArenaSlot> plan = state_.plan();
   if (B > 0 && T > 0) {
     if (T > config.max_seq_len) {
@@ -165,7 +183,7 @@ bool Decoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& c
       return false;
     }
     acts_ = new Acts();
-    const std::vector<ArenaSlot> acts = activation_plan(config, B, T, state_.esize(), acts_);
+    const std::vector<ArenaSlot> acts = activation_plan(config, recipe_.lora, B, T, state_.esize(), acts_);
     plan.insert(plan.end(), acts.begin(), acts.end());
   }
   if (!alloc_arena(*ops_, ctx_, plan, "allocating the decoder", &block_, error)) return false;
@@ -187,7 +205,8 @@ bool Decoder::ensure_activations(int B, int T, std::string* error) {
   release_activations();
   acts_ = new Acts();
   const std::string what = "allocating the activations of micro-batch " + std::to_string(B) + " x " + std::to_string(T);
-  if (!alloc_arena(*ops_, ctx_, activation_plan(config_, B, T, state_.esize(), acts_), what, &act_block_, error)) {
+  if (!alloc_arena(*ops_, ctx_, activation_plan(config_, recipe_.lora, B, T, state_.esize(), acts_), what, &act_block_,
+                   error)) {
     delete acts_;
     acts_ = nullptr;
     return false;
@@ -270,6 +289,41 @@ bool Decoder::set_parameters(const std::vector<float>& host, std::string* error)
   return upload(Stored::kMaster, 0, host.size(), host.data(), error);
 }
 
+bool Decoder::set_base(const std::vector<float>& host, std::string* error) {
+  if (!lora()) {
+    *error = "set_base: the model has no LoRA adapters (its parameters are the whole model)";
+    return false;
+  }
+  if (host.size() != decoder_num_parameters(config_)) {
+    *error = "base parameters: got " + std::to_string(host.size()) + " values, the model has " +
+             std::to_string(decoder_num_parameters(config_));
+    return false;
+  }
+  return base_.upload(ops_, ctx_, config_, host, dtype_, recipe_.lora.quant, error);
+}
+
+bool Decoder::lora_forward_at(int l, int k, void* y, const void* x, std::string* error) {
+  if (!lora()) return true;
+  const LoraTarget& t = lora_at_[l][k];
+  if (!t.on) return true;
+  const int N = B_ * T_, r = recipe_.lora.rank;
+  void* us = static_cast<char*>(acts_->lora_us) + ((static_cast<size_t>(l) * kLoraMatrices + k) * N * r) * state_.esize();
+  return check(lora_forward(*ops_, ctx_, y, us, x, state_.param(t.a), state_.param(t.b), N, t.in, t.out, r,
+                            recipe_.lora.scale(), dtype_), "LoRA forward", error);
+}
+
+bool Decoder::lora_backward_at(int l, int k, void* dx, const void* dy, const void* x, std::string* error) {
+  if (!lora()) return true;
+  const LoraTarget& t = lora_at_[l][k];
+  if (!t.on) return true;
+  const int N = B_ * T_, r = recipe_.lora.rank;
+  const void* us =
+      static_cast<char*>(acts_->lora_us) + ((static_cast<size_t>(l) * kLoraMatrices + k) * N * r) * state_.esize();
+  return check(lora_backward(*ops_, ctx_, dx, state_.grad(t.a), state_.grad(t.b), acts_->lora_du, dy, x, us,
+                             state_.param(t.a), state_.param(t.b), N, t.in, t.out, r, recipe_.lora.scale(), dtype_),
+               "LoRA backward", error);
+}
+
 bool Decoder::get_parameters(std::vector<float>* host, std::string* error) {
   host->resize(state_.size());
   return download(Stored::kMaster, 0, host->size(), host->data(), error);
@@ -347,10 +401,13 @@ bool Decoder::layer_forward(int l, const void* input, std::string* error) {
                                           d.N * d.C, dtype_), "scaled_sum_forward (lambdas)", error))
     return false;
   const float eps = config_.norm_eps;
+  const void* wm = nullptr;  // each base matrix as its GEMM reads it
   if (!check(o.rmsnorm_forward(ctx_, x.h1, x.rstd1, x.block_in, nano ? nullptr : p(w.attn_norm), N, C, eps, dtype_),
              "rmsnorm_forward (attention)", error) ||
-      !check(o.linear_forward(ctx_, x.qkv, nullptr, x.h1, p(w.qkv), nullptr, nullptr, N, C, QKV, NFN_EPILOGUE_NONE,
-                              dtype_), "linear_forward (qkv)", error))
+      !(wm = W(w.qkv, error)) ||
+      !check(o.linear_forward(ctx_, x.qkv, nullptr, x.h1, wm, nullptr, nullptr, N, C, QKV, NFN_EPILOGUE_NONE,
+                              dtype_), "linear_forward (qkv)", error) ||
+      !lora_forward_at(l, kLoraQkv, x.qkv, x.h1, error))
     return false;
   if (w.has_ve) {
     void* v = static_cast<char*>(x.qkv) + (d.QD + d.KD) * state_.esize();
@@ -368,21 +425,27 @@ bool Decoder::layer_forward(int l, const void* input, std::string* error) {
                                              dtype_), "head_rmsnorm_forward (QK-norm)", error)) ||
       !check(o.attention_forward(ctx_, x.atty, x.lse, x.qkv, B, T, NH, NKV, HD, windows_[l], dtype_),
              "attention_forward", error) ||
-      !check(o.linear_forward(ctx_, x.res2, nullptr, x.atty, p(w.o), nullptr, x.block_in, N, QD, C,
-                              NFN_EPILOGUE_NONE, dtype_), "linear_forward (attention output)", error))
+      !(wm = W(w.o, error)) ||
+      !check(o.linear_forward(ctx_, x.res2, nullptr, x.atty, wm, nullptr, x.block_in, N, QD, C,
+                              NFN_EPILOGUE_NONE, dtype_), "linear_forward (attention output)", error) ||
+      !lora_forward_at(l, kLoraOut, x.res2, x.atty, error))
     return false;
   mark(Stage::kAttentionForward, l);
   if (!check(o.rmsnorm_forward(ctx_, x.h2, x.rstd2, x.res2, nano ? nullptr : p(w.mlp_norm), N, C, eps, dtype_),
              "rmsnorm_forward (mlp)", error) ||
-      !check(o.linear_forward(ctx_, x.fc, nullptr, x.h2, p(w.fc), nullptr, nullptr, N, C, Hf, NFN_EPILOGUE_NONE,
-                              dtype_), "linear_forward (mlp up)", error))
+      !(wm = W(w.fc, error)) ||
+      !check(o.linear_forward(ctx_, x.fc, nullptr, x.h2, wm, nullptr, nullptr, N, C, Hf, NFN_EPILOGUE_NONE,
+                              dtype_), "linear_forward (mlp up)", error) ||
+      !lora_forward_at(l, kLoraUp, x.fc, x.h2, error))
     return false;
   const bool activated = nano ? check(o.relu_squared_forward(ctx_, x.act, x.fc, d.N * d.H, dtype_),
                                       "relu_squared_forward", error)
                               : check(o.swiglu_forward(ctx_, x.act, x.fc, N, H, dtype_), "swiglu_forward", error);
   if (!activated ||
-      !check(o.linear_forward(ctx_, x.res3, nullptr, x.act, p(w.proj), nullptr, x.res2, N, H, C, NFN_EPILOGUE_NONE,
-                              dtype_), "linear_forward (mlp down)", error))
+      !(wm = W(w.proj, error)) ||
+      !check(o.linear_forward(ctx_, x.res3, nullptr, x.act, wm, nullptr, x.res2, N, H, C, NFN_EPILOGUE_NONE,
+                              dtype_), "linear_forward (mlp down)", error) ||
+      !lora_forward_at(l, kLoraDown, x.res3, x.act, error))
     return false;
   mark(Stage::kMlpForward, l);
   return true;
@@ -430,6 +493,10 @@ bool Decoder::step_forward_backward(bool backward, float grad_scale, std::string
     *error = "forward: no tokens with targets uploaded";
     return false;
   }
+  if (lora() && base_.bytes() == 0) {
+    *error = "forward: the LoRA model has no base weights yet (set_base)";
+    return false;
+  }
   return forward(error) && head_forward(backward, grad_scale, error) && (!backward || this->backward(error));
 }
 
@@ -441,15 +508,19 @@ bool Decoder::mlp_backward(int l, const Layer& x, std::string* error) {
   const nfn_op_table& o = *ops_;
   const DecoderOffsets::Layer& w = off_.layers[l];
   Acts& a = *acts_;
-  if (!check(o.linear_backward(ctx_, a.dhid, g(w.proj), nullptr, nullptr, a.dres, x.act, p(w.proj), nullptr, N, H, C,
-                               0, dtype_), "linear_backward (mlp down)", error))
+  const void* wm = nullptr;
+  if (!(wm = W(w.proj, error)) ||
+      !check(o.linear_backward(ctx_, a.dhid, g(w.proj), nullptr, nullptr, a.dres, x.act, wm, nullptr, N, H, C, 0,
+                               dtype_), "linear_backward (mlp down)", error) ||
+      !lora_backward_at(l, kLoraDown, a.dhid, a.dres, x.act, error))
     return false;
   const bool ok = nano ? check(o.relu_squared_backward(ctx_, a.dbig, x.fc, a.dhid, d.N * d.H, dtype_),
                                "relu_squared_backward", error)
                        : check(o.swiglu_backward(ctx_, a.dbig, x.fc, a.dhid, N, H, dtype_), "swiglu_backward", error);
-  return ok &&
-         check(o.linear_backward(ctx_, a.dln, g(w.fc), nullptr, nullptr, a.dbig, x.h2, p(w.fc), nullptr, N, C, Hf, 0,
+  return ok && (wm = W(w.fc, error)) &&
+         check(o.linear_backward(ctx_, a.dln, g(w.fc), nullptr, nullptr, a.dbig, x.h2, wm, nullptr, N, C, Hf, 0,
                                  dtype_), "linear_backward (mlp up)", error) &&
+         lora_backward_at(l, kLoraUp, a.dln, a.dbig, x.h2, error) &&
          check(o.rmsnorm_backward(ctx_, a.dres, nano ? nullptr : g(w.mlp_norm), a.dln, x.res2,
                                   nano ? nullptr : p(w.mlp_norm), x.rstd2, N, C, dtype_),
                "rmsnorm_backward (mlp)", error);
@@ -466,18 +537,31 @@ bool Decoder::attention_backward(int l, const Layer& x, std::string* error) {
   const nfn_op_table& o = *ops_;
   const DecoderOffsets::Layer& w = off_.layers[l];
   Acts& a = *acts_;
-  if (!check(o.linear_backward(ctx_, a.datt, g(w.o), nullptr, nullptr, a.dres, x.atty, p(w.o), nullptr, N, QD, C, 0,
+  const void* wm = nullptr;
+  if (!(wm = W(w.o, error)) ||
+      !check(o.linear_backward(ctx_, a.datt, g(w.o), nullptr, nullptr, a.dres, x.atty, wm, nullptr, N, QD, C, 0,
                                dtype_), "linear_backward (attention output)", error) ||
+      !lora_backward_at(l, kLoraOut, a.datt, a.dres, x.atty, error) ||
       !check(o.attention_backward(ctx_, a.dbig, a.datt, x.qkv, x.atty, x.lse, B, T, NH, NKV, HD, windows_[l], dtype_),
              "attention_backward", error) ||
       (nano && !check(o.head_rmsnorm_backward(ctx_, a.dbig, a.dbig, x.qkv, x.qk_rstd, N, NH + NKV, HD, QKV,
                                               kQkNormScale, dtype_), "head_rmsnorm_backward (QK-norm)", error)) ||
       !check(o.rope_backward(ctx_, a.dbig, a.dbig, N, T, 0, QKV, NH, NKV, HD, config_.rope_theta, nano ? -1 : 1,
                              dtype_), "rope_backward", error) ||
-      !check(o.linear_backward(ctx_, a.dln, g(w.qkv), nullptr, nullptr, a.dbig, x.h1, p(w.qkv), nullptr, N, C, QKV, 0,
-                               dtype_), "linear_backward (qkv)", error))
+      !(wm = W(w.qkv, error)) ||
+      !check(o.linear_backward(ctx_, a.dln, g(w.qkv), nullptr, nullptr, a.dbig, x.h1, wm, nullptr, N, C, QKV, 0,
+                               dtype_), "linear_backward (qkv)", error) ||
+      !lora_backward_at(l, kLoraQkv, a.dln, a.dbig, x.h1, error))
     return false;
-  if (w.has_ve) {
+  if (w.has_ve && lora()) {  // the gate's input gradient only: the base does not train
+    const void* dv = static_cast<char*>(a.dbig) + (d.QD + d.KD) * state_.esize();
+    if (!check(o.embedding_forward(ctx_, a.ve, a.inputs, p(w.ve_table), nullptr, B, T, KD, dtype_),
+               "embedding_forward (value embedding)", error) ||
+        !check(o.gated_add_backward(ctx_, a.dln, nullptr, nullptr, nullptr, dv, x.h1, p(w.ve_gate), nullptr, a.ve, N,
+                                    T, NKV, HD, kValueGateChannels, 0, QKV, C, KD, kValueGateScale, dtype_),
+               "gated_add_backward (value embedding)", error))
+      return false;
+  } else if (w.has_ve) {
     const void* dv = static_cast<char*>(a.dbig) + (d.QD + d.KD) * state_.esize();
     if (!check(o.embedding_forward(ctx_, a.ve, a.inputs, p(w.ve_table), nullptr, B, T, KD, dtype_),
                "embedding_forward (value embedding)", error) ||
@@ -557,6 +641,7 @@ bool Decoder::backward(std::string* error) {
       return false;
     mark(Stage::kAttentionBackward, l);
   }
+  if (lora()) return true;  // nothing below the blocks trains
   if (nano && !check(o.residual_forward(ctx_, a.dres, a.dres, a.dx0, nullptr, N, C, dtype_), "residual_forward", error))
     return false;
   if (!embed_backward(error)) return false;
@@ -584,7 +669,7 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
   }
   std::vector<nfn_adamw_group> groups;
   auto group = [&](const DecoderTensor& t, float wd) {
-    return nfn_adamw_group{state_.master(t.offset), state_.param_copy(t.offset), g(t.offset), state_.m(t.offset),
+    return nfn_adamw_group{state_.master(t.offset), state_.param_copy(t.offset), state_.grad(t.offset), state_.m(t.offset),
                            state_.v(t.offset), t.count(), wd};
   };
   if (!recipe_.muon) {
@@ -613,7 +698,7 @@ bool Decoder::muon_groups(const OptimizerStep& s, std::string* error) {
   std::vector<nfn_muon_group> groups;
   for (const DecoderTensor& t : layout_)
     if (t.role() == TensorRole::kMatrix)
-      groups.push_back(nfn_muon_group{state_.master(t.offset), state_.param_copy(t.offset), g(t.offset),
+      groups.push_back(nfn_muon_group{state_.master(t.offset), state_.param_copy(t.offset), state_.grad(t.offset),
                                       state_.m(t.offset), static_cast<int>(t.rows), static_cast<int>(t.cols)});
   const float warm = std::min(1.f, static_cast<float>(s.step - 1) / std::max(1, recipe_.muon_momentum_warmup));
   const float momentum = recipe_.muon_momentum_start + warm * (recipe_.muon_momentum - recipe_.muon_momentum_start);

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "cc/model/decoder_config.h"
+#include "cc/model/frozen_weights.h"
+#include "cc/model/lora.h"
 #include "cc/model/param_state.h"
 #include "cc/model/trainable.h"
 #include "cc/ops/nfn_tile_ops.h"
@@ -28,6 +30,9 @@ struct DecoderRecipe {
   float muon_momentum = 0.95f, muon_momentum_start = 0.85f;
   int muon_momentum_warmup = 300;
   int ns_steps = 5;
+  // LoRA (lora.h): when on, only the adapters train (AdamW at the run's settings), over a
+  // frozen base set_base() uploads.
+  LoraSpec lora;
 };
 
 class Decoder : public TrainableModel {
@@ -53,6 +58,9 @@ class Decoder : public TrainableModel {
   // output projections, its lambdas and gates), llama's (normal 0.02, norm weights 1).
   static std::vector<float> random_parameters(const DecoderConfig& config, uint64_t seed);
   bool set_parameters(const std::vector<float>& host, std::string* error);
+  // Under LoRA: the frozen base (decoder_layout's f32 values), kept in the op dtype with its
+  // block matrices quantized when the spec asks.
+  bool set_base(const std::vector<float>& host, std::string* error);
   bool get_parameters(std::vector<float>* host, std::string* error);
   bool get_gradients(std::vector<float>* host, std::string* error) { return state_.get_gradients(host, error); }
   bool download(Stored which, size_t offset, size_t count, float* host, std::string* error) override {
@@ -82,10 +90,19 @@ class Decoder : public TrainableModel {
   bool ensure_activations(int B, int T, std::string* error);
   void release_activations();
   void release();
-  static std::vector<ArenaSlot> activation_plan(const DecoderConfig& c, int B, int T, size_t e, Acts* a);
+  static std::vector<ArenaSlot> activation_plan(const DecoderConfig& c, const LoraSpec& lora, int B, int T, size_t e,
+                                                Acts* a);
   Layer layer(int l) const;
-  void* p(size_t offset) const { return state_.param(offset); }
-  void* g(size_t offset) const { return state_.grad(offset); }
+  bool lora() const { return recipe_.lora.on(); }
+  // A base tensor's element (decoder_layout's numbering), and its gradient (none under LoRA).
+  void* p(size_t offset) const { return lora() ? base_.at(offset) : state_.param(offset); }
+  void* g(size_t offset) const { return lora() ? nullptr : state_.grad(offset); }
+  // A base matrix ready for a GEMM (a quantized base's dequantized into scratch).
+  const void* W(size_t offset, std::string* error) const {
+    return lora() ? base_.matrix(offset, error) : state_.param(offset);
+  }
+  bool lora_forward_at(int l, int k, void* y, const void* x, std::string* error);
+  bool lora_backward_at(int l, int k, void* dx, const void* dy, const void* x, std::string* error);
   bool embed(std::string* error);
   bool layer_forward(int l, const void* input, std::string* error);
   bool forward(std::string* error);
@@ -108,6 +125,8 @@ class Decoder : public TrainableModel {
   std::vector<DecoderTensor> layout_;
   std::vector<int> windows_;
   DecoderOffsets off_;  // where the forward finds each tensor
+  std::vector<std::array<LoraTarget, kLoraMatrices>> lora_at_;  // each layer's adapters
+  FrozenWeights base_;  // under LoRA: the base
   ParamState state_;
 
   void* block_ = nullptr;      // state (and the activations init reserved)

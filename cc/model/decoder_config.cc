@@ -113,6 +113,8 @@ TensorRole DecoderTensor::role() const {
     case TensorSlot::kSmearGate:
     case TensorSlot::kSmearLambda:
     case TensorSlot::kBackout: return TensorRole::kSmear;
+    case TensorSlot::kLoraA:
+    case TensorSlot::kLoraB: return TensorRole::kLora;
     default: return TensorRole::kMatrix;  // the blocks' linear weights, the value gates among them
   }
 }

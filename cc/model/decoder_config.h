@@ -49,6 +49,7 @@ enum class TensorRole {
   kResidLambdas,
   kX0Lambdas,
   kSmear,           // smear_gate, smear_lambda, backout_lambda
+  kLora,            // LoRA adapters (lora.h)
 };
 
 // Which tensor it is, whatever the family calls it: the model finds its tensors by slot.
@@ -59,6 +60,7 @@ enum class TensorSlot {
   kUp,    // nanochat's c_fc, llama's gate_proj (its up_proj follows: kUpSecond)
   kUpSecond,
   kDown,  // c_proj / down_proj
+  kLoraA, kLoraB,  // a LoRA adapter's two factors (lora.h)
 };
 
 struct DecoderTensor {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/model/decoder.h"
+#include "cc/util/quant.h"
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
 #include "py/native/ids.h"
@@ -53,10 +54,11 @@ nfn::DecoderConfig make_config(const std::string& family, int max_seq_len, int v
 
 class NativeDecoder {
  public:
-  explicit NativeDecoder(const nfn::DecoderConfig& c, bool muon) : ops_(nfn::linked_op_table()) {
+  NativeDecoder(const nfn::DecoderConfig& c, bool muon, const nfn::LoraSpec& lora) : ops_(nfn::linked_op_table()) {
     if (ops_.ctx_create(0, &ctx_) != NFN_OK) throw std::runtime_error("cannot create a CPU op context");
     nfn::DecoderRecipe recipe;
     recipe.muon = muon;
+    recipe.lora = lora;
     std::string error;
     check(model_.init(&ops_, ctx_, c, NFN_F32, recipe, &error) &&
               model_.set_parameters(std::vector<float>(model_.num_parameters(), 0.0f), &error),
@@ -74,6 +76,12 @@ class NativeDecoder {
     std::vector<std::tuple<std::string, size_t, size_t, size_t>> out;
     for (const auto& t : model_.layout()) out.emplace_back(t.name, t.rows, t.cols, t.offset);
     return out;
+  }
+
+  // Under LoRA: the frozen base, in decoder_layout's order.
+  void set_base(F32Vector params) {
+    std::string error;
+    check(model_.set_base(std::vector<float>(params.data(), params.data() + params.size()), &error), error);
   }
 
   void set_parameters(F32Vector params) {
@@ -117,16 +125,29 @@ void bind_decoder(nb::module_& m) {
           "__init__",
           [](NativeDecoder* self, const std::string& family, int max_seq_len, int vocab_size, int padded_vocab_size,
              int num_layers, int num_heads, int num_kv_heads, int head_dim, int channels, int hidden, float rope_theta,
-             float norm_eps, bool tied_head, const std::string& window_pattern, bool muon) {
+             float norm_eps, bool tied_head, const std::string& window_pattern, bool muon, int lora_rank,
+             float lora_alpha, const std::string& lora_targets, const std::string& lora_quant) {
+            nfn::LoraSpec lora;
+            lora.rank = lora_rank;
+            lora.alpha = lora_alpha;
+            if (lora_targets != "all" && lora_targets != "attn" && lora_targets != "mlp")
+              throw std::invalid_argument("lora_targets: all, attn or mlp");
+            lora.attention = lora_targets != "mlp";
+            lora.mlp = lora_targets != "attn";
+            lora.quant = lora_quant.empty() ? -1 : nfn::quant::parse_type(lora_quant);
+            if (!lora_quant.empty() && lora.quant < 0) throw std::invalid_argument("lora_quant: q8_0, q4_1 or nf4");
             new (self) NativeDecoder(make_config(family, max_seq_len, vocab_size, padded_vocab_size, num_layers,
                                                  num_heads, num_kv_heads, head_dim, channels, hidden, rope_theta,
                                                  norm_eps, tied_head, window_pattern),
-                                     muon);
+                                     muon, lora);
           },
           nb::arg("family"), nb::arg("max_seq_len"), nb::arg("vocab_size"), nb::arg("padded_vocab_size") = 0,
           nb::arg("num_layers"), nb::arg("num_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
           nb::arg("channels"), nb::arg("hidden"), nb::arg("rope_theta") = 100000.f, nb::arg("norm_eps") = 1e-5f,
-          nb::arg("tied_head") = false, nb::arg("window_pattern") = "L", nb::arg("muon") = true)
+          nb::arg("tied_head") = false, nb::arg("window_pattern") = "L", nb::arg("muon") = true,
+          nb::arg("lora_rank") = 0, nb::arg("lora_alpha") = 0.f, nb::arg("lora_targets") = "all",
+          nb::arg("lora_quant") = "")
+      .def("set_base", &NativeDecoder::set_base, "Under LoRA: the frozen base, in the model's full layout.")
       .def_prop_ro("num_parameters", &NativeDecoder::num_parameters)
       .def("layout", &NativeDecoder::layout, "[(name, rows, cols, offset)] in memory order")
       .def("set_parameters", &NativeDecoder::set_parameters)
