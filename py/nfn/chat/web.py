@@ -264,6 +264,7 @@ def content_security_policy(page):
 class Handler(BaseHTTPRequestHandler):
     server_version = "nfn-serve"
     timeout = 60  # seconds a read or write may block (a client that stalls lets go of its thread)
+    unread = False  # whether a refused request's body was left unread
 
     def log_message(self, fmt, *args):
         if not self.server.quiet:
@@ -326,39 +327,43 @@ class Handler(BaseHTTPRequestHandler):
         except Refusal as e:
             self.close_connection = True
             self.send_json(e.status, {"error": e.message}, e.headers)
+            if self.unread:
+                self.linger()
 
     def read_body(self):
-        """The request's body; a Refusal (after reading a bounded part of the body, so that the
-        client can read the answer) when it is not JSON, has no length, or is over the limit."""
+        """The request's body; a Refusal when it is not JSON, has no length or is over the limit (its
+        body left unread: `unread` is set, and the refusal is followed by a lingering close)."""
         length = self.headers.get("Content-Length")
+        self.unread = True
         if self.headers.get("Transfer-Encoding") or length is None:
             raise Refusal(411, "a request body needs a Content-Length (chunked bodies are not taken)")
         if not length.isdigit():
             raise Refusal(400, f"Content-Length: not a byte count ({length!r})")
         length = int(length)
         if length > MAX_BODY_BYTES:
-            self.discard(length)
             raise Refusal(413, f"the body has {length} bytes, at most {MAX_BODY_BYTES}")
         content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
-            self.discard(length)
             raise Refusal(415, f"Content-Type must be application/json (got {content_type or 'none'!r})")
         body = self.rfile.read(length)
+        self.unread = False
         if len(body) < length:
             raise Refusal(400, f"the body ended after {len(body)} of {length} bytes")
         return body
 
-    def discard(self, length, limit=4 * MAX_BODY_BYTES):
-        """Reads (and drops) up to `limit` bytes of a refused body for at most a second, so that the
-        client, still sending, is not cut off before it reads the refusal."""
-        self.connection.settimeout(1.0)
+    def linger(self, limit=4 * MAX_BODY_BYTES, seconds=1.0):
+        """After a refusal of an unread body: ends the answer, then reads (and drops) what the client
+        still sends, up to `limit` bytes for about `seconds`, so that closing with data unread does not
+        reset the connection before the client has read the refusal."""
         try:
-            left = min(length, limit)
-            while left > 0:
-                chunk = self.rfile.read1(min(left, 65536))
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(seconds)
+            while limit > 0:
+                chunk = self.connection.recv(min(limit, 65536))
                 if not chunk:
                     break
-                left -= len(chunk)
+                limit -= len(chunk)
         except OSError:
             pass
 
