@@ -1,6 +1,7 @@
 """`nfn serve`'s HTTP API against a server on a free port, with a tiny random nanochat model and a
-chat BPE trained here: the stream is server-sent events whose text is a greedy ChatSession's
-answer to the same conversation; a next turn reuses the KV cache yet answers as a fresh engine
+chat BPE trained here: a request's history is rendered as a ChatSession holds it (tool calls and
+ChatML included); the stream is server-sent events whose text is a greedy ChatSession's answer
+to the same conversation; a next turn reuses the KV cache yet answers as a fresh engine
 given render.py's rendering; every limit is its HTTP status with a JSON error; a client that
 leaves mid-stream stops its generation and frees the engine; `nfn serve` itself starts and
 answers, and its --help imports only the standard library."""
@@ -50,6 +51,45 @@ def events(data):
     return out
 
 
+class ScriptedEngine:
+    """An engine that answers each generate call with the next scripted token list, keeping
+    `position` as the native engine does (all but the last sampled token are in the cache)."""
+    backend = "script"
+
+    def __init__(self, replies):
+        self.replies, self.position = list(replies), 0
+
+    def reset(self):
+        self.position = 0
+
+    def generate(self, prompt, max_new_tokens, on_token=None, stop_token=-1, **kwargs):
+        out, reason = [], "max_new_tokens"
+        for token in self.replies.pop(0)[:max_new_tokens]:
+            out.append(token)
+            if token == stop_token:
+                reason = "stop_token"
+                break
+            if on_token is not None and not on_token(token):
+                reason = "callback"
+                break
+        self.position += len(prompt) + len(out) - 1
+        return {"tokens": out, "stop_reason": reason}
+
+
+class CharTokenizer:
+    """Characters as ids, and ChatML's two special tokens."""
+    SPECIAL = {"<|im_start|>": 100000, "<|im_end|>": 100001}
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids if i < 100000)
+
+    def special_id(self, name):
+        return self.SPECIAL[name]
+
+
 class WebServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -77,6 +117,29 @@ class WebServerTest(unittest.TestCase):
         pieces = []
         reply = session.ask(text, pieces.append)
         return "".join(pieces), reply
+
+    def test_the_rendering_is_the_sessions_layout(self):
+        # What a ChatSession holds after a turn (a tool call and its fed-back answer included) is
+        # what render_history makes of the request that sends that turn back, in both formats.
+        from nfn.chat.formats import ChatMLFormat
+        from nfn.chat.web import render_history
+        tok, fmt = self.tok, self.fmt
+        chars = CharTokenizer()
+        chatml = ChatMLFormat(chars, None)
+        cases = [
+            (tok, fmt, [tok.encode("Let me see. ") + [fmt.python_start] + tok.encode("6*7") + [fmt.python_end],
+                        tok.encode(" It is 42.") + [fmt.stop]], ["text", "python", "python_output", "text"]),
+            (chars, chatml, [chars.encode("Hello there.") + [chatml.stop]], ["text"]),
+        ]
+        for tok, fmt, replies, part_types in cases:
+            with self.subTest(format=fmt.name):
+                session = ChatSession(ScriptedEngine(replies), tok, fmt, 1000, system="Be brief.")
+                reply = session.ask("What is 6*7?")
+                self.assertEqual([p["type"] for p in reply["message"]["content"]], part_types)
+                messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6*7?"},
+                            reply["message"], {"role": "user", "content": "Thanks."}]
+                history, system = render_history(fmt, tok, messages)
+                self.assertEqual((history, system), (session.tokens, "Be brief."))
 
     def test_health_and_page(self):
         status, headers, data = request(self.port, "GET", "/health")
