@@ -2,8 +2,8 @@
 by Selenium) against a tiny random nanochat model that hands on a token every 80 ms: typing a
 message and pressing Enter streams the answer into the page (its text grows while it streams)
 and the answer is a greedy ChatSession's; markup in a message shows as literal text; a second
-turn carries the conversation (answered as a fresh engine answers render.py's rendering of it); New chat clears the page and, mid-answer, stops the generation.
-The screenshot goes to Bazel's undeclared outputs (and to $NFN_CHAT_WEB_SCREENSHOT when set:
+turn carries the conversation (answered as a fresh engine answers render.py's rendering of it);
+New chat clears the page and, mid-answer, stops the generation. The screenshot goes to Bazel's undeclared outputs (and to $NFN_CHAT_WEB_SCREENSHOT when set:
 docs/images/chat_web.png is made so)."""
 import os
 import shutil
