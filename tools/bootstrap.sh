@@ -17,6 +17,8 @@ command -v bazel >/dev/null 2>&1 || apt_install bazel-bootstrap
 command -v g++ >/dev/null 2>&1 || apt_install g++
 command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap  # the Python tool's sandbox
 command -v make >/dev/null 2>&1 || apt_install make  # builds the written op examples
+# The web chat page's browser test (tests/py/chat:web_browser_test) drives headless chromium.
+{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || apt_install chromium chromium-driver
 
 # pip runs again only when requirements.txt or the interpreter changed.
 stamp_dir=${XDG_CACHE_HOME:-$HOME/.cache}/nfn/bootstrap

@@ -5,10 +5,10 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import chat, data, eval as eval_cmd, import_model, infer, kernels, tokenizer, tool, train
+from nfn.cli import chat, data, eval as eval_cmd, import_model, infer, kernels, serve, tokenizer, tool, train
 from nfn.errors import UserError
 
-COMMANDS = [train, infer, chat, eval_cmd, import_model, data, tokenizer, tool, kernels]
+COMMANDS = [train, infer, chat, serve, eval_cmd, import_model, data, tokenizer, tool, kernels]
 
 EPILOG = """\
 examples:
