@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -144,21 +145,36 @@ class InferenceEngine {
     if (!on_token.is_none() && !PyCallable_Check(on_token.ptr()))
       throw nb::type_error("on_token must be a callable or None");
     Busy busy(&busy_);
+    // The engine runs without the GIL (other Python threads go on during a prefill) and takes it
+    // back for each on_token; what on_token raises stops generation and is raised here.
+    std::exception_ptr raised;
     std::function<bool(int32_t)> stream;  // True goes on, False stops; anything else is refused
     if (!on_token.is_none())
-      stream = [&on_token](int32_t token) {
-        nb::object go = on_token(token);
-        if (!nb::isinstance<bool>(go))
-          throw nb::type_error(("on_token must return True (go on) or False (stop), not " +
-                                nb::cast<std::string>(nb::repr(go)))
-                                   .c_str());
-        return nb::cast<bool>(go);
+      stream = [&on_token, &raised](int32_t token) {
+        nb::gil_scoped_acquire held;
+        try {
+          nb::object go = on_token(token);
+          if (!nb::isinstance<bool>(go))
+            throw nb::type_error(("on_token must return True (go on) or False (stop), not " +
+                                  nb::cast<std::string>(nb::repr(go)))
+                                     .c_str());
+          return nb::cast<bool>(go);
+        } catch (...) {
+          raised = std::current_exception();
+          return false;
+        }
       };
     nfn::SamplingConfig s;
     s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
     nfn::GenerationResult r;
     std::string error;
-    check(nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append), error);
+    bool ok;
+    {
+      nb::gil_scoped_release unlocked;
+      ok = nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append);
+    }
+    if (raised) std::rethrow_exception(raised);
+    check(ok, error);
     nb::dict out;
     out["tokens"] = r.tokens;
     out["prefill_seconds"] = r.prefill_seconds;
