@@ -47,6 +47,7 @@ class Decoder : public TrainableModel {
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, nfn_dtype dtype,
             const DecoderRecipe& recipe, std::string* error, int B = 0, int T = 0);
   const DecoderConfig& config() const { return config_; }
+  const LoraSpec& lora_spec() const { return recipe_.lora; }
   const std::vector<DecoderTensor>& layout() const { return layout_; }
   size_t num_parameters() const override { return state_.size(); }
   static size_t memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B, int T);

@@ -84,6 +84,18 @@ class NativeDecoder {
     check(model_.set_base(std::vector<float>(params.data(), params.data() + params.size()), &error), error);
   }
 
+  // Under LoRA: the whole model the adapters make with `base` (lora_merged).
+  Numpy1 merged(F32Vector base) {
+    std::vector<float> adapters;
+    std::string error;
+    check(model_.get_parameters(&adapters, &error), error);
+    if (base.size() != nfn::decoder_num_parameters(model_.config()))
+      throw std::invalid_argument("merged: the base has " + std::to_string(base.size()) + " values, not " +
+                                  std::to_string(nfn::decoder_num_parameters(model_.config())));
+    return to_numpy(nfn::lora_merged(model_.config(), model_.lora_spec(),
+                                     std::vector<float>(base.data(), base.data() + base.size()), adapters));
+  }
+
   void set_parameters(F32Vector params) {
     std::string error;
     check(model_.set_parameters(std::vector<float>(params.data(), params.data() + params.size()), &error), error);
@@ -148,6 +160,8 @@ void bind_decoder(nb::module_& m) {
           nb::arg("lora_rank") = 0, nb::arg("lora_alpha") = 0.f, nb::arg("lora_targets") = "all",
           nb::arg("lora_quant") = "")
       .def("set_base", &NativeDecoder::set_base, "Under LoRA: the frozen base, in the model's full layout.")
+      .def("merged", &NativeDecoder::merged, nb::arg("base"),
+           "Under LoRA: the whole model (full layout) its adapters make with `base`.")
       .def_prop_ro("num_parameters", &NativeDecoder::num_parameters)
       .def("layout", &NativeDecoder::layout, "[(name, rows, cols, offset)] in memory order")
       .def("set_parameters", &NativeDecoder::set_parameters)
