@@ -5,14 +5,15 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import data, eval as eval_cmd, infer, kernels, tokenizer, tool, train
+from nfn.cli import data, eval as eval_cmd, infer, kernels, sft, tokenizer, tool, train
 from nfn.errors import UserError
 
-COMMANDS = [train, infer, eval_cmd, data, tokenizer, tool, kernels]
+COMMANDS = [train, sft, infer, eval_cmd, data, tokenizer, tool, kernels]
 
 EPILOG = """\
 examples:
   nfn train --model-family gpt --dataset shakespeare
+  nfn sft   --init-from ~/NeuralFn/artifacts/nanochat --mixture chitchat,identity:me.jsonl
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
   nfn kernels list --json
