@@ -19,6 +19,7 @@ from nfn import _native
 
 TRAINER = os.path.abspath(os.environ["NFN_TRAINER"])
 DISPATCHER = os.path.abspath(os.environ["NFN_DISPATCHER"])
+EMULATED_LIB = os.path.abspath(os.environ["NFN_EMULATED_CUDA_OPS_LIB"])
 VOCAB, BOS, T, B, LAYERS, HEADS, C = 64, 1, 16, 4, 2, 2, 32
 SEED, ACCUM, STEPS = 5, 2, 6
 MAGIC = 20261215
@@ -128,10 +129,11 @@ class MaskedRowsRunTest(unittest.TestCase):
             write_rows(os.path.join(cls.data, name), rows)
         cls.weights = os.path.join(cls.tmp, "start.bin")
         write_weights(cls.weights)
-        cls.run_flags = ["--batch-size", str(B), "--train-batch-tokens", str(ACCUM * B * T), "--max-steps", str(STEPS),
-                         "--warmup-steps", "2", "--learning-rate", "3e-3", "--eval-every-steps", "3",
-                         "--eval-batches", "4", "--checkpoint-every", "3", "--backend", "cpu", "--threads", "1",
-                         "--matmul", "f32", "--seed", str(SEED), "--eot-token", str(BOS), "--sample-tokens", "0"]
+        cls.schedule = ["--batch-size", str(B), "--train-batch-tokens", str(ACCUM * B * T), "--max-steps",
+                        str(STEPS), "--warmup-steps", "2", "--learning-rate", "3e-3", "--eval-every-steps", "3",
+                        "--eval-batches", "4", "--checkpoint-every", "3", "--seed", str(SEED), "--eot-token",
+                        str(BOS), "--sample-tokens", "0"]
+        cls.run_flags = cls.schedule + ["--backend", "cpu", "--threads", "1", "--matmul", "f32"]
         cls.geometry = ["--vocab-size", str(VOCAB), "--num-layers", str(LAYERS), "--num-heads", str(HEADS),
                         "--model-dim", str(C), "--train-seq-len", str(T)]
         cls.common = ["--train-data", cls.data] + cls.geometry + cls.run_flags + ["--weights", cls.weights]
@@ -208,6 +210,22 @@ class MaskedRowsRunTest(unittest.TestCase):
         for name in ["model_00000006.bin", "state_00000006_00000.bin"]:
             with open(os.path.join(out, name), "rb") as a, open(os.path.join(self.full, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
+
+    def test_the_cuda_library_trains_the_same_rows_op_by_op(self):
+        # Under the CUDA emulator (the CUDA library's kernels on the CPU), in f32: the same losses
+        # to rounding; graphs off, since each step's gradient scale is its own; --graphs on refused.
+        cuda = ["--backend", "cuda", "--tile-ops-lib", EMULATED_LIB, "--dtype", "f32"]
+        flags = ["--train-data", self.data, "--weights", self.weights] + self.geometry + self.schedule
+        report = json.loads(run(flags + cuda + ["--output-dir", os.path.join(self.tmp, "emulated"), "--json"]).stdout)
+        np.testing.assert_allclose([x for _, x in report["train_losses"]], [x for _, x in self.report["train_losses"]],
+                                   rtol=1e-5)
+        self.assertAlmostEqual(report["final_validation_loss"], self.report["final_validation_loss"], delta=1e-5)
+        self.assertEqual(report["train_targets"], self.report["train_targets"])
+        self.assertFalse(report["op_library"]["graphs"])
+        self.assertIn("masked rows scale each step's gradients", report["op_library"]["graphs_note"])
+        proc = run(flags + cuda + ["--graphs", "on", "--output-dir", os.path.join(self.tmp, "graphs")], check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--graphs on: masked rows scale each step's gradients", proc.stderr)
 
     def test_warm_start_takes_the_checkpoints_geometry_and_weights(self):
         out = os.path.join(self.tmp, "warm")
