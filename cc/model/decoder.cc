@@ -675,8 +675,8 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
   if (!recipe_.muon) {
     for (const DecoderTensor& t : layout_)
       groups.push_back(group(t, t.role() == TensorRole::kNormWeight ? 0.f : s.weight_decay));
-    return check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step, s.lr, s.beta1,
-                                       s.beta2, s.eps, state_.grad_sumsq(), s.max_grad_norm, dtype_),
+    return check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step + s.moment_steps,
+                                       s.lr, s.beta1, s.beta2, s.eps, state_.grad_sumsq(), s.max_grad_norm, dtype_),
                  "adamw_step_many", error);
   }
   for (const Kind& k : kinds) {
@@ -684,8 +684,8 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
     for (const DecoderTensor& t : layout_)
       if (t.role() == k.role) groups.push_back(group(t, k.weight_decay));
     if (groups.empty()) continue;
-    if (!check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step, k.lr, k.beta1,
-                                     k.beta2, kAdamEps, state_.grad_sumsq(), 0.f, dtype_),
+    if (!check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step + s.moment_steps,
+                                     k.lr, k.beta1, k.beta2, kAdamEps, state_.grad_sumsq(), 0.f, dtype_),
                "adamw_step_many", error))
       return false;
   }

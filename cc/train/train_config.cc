@@ -4,12 +4,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "cc/ckpt/checkpoint.h"
+#include "cc/ckpt/safetensors.h"
 #include "cc/model/decoder.h"
 #include "cc/model/gpt.h"
+#include "cc/train/family.h"
+#include "cc/train/find_checkpoint.h"
 #include "cc/train/manifest.h"
 #include "cc/train/resolve_decoder.h"
 #include "cc/train/schedule.h"
+#include "cc/util/files.h"
 
 namespace nfn {
 
@@ -142,6 +149,110 @@ bool model_from_flags(const Flags& f, TrainConfig* c, bool* recipe, std::string*
   return true;
 }
 
+// The geometry flags a --init-from checkpoint's geometry answers: each given must agree.
+bool geometry_flags_agree(const Flags& f, const TrainConfig& c, const std::string& path, std::string* error) {
+  const bool decoder = decoder_family(c.model_family);
+  std::vector<std::pair<const char*, int>> ints = {{"num-layers", c.model.num_layers},
+                                                   {"num-heads", c.model.num_heads},
+                                                   {"model-dim", c.model.channels},
+                                                   {"vocab-size", c.model.vocab_size}};
+  if (decoder) {
+    ints.push_back({"num-kv-heads", c.decoder.num_kv_heads});
+    ints.push_back({"mlp-hidden", c.decoder.hidden});
+  }
+  auto contradicts = [&](const std::string& flag, const std::string& given, const std::string& have) {
+    *error = "--" + flag + " " + given + " contradicts the --init-from checkpoint's " + have + " (" + path +
+             "; leave the flag out: the geometry is the checkpoint's)";
+    return false;
+  };
+  for (const auto& [flag, have] : ints)
+    if (f.has(flag) && f.get_int(flag) != have) return contradicts(flag, f.get(flag), std::to_string(have));
+  if (!decoder) return true;
+  if (f.has("window-pattern") && f.get("window-pattern") != c.decoder.window_pattern)
+    return contradicts("window-pattern", f.get("window-pattern"), c.decoder.window_pattern);
+  if (f.has("rope-theta") && static_cast<float>(f.get_double("rope-theta")) != c.decoder.rope_theta)
+    return contradicts("rope-theta", f.get("rope-theta"), Json(static_cast<double>(c.decoder.rope_theta)).dump());
+  if (f.has("tie-embeddings") && !c.decoder.tied_head) return contradicts("tie-embeddings", "", "untied head");
+  return true;
+}
+
+// The architecture from a --init-from checkpoint (a trainer's directory or model file): its
+// family, which --model-family must name (the binary's own where none is given), its geometry,
+// and its manifest's template name, tokenizer and end-of-text id; the weights file and, with
+// --init-optimizer, the state file beside it.
+bool model_from_checkpoint(const Flags& f, TrainConfig* c, std::string* error) {
+  const std::string spec = f.get("init-from");
+  for (const char* name : {"weights", "graph-file", "template-name", "depth"})
+    if (f.has(name)) {
+      *error = std::string("--init-from takes the model from its checkpoint; drop --") + name;
+      return false;
+    }
+  const bool optimizer = f.has("init-optimizer");
+  FoundCheckpoint found;
+  if (!find_checkpoint(spec, optimizer, "", &found, error)) {
+    *error = "--init-from: " + *error;
+    return false;
+  }
+  const std::string& path = found.path;
+  if (found.kind != "llmc") {
+    *error = "--init-from " + spec + ": a Hugging Face directory, not a checkpoint of nfn's trainers";
+    return false;
+  }
+  const std::string family = weights_family(path);
+  if (family.empty()) {
+    *error = "--init-from " + path + ": not a model file of nfn's trainers (an llm.c model file, or a safetensors "
+             "file whose __metadata__ names its model_family)";
+    return false;
+  }
+  if (decoder_family(family) ? family != c->model_family : !dense_gpt_family(c->model_family)) {
+    *error = "--init-from " + path + ": holds a " + family + " model, not " + c->model_family +
+             " (name --model-family " + family + ", or leave it out to nfn_native_train)";
+    return false;
+  }
+  if (decoder_family(family)) {
+    SafetensorsInfo info;
+    if (!read_safetensors_header(path, &info, error)) return false;
+    const auto geometry = info.metadata.find("geometry");
+    std::string why;
+    if (!decoder_config_from_json(family == "nanochat" ? DecoderFamily::kNanochat : DecoderFamily::kLlama,
+                                  geometry == info.metadata.end() ? "" : geometry->second, &c->decoder, &why)) {
+      *error = path + ": __metadata__ " + why;
+      return false;
+    }
+    const DecoderConfig& d = c->decoder;
+    c->model.max_seq_len = d.max_seq_len;
+    c->model.vocab_size = d.vocab_size;
+    c->model.padded_vocab_size = d.padded_vocab_size;
+    c->model.num_layers = d.num_layers;
+    c->model.num_heads = d.num_heads;
+    c->model.channels = d.channels;
+  } else {
+    int version = 0;
+    if (!read_model_header(path, &c->model, &version, error)) return false;
+  }
+  if (!geometry_flags_agree(f, *c, path, error)) return false;
+  const Json manifest = found.manifest.empty() ? Json() : read_object(found.manifest);
+  auto text = [&](const char* key) {
+    const Json* v = manifest.is_object() ? manifest.find(key) : nullptr;
+    return v != nullptr && v->is_string() ? v->as_string() : std::string();
+  };
+  c->template_name = text("template").empty() ? "custom" : text("template");
+  if (c->tokenizer.empty()) c->tokenizer = text("tokenizer");
+  const Json* eot = manifest.is_object() ? manifest.find("eot_token") : nullptr;
+  if (eot != nullptr && eot->is_integer() && c->eot_token < 0) c->eot_token = static_cast<int>(eot->as_integer());
+  c->weights = c->init_from = path;
+  if (optimizer) {
+    c->init_state = found.step < 0 ? "" : join_path(dir_name(path), state_file_name(found.step));
+    if (c->init_state.empty() || !path_exists(c->init_state)) {
+      *error = "--init-optimizer: " + path + " has no optimizer state beside it (" +
+               (found.step < 0 ? std::string("a trainer's model_%08d.bin has its state_%08d_00000.bin")
+                               : c->init_state + " is missing") + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
 // Family, architecture and sequence length; whether the schedule is a template's recipe.
 bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* error) {
   c->model_family = f.get("model-family");
@@ -154,7 +265,13 @@ bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* er
   c->eot_token = -1;
   c->graph_file = f.get("graph-file");
   *recipe = false;
-  if (decoder_family(c->model_family)) {
+  if (f.has("init-optimizer") && !f.has("init-from")) {
+    *error = "--init-optimizer restores the moments of the --init-from checkpoint: name it";
+    return false;
+  }
+  if (f.has("init-from")) {
+    if (!model_from_checkpoint(f, c, error)) return false;
+  } else if (decoder_family(c->model_family)) {
     preset_config("tiny", &c->model);  // the demo's vocabulary, unless --vocab-size
     if (!resolve_decoder_model(f, c, recipe, error)) return false;
   } else if (!(c->graph_file.empty() ? model_from_flags(f, c, recipe, error)
@@ -264,7 +381,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->train_data = f.get("train-data");
   c->val_data = f.get("val-data");
   c->dataset_name = f.get("dataset-name");
-  c->weights = f.get("weights");
+  if (c->init_from.empty()) c->weights = f.get("weights");  // else --init-from's model file
   c->backend = f.get("backend");
   c->tile_ops_lib = f.get("tile-ops-lib");
   c->dtype = f.get("dtype");
@@ -398,6 +515,12 @@ Json plan_json(const TrainConfig& c) {
   p.set("op_library", lib);
   p.set("output_dir", c.output_dir);
   p.set("resume", c.resume);
+  if (!c.init_from.empty()) {  // a warm start's checkpoint (only then: other plans stay as they were)
+    Json init = Json::object();
+    init.set("model_file", c.init_from);
+    init.set("state_file", c.init_state.empty() ? Json() : Json(c.init_state));
+    p.set("init_from", init);
+  }
   p.set("seed", static_cast<int64_t>(c.seed));  // as --seed gave it (the manifest's too)
   return p;
 }

@@ -50,6 +50,14 @@ std::vector<FlagSpec> model_flags() {
       text("graph-file", "model", "model manifest JSON whose geometry is the architecture's source of truth", "",
            "graph"),
       text("weights", "model", "model_%08d.bin to start from (its geometry must match)"),
+      text("init-from", "model",
+           "a checkpoint to start from (a warm start, as fine-tuning begins): a trainer's output directory (the "
+           "checkpoint --resume auto takes there) or a model_%08d.bin; the model's family and geometry are the "
+           "checkpoint's (a geometry flag given must agree), its weights the start; the step, schedule and data "
+           "start anew (a run resumed from its own checkpoint takes that one's weights)"),
+      toggle("init-optimizer", "model",
+             "with --init-from: the optimizer's moments from the checkpoint's state file too, AdamW's bias "
+             "correction counting its steps (as a restored PyTorch optimizer's); the learning rates stay this run's"),
       integer("num-layers", "model", "transformer blocks", 1),
       integer("num-heads", "model", "attention heads", 1),
       integer("model-dim", "model", "channels", 1),

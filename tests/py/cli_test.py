@@ -11,6 +11,7 @@ from nfn_probe import run_nfn
 HELP_PATHS = [
     ["--help"],
     ["train", "--help"],
+    ["sft", "--help"],
     ["infer", "--help"],
     ["eval", "--help"],
     ["import", "--help"],

@@ -5,14 +5,15 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import chat, data, eval as eval_cmd, import_model, infer, kernels, serve, tokenizer, tool, train
+from nfn.cli import chat, data, eval as eval_cmd, import_model, infer, kernels, serve, sft, tokenizer, tool, train
 from nfn.errors import UserError
 
-COMMANDS = [train, infer, chat, serve, eval_cmd, import_model, data, tokenizer, tool, kernels]
+COMMANDS = [train, sft, infer, chat, serve, eval_cmd, import_model, data, tokenizer, tool, kernels]
 
 EPILOG = """\
 examples:
   nfn train --model-family gpt --dataset shakespeare
+  nfn sft   --init-from ~/NeuralFn/artifacts/nanochat --mixture chitchat,identity:me.jsonl
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
   nfn import --gguf SmolLM2-135M-Instruct.Q4_1.gguf
