@@ -22,6 +22,7 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   m.set("model_family", c.model_family);
   m.set("template", c.template_name);
   m.set("geometry", decoder ? decoder_geometry_json(c.decoder) : geometry_json(c.model));
+  if (c.lora.on()) m.set("lora", lora_json(c.lora));  // the parameters are the adapters
   m.set("parameters", static_cast<uint64_t>(parameters));
   m.set("tokenizer", c.tokenizer);
   m.set("eot_token", c.eot_token);

@@ -16,6 +16,7 @@
 #include "cc/train/manifest.h"
 #include "cc/train/resolve_decoder.h"
 #include "cc/train/schedule.h"
+#include "cc/util/quant.h"
 #include "cc/util/files.h"
 
 namespace nfn {
@@ -376,6 +377,41 @@ bool resolve_schedule(const Flags& f, bool recipe, TrainConfig* c, std::string* 
   return true;
 }
 
+// LoRA's flags: adapters over the --init-from model of a decoder family.
+bool resolve_lora(const Flags& f, TrainConfig* c, std::string* error) {
+  const bool on = f.has("lora-rank") && f.get_int("lora-rank") > 0;
+  for (const char* name : {"lora-alpha", "lora-targets", "quantize-base"})
+    if (f.has(name) && !on) {
+      *error = std::string("--") + name + " shapes LoRA adapters: give --lora-rank R too";
+      return false;
+    }
+  if (!on) return true;
+  if (!decoder_family(c->model_family)) {
+    *error = "--lora-rank: LoRA adapters train on nanochat and llama models, not " + c->model_family;
+    return false;
+  }
+  if (c->init_from.empty()) {
+    *error = "--lora-rank trains adapters over a trained model: name it with --init-from CHECKPOINT";
+    return false;
+  }
+  if (!c->init_state.empty()) {
+    *error = "--init-optimizer: a LoRA run's optimizer holds its adapters only, so the base's moments do not apply";
+    return false;
+  }
+  c->lora.rank = static_cast<int>(f.get_int("lora-rank"));
+  c->lora.alpha = f.has("lora-alpha") ? static_cast<float>(f.get_double("lora-alpha")) : static_cast<float>(c->lora.rank);
+  const std::string targets = f.has("lora-targets") ? f.get("lora-targets") : "all";
+  c->lora.attention = targets != "mlp";
+  c->lora.mlp = targets != "attn";
+  c->lora.quant = f.has("quantize-base") ? quant::parse_type(f.get("quantize-base")) : -1;
+  const std::string bad = validate_lora(c->lora);
+  if (!bad.empty()) {
+    *error = "--lora-alpha: " + bad;
+    return false;
+  }
+  return true;
+}
+
 // Data, op library, checkpoints and output: the flags as given.
 bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->train_data = f.get("train-data");
@@ -393,6 +429,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->overlap = f.get("overlap");
   c->pdl = f.get("pdl");
   c->lm_head_rows = f.get("lm-head-row-chunk-size");
+  if (!resolve_lora(f, c, error)) return false;
   c->recompute = f.get("recompute");
   if (decoder_family(c->model_family) && c->recompute != "none") {
     *error = "--recompute " + c->recompute + ": the " + c->model_family + " model keeps every activation (recompute "

@@ -7,6 +7,7 @@
 
 #include "cc/model/decoder_config.h"
 #include "cc/model/gpt_config.h"
+#include "cc/model/lora.h"
 #include "cc/util/flags.h"
 #include "cc/util/json.h"
 
@@ -25,6 +26,7 @@ struct TrainConfig {
   // layers, heads, channels) mirror `decoder`, which holds the whole of theirs.
   GPTConfig model;
   DecoderConfig decoder;
+  LoraSpec lora;  // rank 0: the whole model trains
 
   std::string train_data, val_data;  // shard directory or file; val inferred when empty
   std::string dataset_name, tokenizer;

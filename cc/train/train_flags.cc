@@ -75,6 +75,16 @@ std::vector<FlagSpec> model_flags() {
            "layer is always long (nanochat: SSSL; llama: L)"),
       number("rope-theta", "model", "rotary base (nanochat: 100000; llama: 10000)"),
       toggle("tie-embeddings", "model", "llama: the LM head is the token embedding"),
+      integer("lora-rank", "model",
+              "train rank-R LoRA adapters on each layer's qkv, output, up and down matrices over the frozen "
+              "--init-from model (nanochat, llama): the checkpoints hold the adapters alone; 0: the whole model "
+              "trains",
+              0),
+      number("lora-alpha", "model", "the adapters' update is scaled by alpha / rank (default: the rank, a scale of 1)"),
+      choice("lora-targets", "model", "which matrices get adapters: all, attn (qkv and output) or mlp (up and down)",
+             "all attn mlp"),
+      choice("quantize-base", "model",
+             "QLoRA: keep the frozen base's block matrices quantized (dequantized for each GEMM)", "q8_0 q4_1 nf4"),
   };
 }
 
