@@ -16,7 +16,7 @@ import unittest
 import numpy as np
 import torch
 
-from decoder_reference import nanochat_logits, random_weights, split
+from decoder_reference import nanochat_logits, random_weights
 from nfn_probe import run_nfn
 
 TEXT = ("First Citizen: Before we proceed any further, hear me speak. All: Speak, speak. 12 34 567 "
