@@ -31,7 +31,8 @@ constexpr Family kFamilies[] = {
     {"gpt3", "nfn_gpt_native_train", "ready", "the dense GPT trainer; 2048 context by default"},
     {"nanochat", "nfn_nanochat_native_train", "ready", "nanochat's model with Muon; --depth sizes it"},
     {"llama", "nfn_llama_native_train", "ready", "llama architecture (RMSNorm, SwiGLU, rotary, GQA)"},
-    {"nanogpt", "", "missing", "no trainer yet: importing nanoGPT checkpoints into the dense GPT is planned"},
+    {"nanogpt", "nfn_gpt_native_train", "ready",
+     "nanoGPT checkpoints import into the dense GPT (nfn import --nanogpt)"},
     {"embedding", "", "missing", "no trainer yet: sentence-embedding models are planned"},
 };
 

@@ -15,6 +15,7 @@ HELP_PATHS = [
     ["infer", "--help"],
     ["eval", "--help"],
     ["import", "--help"],
+    ["export", "--help"],
     ["kernels", "--help"],
     ["kernels", "bench", "--help"],
     ["kernels", "examples", "--help"],

@@ -5,10 +5,11 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import chat, data, eval as eval_cmd, import_model, infer, kernels, serve, sft, tokenizer, tool, train
+from nfn.cli import (chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, serve, sft,
+                     tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, sft, infer, chat, serve, eval_cmd, import_model, data, tokenizer, tool, kernels]
+COMMANDS = [train, sft, infer, chat, serve, eval_cmd, import_model, export_model, data, tokenizer, tool, kernels]
 
 EPILOG = """\
 examples:
@@ -17,6 +18,7 @@ examples:
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
   nfn import --gguf SmolLM2-135M-Instruct.Q4_1.gguf
+  nfn export --checkpoint smollm2-135m-instruct --hf /tmp/smollm2-hf
   nfn kernels list --json
 
 locations (each moved by its environment variable):

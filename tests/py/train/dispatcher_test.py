@@ -30,6 +30,9 @@ class DispatcherTest(unittest.TestCase):
         for name in ("nanochat", "llama"):
             self.assertEqual(models[name]["status"], "ready")
             self.assertEqual(models[name]["binary"], f"nfn_{name}_native_train")
+        self.assertEqual((models["nanogpt"]["status"], models["nanogpt"]["binary"], models["nanogpt"]["note"]),
+                         ("ready", "nfn_gpt_native_train",
+                          "nanoGPT checkpoints import into the dense GPT (nfn import --nanogpt)"))
         self.assertEqual(models["embedding"]["status"], "missing")
         self.assertIn("no trainer yet", models["embedding"]["reason"])
 
