@@ -463,7 +463,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
 }  // namespace
 
 bool dense_gpt_family(const std::string& family) {
-  return family == "gpt" || family == "gpt2" || family == "gpt3";
+  return family == "gpt" || family == "gpt2" || family == "gpt3" || family == "nanogpt";
 }
 
 bool decoder_family(const std::string& family) { return family == "nanochat" || family == "llama"; }
