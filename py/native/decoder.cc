@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/model/decoder.h"
+#include "cc/model/decoder_weights.h"
 #include "cc/util/quant.h"
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
@@ -173,6 +174,21 @@ void bind_decoder(nb::module_& m) {
       .def("optimizer_step", &NativeDecoder::optimizer_step, nb::arg("step"), nb::arg("lr"), nb::arg("beta1") = 0.9f,
            nb::arg("beta2") = 0.95f, nb::arg("eps") = 1e-8f, nb::arg("weight_decay") = 0.0f,
            nb::arg("max_grad_norm") = 0.0f, nb::arg("lr_factor") = 1.0f);
+  m.def(
+      "read_decoder_weights",
+      [](const std::string& path) {
+        nfn::DecoderConfig c;
+        std::vector<float> params;
+        std::string error;
+        if (!nfn::read_decoder_weights(path, &c, &params, &error)) throw std::invalid_argument(error);
+        std::vector<std::tuple<std::string, size_t, size_t, size_t>> layout;
+        for (const auto& t : nfn::decoder_layout(c)) layout.emplace_back(t.name, t.rows, t.cols, t.offset);
+        return std::make_tuple(std::string(nfn::decoder_family_name(c.family)), nfn::decoder_geometry_json(c).dump(),
+                               layout, to_numpy(std::move(params)));
+      },
+      nb::arg("path"),
+      "(family, geometry JSON, [(name, rows, cols, offset)], f32 parameters) of a decoder weights file; a "
+      "LoRA checkpoint gives the model its adapters make with their base.");
   m.def(
       "decoder_random_parameters",
       [](const std::string& family, int max_seq_len, int vocab_size, int padded_vocab_size, int num_layers,

@@ -1,7 +1,8 @@
-"""Export a checkpoint for other tools: Hugging Face llama, nanochat.
+"""Export a checkpoint for other tools: Hugging Face llama, nanochat, or a LoRA run merged.
 
   nfn export --checkpoint C --hf DIR [--json]
   nfn export --checkpoint C --nanochat DIR [--phase base|mid|sft|rl] [--json]
+  nfn export --checkpoint C --merge-lora DIR [--json]
 
 --hf (llama checkpoints): DIR/config.json (a LlamaConfig), model.safetensors (Hugging Face's
 tensor names, the checkpoint's dtype) and, when the checkpoint's tokenizer is a model's own
@@ -12,6 +13,10 @@ template. transformers' LlamaForCausalLM.from_pretrained(DIR) loads it.
 <phase>_checkpoints/d<layers>/model_NNNNNN.pt and meta_NNNNNN.json, and, when the checkpoint's
 tokenizer is a chat BPE of `nfn tokenizer train`, tokenizer/tokenizer.pkl and token_bytes.pt.
 NANOCHAT_BASE_DIR=DIR then lets nanochat's scripts load it. PyTorch is imported here only.
+
+--merge-lora (a LoRA run's checkpoint, its adapters alone): DIR holds the whole model they make
+with their base, W + (alpha/rank) B A, as a decoder checkpoint. --hf and --nanochat take a LoRA
+checkpoint too, merged the same way.
 
 DIR must be absent or empty; it is written in a temporary directory beside it and renamed into
 place. `nfn import --hf DIR` and `nfn import --nanochat DIR` read the exports back, bit for bit.
@@ -32,6 +37,7 @@ def register(sub):
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--hf", metavar="DIR", help="write a Hugging Face llama directory")
     target.add_argument("--nanochat", metavar="DIR", help="write a nanochat base directory")
+    target.add_argument("--merge-lora", metavar="DIR", help="write a LoRA checkpoint's merged model as a checkpoint")
     p.add_argument("--phase", choices=["base", "mid", "sft", "rl"], default="base",
                    help="--nanochat: the phase's checkpoints directory to write (default: base)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
@@ -46,6 +52,9 @@ def run(args):
     if args.hf:
         from nfn.weights import hf_llama
         result = hf_llama.export_hf(args.checkpoint, args.hf)
+    elif args.merge_lora:
+        from nfn.weights import lora_merge
+        result = lora_merge.export_merged(args.checkpoint, args.merge_lora)
     else:
         from nfn.weights import nanochat_interchange
         result = nanochat_interchange.export_nanochat(args.checkpoint, args.nanochat, args.phase)

@@ -17,6 +17,7 @@ from nfn import fileio
 from nfn.errors import UserError
 
 WEIGHTS_FORMAT = "nfn-decoder"
+LORA_FORMAT = "nfn-lora"  # a LoRA run's adapters, read as the model they make with their base
 MANIFEST_FORMAT = "nfn.manifest"
 MANIFEST_VERSION = 1
 FAMILIES = ("llama", "nanochat")
@@ -167,6 +168,17 @@ class DecoderWeights:
         from nfn.infer import safetensors
         self.path = path
         self.entries, metadata, self._start = safetensors.read_header(path)
+        self._merged = None
+        self.lora = metadata.get("format") == LORA_FORMAT
+        if self.lora:  # a LoRA checkpoint: the model it makes with its base
+            from nfn import _native
+            try:
+                self.family, geometry, native_layout, flat = _native.read_decoder_weights(path)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+            self.geometry, self.layout, self.dtype = json.loads(geometry), layout(self.family, json.loads(geometry)), "F32"
+            self._merged = {name: flat[offset:offset + rows * cols] for name, rows, cols, offset in native_layout}
+            return
         if metadata.get("format") != WEIGHTS_FORMAT:
             raise UserError(f"{path}: not an nfn decoder weights file (__metadata__ format "
                             f"{metadata.get('format')!r})")
@@ -189,5 +201,7 @@ class DecoderWeights:
                 raise UserError(f"{path}: tensor {name} is missing or not of shape {list(shape)}")
 
     def tensor(self, name):
+        if self._merged is not None:
+            return self._merged[name].reshape(dict(self.layout)[name])
         from nfn.infer import safetensors
         return safetensors.read_tensor(self.path, self.entries[name], self._start)

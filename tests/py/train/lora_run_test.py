@@ -1,8 +1,9 @@
 """LoRA and QLoRA runs of the llama trainer end to end on a tiny model: adapters over a trained
 --init-from model learn a new stream; the checkpoint holds the adapters alone (safetensors,
 format nfn-lora, naming its base), resumes bitwise, and runs in the inference engine as the
-merged model (the same loss as the training model's adapters over the base); QLoRA over a q4_1
-base learns too; bad combinations are one line."""
+merged model (the same loss as the training model's adapters over the base), and `nfn export
+--merge-lora` (and --hf) write that merged model; QLoRA over a q4_1 base learns too; bad
+combinations are one line."""
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from nfn import _native
+from nfn_probe import run_nfn
 from shards import write_shard
 
 BIN_DIR = os.path.dirname(os.path.abspath(os.environ["NFN_DISPATCHER"]))
@@ -104,6 +106,33 @@ class LoraRunTest(unittest.TestCase):
         native.set_base(np.concatenate([base[n].reshape(-1) for n, _, _, _ in full.layout()]))
         want = native.forward_backward(tokens[None, :-1], tokens[None, 1:], False, 1.0)
         self.assertAlmostEqual(got, want, delta=1e-4 * abs(want))
+
+    def test_merge_lora_export(self):
+        out = os.path.join(self.tmp, "lora_merge")
+        self.lora(out, 10)
+        env = {"NFN_NATIVE_BIN_DIR": BIN_DIR}
+        merged = os.path.join(self.tmp, "merged")
+        code, _, err, _ = run_nfn(["export", "--checkpoint", out, "--merge-lora", merged, "--json"], env=env)
+        self.assertEqual(code, 0, err)
+        with safe_open(os.path.join(merged, "model_00000000.bin"), "numpy") as f:
+            self.assertEqual(f.metadata()["format"], "nfn-decoder")
+        # The merged checkpoint and the adapters' checkpoint are one model to the engine.
+        tokens = stream(3, 7)[:17].astype(np.int32)
+        a = _native.InferenceEngine(weights_file=os.path.join(out, "model_00000010.bin"))
+        b = _native.InferenceEngine(weights_file=os.path.join(merged, "model_00000000.bin"))
+        np.testing.assert_array_equal(a.losses(tokens[:-1], tokens[1:]), b.losses(tokens[:-1], tokens[1:]))
+        # --hf takes the LoRA checkpoint as its merged model too; a whole checkpoint is refused.
+        hf = os.path.join(self.tmp, "lora_hf")
+        code, _, err, _ = run_nfn(["export", "--checkpoint", out, "--hf", hf], env=env)
+        self.assertEqual(code, 0, err)
+        want = load_file(os.path.join(merged, "model_00000000.bin"))
+        got = load_file(os.path.join(hf, "model.safetensors"))
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
+        code, _, err, _ = run_nfn(["export", "--checkpoint", merged, "--merge-lora", os.path.join(self.tmp, "x")],
+                                  env=env)
+        self.assertEqual(code, 1)
+        self.assertIn("not a LoRA checkpoint: its model file holds the whole model already", err)
 
     def test_qlora_over_a_quantized_base_learns(self):
         out = os.path.join(self.tmp, "qlora")
