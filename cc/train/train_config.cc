@@ -409,6 +409,13 @@ bool resolve_lora(const Flags& f, TrainConfig* c, std::string* error) {
     *error = "--lora-alpha: " + bad;
     return false;
   }
+  for (const auto& layer : lora_targets(c->decoder, c->lora))
+    for (const LoraTarget& t : layer)
+      if (t.on && c->lora.rank > std::min(t.in, t.out)) {
+        *error = "--lora-rank " + std::to_string(c->lora.rank) + " exceeds an adapted matrix's smaller side (" +
+                 std::to_string(t.out) + " x " + std::to_string(t.in) + ")";
+        return false;
+      }
   return true;
 }
 

@@ -77,9 +77,9 @@ std::vector<FlagSpec> model_flags() {
       toggle("tie-embeddings", "model", "llama: the LM head is the token embedding"),
       integer("lora-rank", "model",
               "train rank-R LoRA adapters on each layer's qkv, output, up and down matrices over the frozen "
-              "--init-from model (nanochat, llama): the checkpoints hold the adapters alone; 0: the whole model "
-              "trains",
-              0),
+              "--init-from model (nanochat, llama): the checkpoints hold the adapters alone (without it the "
+              "whole model trains)",
+              1),
       number("lora-alpha", "model", "the adapters' update is scaled by alpha / rank (default: the rank, a scale of 1)"),
       choice("lora-targets", "model", "which matrices get adapters: all, attn (qkv and output) or mlp (up and down)",
              "all attn mlp"),

@@ -150,6 +150,9 @@ class LoraRunTest(unittest.TestCase):
             (GEOMETRY + ["--lora-alpha", "4"], "--lora-alpha shapes LoRA adapters: give --lora-rank R too"),
             (["--init-from", self.base, "--lora-rank", "4", "--init-optimizer"],
              "--init-optimizer: a LoRA run's optimizer holds its adapters only"),
+            (["--init-from", self.base, "--lora-rank", "33"], "--lora-rank 33 exceeds an adapted matrix's smaller "
+                                                              "side (64 x 32)"),
+            (["--init-from", self.base, "--lora-rank", "0"], "--lora-rank"),
         ]
         for args, message in cases:
             proc = run(self.common + ["--train-data", self.data["new"], "--max-steps", "1", "--output-dir",
