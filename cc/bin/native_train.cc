@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cc/util/artifacts.h"
 #include "cc/util/files.h"
 #include "cc/util/json.h"
 
@@ -99,6 +100,9 @@ std::string graph_family(const std::string& path) {
 std::string init_family(const std::string& spec) {
   if (spec.empty()) return "";
   if (nfn::is_directory(spec)) return graph_family(nfn::join_path(spec, "manifest.json"));
+  const std::string named = nfn::join_path(nfn::artifacts_dir(), spec);  // a name under the artifacts directory
+  if (spec.find('/') == std::string::npos && !nfn::path_exists(spec) && nfn::is_directory(named))
+    return graph_family(nfn::join_path(named, "manifest.json"));
   FILE* f = std::fopen(spec.c_str(), "rb");
   if (f == nullptr) return "";
   unsigned char head[8] = {0};

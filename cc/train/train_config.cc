@@ -16,6 +16,7 @@
 #include "cc/train/manifest.h"
 #include "cc/train/resolve_decoder.h"
 #include "cc/train/schedule.h"
+#include "cc/util/artifacts.h"
 #include "cc/util/quant.h"
 #include "cc/util/files.h"
 
@@ -90,16 +91,8 @@ void read_float(const Flags& f, const char* name, double* out) {
   if (f.has(name)) *out = f.get_double(name);
 }
 
-// The family's folder of the artifacts directory ($NFN_ARTIFACTS_DIR, or its older name
-// $NEURALFN_ARTIFACTS_DIR, else ~/NeuralFn/artifacts).
-std::string default_output_dir(const std::string& family) {
-  for (const char* name : {"NFN_ARTIFACTS_DIR", "NEURALFN_ARTIFACTS_DIR"}) {
-    const char* env = std::getenv(name);  // blank is unset, as nfn's Python reads it
-    if (env != nullptr && env[std::strspn(env, " \t\n")] != '\0') return std::string(env) + "/" + family;
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/NeuralFn/artifacts/" + family;
-}
+// The family's folder of the artifacts directory.
+std::string default_output_dir(const std::string& family) { return artifacts_dir() + "/" + family; }
 
 // The architecture from a --graph-file manifest; whether its template has a GPT-2/3 recipe.
 bool model_from_graph(const Flags& f, TrainConfig* c, bool* recipe, std::string* error) {
@@ -190,7 +183,7 @@ bool model_from_checkpoint(const Flags& f, TrainConfig* c, std::string* error) {
     }
   const bool optimizer = f.has("init-optimizer");
   FoundCheckpoint found;
-  if (!find_checkpoint(spec, optimizer, "", &found, error)) {
+  if (!find_checkpoint(spec, optimizer, artifacts_dir(), &found, error)) {
     *error = "--init-from: " + *error;
     return false;
   }
