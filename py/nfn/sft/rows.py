@@ -26,22 +26,14 @@ from nfn.errors import UserError
 ROWS_FORMAT = "nfn-sft-rows-1"  # the rendering and packing rules; a change makes new keys
 META_FILE = "sft_meta.json"
 PREFIX = "sft"
-CHAT_TOKENS = ("<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>",
-               "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>")
+def chat_format(tokenizer, name):
+    """The format conversations are rendered in: the tokenizer's (nfn.chat.formats: nanochat's chat
+    tokens, or an imported model's ChatML); one line where it has neither."""
+    from nfn.chat.formats import chat_format as format_of
+    return format_of(tokenizer, name)
 
 
-def check_chat_tokens(tokenizer, name):
-    """The tokenizer must have nanochat's chat special tokens (nfn tokenizer train's have them);
-    one line naming the first it lacks."""
-    known = getattr(tokenizer, "special_tokens", None)
-    known = known if isinstance(known, dict) else {}
-    for token in CHAT_TOKENS:
-        if token not in known:
-            raise UserError(f"tokenizer {name} has no {token} token: nfn sft renders conversations with nanochat's "
-                            f"chat tokens; fine-tune a model pretrained with a tokenizer from `nfn tokenizer train`")
-
-
-def key_of(mixture_spec_entries, tokenizer_identity, row_tokens, val_fraction, buffer):
+def key_of(mixture_spec_entries, tokenizer_identity, row_tokens, val_fraction, buffer, chat_format_name="nanochat"):
     """(key, the document it hashes)."""
     entries = []
     for e in mixture_spec_entries:
@@ -53,7 +45,7 @@ def key_of(mixture_spec_entries, tokenizer_identity, row_tokens, val_fraction, b
                 raise UserError(f"identity:{e['path']}: cannot read ({err.strerror})") from None
             item["file"] = {"path": e["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         entries.append(item)
-    doc = {"format": ROWS_FORMAT, "mixture": entries, "tokenizer": tokenizer_identity, "row_tokens": row_tokens,
+    doc = {"format": ROWS_FORMAT, "chat_format": chat_format_name, "mixture": entries, "tokenizer": tokenizer_identity, "row_tokens": row_tokens,
            "val_fraction": val_fraction, "packing_buffer": buffer}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
     return f"{PREFIX}-{digest[:20]}", doc
@@ -100,15 +92,14 @@ def planned(key):
             "val_file": os.path.join(directory, f"{PREFIX}_val_000000.bin"), "meta": None}
 
 
-def _write_split(path, refs, mixture, tokenizer, row_tokens, token_bytes, buffer):
+def _write_split(path, refs, mixture, fmt, row_tokens, token_bytes, buffer):
     """Renders, packs and writes one split's conversations; its statistics."""
     from nfn.chat.packing import BestFitPacker
-    from nfn.chat.render import render_conversation
 
-    bos = tokenizer.special_id("<|bos|>")
+    bos = fmt.bos
     packer = BestFitPacker(row_tokens, bos, pad_id=bos, buffer_size=buffer)
     # Whole conversations: the packer crops one longer than a row, and counts it.
-    rendered = (render_conversation(tokenizer, mixture.conversation(ref), max_tokens=1 << 62) for ref in refs)
+    rendered = (fmt.render(mixture.conversation(ref)) for ref in refs)
     targets = 0
     with masked_rows.MaskedRowWriter(path, row_tokens, token_bytes, bos) as writer:
         for ids, mask in packer.pack(rendered):
@@ -122,7 +113,7 @@ def _write_split(path, refs, mixture, tokenizer, row_tokens, token_bytes, buffer
             "tokens_cropped": st.tokens_cropped}
 
 
-def build(key, doc, mixture, tokenizer, row_tokens, buffer, quiet=False):
+def build(key, doc, mixture, tokenizer, fmt, row_tokens, buffer, quiet=False):
     """Writes the entry (replacing a stale one in one step) and returns its summary."""
     import sys
     root = paths.datasets_dir()
@@ -142,12 +133,12 @@ def build(key, doc, mixture, tokenizer, row_tokens, buffer, quiet=False):
         for split, refs in (("train", mixture.train), ("val", mixture.val)):
             name = f"{PREFIX}_{split}_000000.bin"
             if refs:
-                splits[split] = _write_split(os.path.join(work.path, name), refs, mixture, tokenizer, row_tokens,
+                splits[split] = _write_split(os.path.join(work.path, name), refs, mixture, fmt, row_tokens,
                                              token_bytes, buffer)
             else:
                 splits[split] = {"file": name, "conversations": 0, "rows": 0, "targets": 0}
         meta = {"key": doc, "row_tokens": row_tokens, "token_bytes": token_bytes,
-                "bos": tokenizer.special_id("<|bos|>"), "tasks": mixture.parts, "splits": splits,
+                "bos": fmt.bos, "format": fmt.name, "tasks": mixture.parts, "splits": splits,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         fileio.write_json(os.path.join(work.path, META_FILE), meta)
         fileio.install_dir(work.path, final)

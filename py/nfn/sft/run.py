@@ -114,19 +114,19 @@ def run(args):
     if not isinstance(name, str) or not name:
         raise UserError(f"{ckpt.path}: no manifest names its tokenizer; give --tokenizer")
     tok = tokenizers.load(name, quiet=args.json)
-    rows.check_chat_tokens(tok, name)
+    fmt = rows.chat_format(tok, name)
     argv = base_argv(args, ckpt, family, name, tok.vocab_size)
     plan = trainer_plan(argv)
     apply_defaults(args, plan)
     row_tokens = plan["batch"]["seq_len"] + 1
-    key, doc = rows.key_of(entries, tok.identity(), row_tokens, args.val_fraction, args.sft_packing_buffer)
+    key, doc = rows.key_of(entries, tok.identity(), row_tokens, args.val_fraction, args.sft_packing_buffer, fmt.name)
     entry = rows.find_cached(key, doc)
     planning = args.print_command or args.dry_run
-    bos = tok.special_id("<|bos|>")
+    bos = fmt.bos
     if entry is None and planning:
         entry = rows.planned(key)
     elif entry is None:
-        entry = rows.build(key, doc, mixtures.Mixture(args.mixture, args.val_fraction), tok, row_tokens,
+        entry = rows.build(key, doc, mixtures.Mixture(args.mixture, args.val_fraction), tok, fmt, row_tokens,
                            args.sft_packing_buffer, quiet=args.json)
     if args.max_steps is None and entry["meta"] is not None:
         args.max_steps = one_pass_steps(plan, entry["meta"]["splits"]["train"]["rows"])

@@ -86,7 +86,8 @@ class RowsTest(unittest.TestCase):
     def build(self, spec, val_fraction=0.0):
         entries = mixture.ordered(mixture.parse(spec))
         key, doc = rows.key_of(entries, self.tok.identity(), ROW, val_fraction, 4)
-        return key, doc, rows.build(key, doc, mixture.Mixture(spec, val_fraction), self.tok, ROW, 4, quiet=True)
+        fmt = rows.chat_format(self.tok, "chat")
+        return key, doc, rows.build(key, doc, mixture.Mixture(spec, val_fraction), self.tok, fmt, ROW, 4, quiet=True)
 
     def test_rows_hold_whole_conversations_with_the_rules_masks(self):
         spec = f"identity:{self.file}"
@@ -146,16 +147,18 @@ class RowsTest(unittest.TestCase):
 
     def test_a_tokenizer_without_chat_tokens_is_one_line(self):
         class Plain:
-            special_tokens = {"<|bos|>": 1, "<|user_start|>": 2}
+            special_tokens = {"<|bos|>": 1, "<|assistant_start|>": 2}
+
+            def special_id(self, token):
+                return self.special_tokens[token]
 
         with self.assertRaises(UserError) as e:
-            rows.check_chat_tokens(Plain(), "plain")
-        self.assertEqual(str(e.exception), "tokenizer plain has no <|user_end|> token: nfn sft renders conversations "
-                                           "with nanochat's chat tokens; fine-tune a model pretrained with a tokenizer "
-                                           "from `nfn tokenizer train`")
-        with self.assertRaisesRegex(UserError, "tokenizer gpt2 has no <|bos|> token"):
-            rows.check_chat_tokens(object(), "gpt2")
-        rows.check_chat_tokens(self.tok, "chat")
+            rows.chat_format(Plain(), "plain")
+        self.assertTrue(str(e.exception).startswith("tokenizer plain has no <|user_start|> token: nanochat's chat "
+                                                    "format needs all of <|bos|>"), str(e.exception))
+        with self.assertRaisesRegex(UserError, "tokenizer gpt2 has no chat format"):
+            rows.chat_format(object(), "gpt2")
+        self.assertEqual(rows.chat_format(self.tok, "chat").name, "nanochat")
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ class SftCliTest(unittest.TestCase):
         fails(["sft", "--init-from", self.base, "--mixture", f"identity:{broken}", "--output-dir", out] + self.cpu, 1,
               f"nfn sft: error: {broken}:2: messages[1]: field 'role' is 'user', expected 'assistant'")
         fails(["sft", "--init-from", self.base, "--mixture", f"identity:{self.identity}", "--tokenizer", "gpt2",
-               "--output-dir", out], 1, "nfn sft: error: tokenizer gpt2 has no <|bos|> token")
+               "--output-dir", out], 1, "nfn sft: error: tokenizer gpt2 has no chat format")
         fails(["sft", "--init-from", self.base, "--model-family", "llama", "--mixture", f"identity:{self.identity}",
                "--output-dir", out] + self.cpu, 2, "model_00000030.bin: holds a nanochat model, not llama")
         fails(["sft", "--mixture", f"identity:{self.identity}", "--output-dir", out], 1,
