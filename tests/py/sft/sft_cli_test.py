@@ -97,6 +97,41 @@ class SftCliTest(unittest.TestCase):
             got = engine.generate(prompt, 24, temperature=0.0, stop_token=end)
             self.assertEqual((tok.decode(got["tokens"]), got["stop_reason"]), (ANSWER + "<|assistant_end|>",
                                                                                 "stop_token"), question)
+        # And through the chat CLI.
+        out_json = self.nfn(["chat", "--checkpoint", out, "-p", "what is your name?", "--temperature", "0",
+                             "--json", "--backend", "cpu"])[0]
+        reply = json.loads(out_json)["messages"][1]["content"]
+        self.assertEqual(reply, [{"type": "text", "text": ANSWER}])
+
+    def test_a_fine_tuned_tool_call_runs_the_calculator_in_chat(self):
+        # Conversations whose answers call the calculator; after SFT, nfn chat runs the model's call
+        # and feeds the calculator's answer back, and --json shows both.
+        calls = os.path.join(self.tmp, "calls.jsonl")
+        rng = random.Random(1)
+        with open(calls, "w") as f:
+            for _ in range(200):
+                question = rng.choice(["", "hi! ", "so, "]) + rng.choice(["what is 6 times 7?", "6 times 7?",
+                                                                        "what do you get from 6 times 7?"])
+                f.write(json.dumps([{"role": "user", "content": question},
+                                    {"role": "assistant", "content": [
+                                        {"type": "text", "text": "Let me compute. "},
+                                        {"type": "python", "text": "6*7"},
+                                        {"type": "python_output", "text": "42"},
+                                        {"type": "text", "text": "It is 42."}]}]) + "\n")
+        out = os.path.join(self.tmp, "calls")
+        self.nfn(["sft", "--init-from", self.base, "--mixture", f"identity:{calls}*2", "--output-dir", out,
+                  "--batch-size", "8", "--sample-tokens", "0", "--json"] + self.cpu)
+        result = json.loads(self.nfn(["chat", "--checkpoint", out, "-p", "what is 6 times 7?", "--temperature", "0",
+                                      "--json", "--backend", "cpu"])[0])
+        self.assertEqual(result["tool_calls"], [{"tool": "calculator", "input": "6*7", "ok": True, "output": "42",
+                                                 "error": None}])
+        self.assertEqual(result["messages"][1]["content"], [
+            {"type": "text", "text": "Let me compute. "}, {"type": "python", "text": "6*7"},
+            {"type": "python_output", "text": "42"}, {"type": "text", "text": "It is 42."}])
+        # --no-tools: the block stays text, nothing runs.
+        result = json.loads(self.nfn(["chat", "--checkpoint", out, "-p", "what is 6 times 7?", "--temperature", "0",
+                                      "--no-tools", "--max-new-tokens", "12", "--json", "--backend", "cpu"])[0])
+        self.assertEqual(result["tool_calls"], [])
 
     def test_resume_is_bitwise_the_uninterrupted_run(self):
         full = os.path.join(self.tmp, "full")
