@@ -1,7 +1,8 @@
 """SmolLM2-135M-Instruct as a chat model and fine-tuned: the ChatML turns and training renderings
 nfn writes are the token ids its own chat template gives (rendered as text with the template's
 rules and tokenized by the `tokenizers` library, special tokens included), with the loss mask on
-the assistant's text and <|im_end|> only; `--checkpoint smollm2` imports the model on first use;
+the assistant's text and <|im_end|> only; `--checkpoint smollm2` imports the model on first use,
+and the web chat server streams its answer;
 a QLoRA SFT run (q4_1 base, rank 8) on chit-chat conversations lowers their held-out masked loss
 below the base model's, and its merged export scores as the adapters over their base."""
 import json
@@ -45,6 +46,35 @@ class Smollm2ChatTest(unittest.TestCase):
         self.assertEqual(self.answer["format"], "chatml")
         self.assertIn("Paris", self.answer["messages"][1]["content"][0]["text"])
         self.assertTrue(os.path.isfile(os.path.join(self.env["NFN_ARTIFACTS_DIR"], "smollm2", "DONE_00000000")))
+
+    def test_the_web_page_answers(self):
+        import threading
+        import urllib.request
+        from nfn import _native, tokenizers
+        from nfn.chat.formats import chat_format
+        from nfn.chat.web import ChatServer, WebChat, WebSession
+        tok = tokenizers.load("smollm2")
+        engine = _native.InferenceEngine(
+            weights_file=os.path.join(self.env["NFN_ARTIFACTS_DIR"], "smollm2", "model_00000000.bin"), context=512,
+            quantize="q8_0")
+        session = WebSession(engine, tok, chat_format(tok, "smollm2"), engine.max_seq_len)
+        server = ChatServer(("127.0.0.1", 0), WebChat(session, "smollm2", {"temperature": 0.0, "top_k": 0,
+                                                                            "max_tokens": 24}, 2), quiet=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            body = json.dumps({"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                               "temperature": 0}).encode()
+            request = urllib.request.Request(server.url + "chat/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                events = [json.loads(line[len("data: "):]) for line in response.read().decode().splitlines()
+                          if line.startswith("data: ")]
+        finally:
+            server.shutdown()
+            server.server_close()
+        text = "".join(e.get("token", "") for e in events)
+        self.assertTrue(events[-1]["done"])
+        self.assertIn("Paris", text)
 
     def test_renderings_are_the_templates(self):
         from tokenizers import Tokenizer
