@@ -163,30 +163,29 @@ def rate(x):
 
 
 def format_table(report):
-    host = report["host"]
-    cpu = host["cpu"]
+    host, cpu = report["host"], report["host"]["cpu"]
     where = f"cpu {cpu['model']} ({' '.join(cpu['features']) or 'no listed features'}), {host['cores']} cores"
     if report["backend"] == "cpu":
         where += f", {report['threads']} threads"
     else:
         gpus = (host.get("gpu") or {}).get("devices") or []
-        where += f"; gpu {', '.join(d['name'] for d in gpus) or 'none found'}"
-    params = f", {report['parameters'] / 1e6:.1f}M parameters" if report["parameters"] else ""
-    lines = [f"checkpoint {report['checkpoint']} ({report['family']}{params})",
-             f"{report['backend']}: {where}",
+        where = f"cuda: gpu {', '.join(d['name'] for d in gpus) or 'none found'}; {where}"
+    params = f", {report['parameters']:,} parameters" if report["parameters"] else ""
+    lines = [f"checkpoint {report['checkpoint']} ({report['family']}{params})", where,
              f"context {report['context']}, {report['new_tokens']} new tokens, median of {report['repeats']}; "
              f"{report['batch_note']}",
              ""]
-    memory = "device MB" if report["backend"] == "cuda" else "peak RSS MB"
+    memory = ("device MB", "") if report["backend"] == "cuda" else ("peak RSS MB", "end RSS MB")
     lines.append(f"{'weights':8s} {'prompt':>6s} {'prefill tok/s':>13s} {'decode tok/s':>12s} "
-                 f"{'weights MB':>10s} {memory:>11s}")
+                 f"{'weights MB':>10s} {memory[0]:>11s} {memory[1]:>10s}".rstrip())
     for r in report["rows"]:
         if "error" in r:
             lines.append(f"{r['weights']:8s} {r['prompt_tokens']:6d}  error: {r['error']}")
             continue
-        used = r["device_bytes"] if report["backend"] == "cuda" else r["peak_rss_bytes"]
+        used = (r["device_bytes"], None) if report["backend"] == "cuda" else (r["peak_rss_bytes"], r["end_rss_bytes"])
         lines.append(f"{r['weights']:8s} {r['prompt_tokens']:6d} {rate(r['prefill_tokens_per_second']):>13s} "
-                     f"{rate(r['decode_tokens_per_second']):>12s} {mb(r['weight_bytes']):>10s} {mb(used):>11s}")
+                     f"{rate(r['decode_tokens_per_second']):>12s} {mb(r['weight_bytes']):>10s} {mb(used[0]):>11s} "
+                     f"{mb(used[1]) if used[1] is not None else '':>10s}".rstrip())
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from safetensors.numpy import save_file
 
 from nfn import _native
 from nfn.bench.infer import format_table
+from nfn.infer.model import write_llmc
 from nfn_probe import run_nfn
 
 # Channels and hidden a multiple of 32, so every block matrix can be quantized.
@@ -78,6 +79,36 @@ class InferBenchTest(unittest.TestCase):
         self.assertIn(report["host"]["cpu"]["model"], table)
         self.assertEqual(len([line for line in table.splitlines() if line.startswith(("f32 ", "q8_0", "q4_1", "nf4"))]),
                          8)
+
+    def test_a_dense_gpt_runs_f32_only(self):
+        path = os.path.join(self.dir.name, "gpt.bin")
+        geom = dict(max_seq_len=16, vocab_size=100, num_layers=2, num_heads=2, channels=32, padded_vocab_size=128)
+        write_llmc(path, geom, "f32", _native.gpt_random_parameters(16, 100, 2, 2, 32, 1))
+        code, out, err, _ = run_nfn(["bench", "infer", "--checkpoint", path, "--prompt-lengths", "4",
+                                     "--new-tokens", "2", "--repeats", "1", "--json"])
+        self.assertEqual(code, 0, err)
+        report = json.loads(out)
+        self.assertEqual((report["family"], report["context"]), ("gpt", 16))  # the model's whole context
+        self.assertEqual([(r["weights"], r["prompt_tokens"]) for r in report["rows"]], [("f32", 4)])
+        self.assertEqual(report["rows"][0]["weight_bytes"], 4 * report["parameters"])
+        code, _, err, _ = run_nfn(["bench", "infer", "--checkpoint", path, "--weights", "f32,q4_1"])
+        self.assertEqual(code, 1)
+        self.assertIn("--weights q4_1: a dense GPT checkpoint runs in f32 only", err)
+
+    def test_the_cuda_table_shows_device_memory(self):
+        row = {"weights": "f32", "prompt_tokens": 16, "prefill_tokens_per_second": 1000.0,
+               "decode_tokens_per_second": 100.0, "weight_bytes": 538_060_032, "device_bytes": 600_000_000,
+               "peak_rss_bytes": 1, "end_rss_bytes": 1}
+        report = {"checkpoint": "c", "family": "llama", "parameters": 10, "backend": "cuda", "threads": None,
+                  "host": {"cpu": {"model": "X", "features": []}, "cores": 2,
+                           "gpu": {"devices": [{"name": "NVIDIA H200", "memory": None}]}},
+                  "context": 80, "new_tokens": 64, "repeats": 3, "batch_note": "batch 1",
+                  "rows": [row, {"weights": "q4_1", "prompt_tokens": 16, "error": "ran past 600 s"}]}
+        lines = format_table(report).splitlines()
+        self.assertTrue(lines[1].startswith("cuda: gpu NVIDIA H200; cpu X"), lines[1])
+        self.assertIn("device MB", lines[4])
+        self.assertEqual(lines[5].split(), ["f32", "16", "1000.0", "100.0", "538.1", "600.0"])
+        self.assertEqual(lines[6].split(), ["q4_1", "16", "error:", "ran", "past", "600", "s"])
 
     def test_help_imports_only_the_standard_library(self):
         for args in (["bench", "--help"], ["bench", "infer", "--help"]):
