@@ -116,6 +116,13 @@ def run_config(cfg, timeout):
     return json.loads(lines[-1])
 
 
+def progress(row):
+    """One stderr line a finished configuration, so a long grid shows it is moving."""
+    what = row.get("error") or (f"prefill {rate(row['prefill_tokens_per_second'])}, "
+                                f"decode {rate(row['decode_tokens_per_second'])} tok/s")
+    print(f"nfn bench: {row['weights']} prompt {row['prompt_tokens']}: {what}", file=sys.stderr, flush=True)
+
+
 def run(args):
     """The report of `nfn bench infer` for the parsed arguments."""
     lengths = parse_counts(args.prompt_lengths, "--prompt-lengths")
@@ -131,10 +138,10 @@ def run(args):
     if family == "gpt" and args.context:
         raise UserError(f"--context: {path} is a dense GPT checkpoint; its cache holds the model's "
                         f"{geom['max_seq_len']} positions")
-    context = args.context or (need if family != "gpt" else geom["max_seq_len"])
-    if need > min(context, geom["max_seq_len"]):
+    context = min(args.context or need, geom["max_seq_len"]) if family != "gpt" else geom["max_seq_len"]
+    if need > context:
         raise UserError(f"the longest prompt ({max(lengths)}) plus --new-tokens ({args.new_tokens}) is {need} "
-                        f"positions, more than the {min(context, geom['max_seq_len'])} the cache holds")
+                        f"positions, more than the {context} the cache holds")
     host = host_info(args.backend)
     threads = args.threads or (host["cores"] if args.backend == "cpu" else 0)
     rows = []
@@ -146,8 +153,7 @@ def run(args):
             row = run_config(cfg, args.timeout)
             row.pop("greedy_tokens", None)
             rows.append(row)
-            if getattr(args, "progress", None):
-                args.progress(row)
+            progress(row)
     return {"checkpoint": path, "family": family, "parameters": parameters, "geometry": geom,
             "backend": args.backend, "host": host, "threads": threads if args.backend == "cpu" else None,
             "context": context, "batch": 1, "batch_note": BATCH_NOTE, "new_tokens": args.new_tokens,
