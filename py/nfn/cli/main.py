@@ -5,11 +5,12 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import (chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, serve, sft,
+from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, serve, sft,
                      tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, sft, infer, chat, serve, eval_cmd, import_model, export_model, data, tokenizer, tool, kernels]
+COMMANDS = [train, sft, infer, chat, serve, eval_cmd, import_model, export_model, data, tokenizer, tool, kernels,
+            bench]
 
 EPILOG = """\
 examples:
