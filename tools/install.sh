@@ -77,13 +77,23 @@ expected=$(cut -d ' ' -f 1 "$tarball.sha256")
 actual=$(sha256sum "$tarball" | cut -d ' ' -f 1)
 [ "$expected" = "$actual" ] || die "$tarball: checksum $actual does not match $tarball.sha256 ($expected)"
 
+made=$prefix  # the first folder of the prefix this install creates, removed again on failure
+while [ ! -d "$(dirname "$made")" ]; do made=$(dirname "$made"); done
+[ -d "$prefix" ] && made=""
 mkdir -p -- "$prefix" 2>/dev/null || die "cannot create $prefix: permission denied"
 [ -w "$prefix" ] || die "cannot write to $prefix: permission denied"
 stage=$(mktemp -d "$prefix/.nfn-install.XXXXXX" 2>/dev/null) || die "cannot write to $prefix: permission denied"
 partial=$stage/installed.txt
 : > "$partial"
 venv=$prefix/lib/nfn/venv venv_made=""
-trap '[ -z "$venv_made" ] || rm -rf -- "$venv"; remove_recorded "$partial"; rm -rf -- "$stage"' EXIT
+rollback() {
+  [ -z "$venv_made" ] || rm -rf -- "$venv"
+  remove_recorded "$partial"
+  rm -rf -- "$stage"
+  local dir=$prefix
+  while [ -n "$made" ] && rmdir -- "$dir" 2>/dev/null && [ "$dir" != "$made" ]; do dir=$(dirname "$dir"); done
+}
+trap rollback EXIT
 trap 'exit 1' INT TERM
 
 tar -xzf "$tarball" -C "$stage" || die "$tarball: cannot unpack"
@@ -124,7 +134,12 @@ while IFS= read -r path; do
 done < <(cd "$src" && find . -type f | sort)
 
 venv_made=1
-"$python" -m venv --system-site-packages "$venv" || die "$python could not make a virtual environment in $venv"
+# Without a pip of its own where the interpreter has one: the environment then uses the
+# interpreter's pip and setuptools (a venv's bundled setuptools may lack bdist_wheel, which
+# building the demo corpus's sdist needs).
+own_pip=--without-pip
+"$python" -m pip --version >/dev/null 2>&1 || own_pip=""
+"$python" -m venv --system-site-packages $own_pip "$venv" || die "$python could not make a virtual environment in $venv"
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$prefix/lib/nfn/python" > "$site/nfn.pth"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
