@@ -2,7 +2,8 @@
 // logits in the storage dtype come from one GEMM (as llm.c and PyTorch's autocast keep them),
 // one kernel turns each row into its loss and, in place, its gradient (f32 math), and two
 // GEMMs take that gradient to dx and dwte. Only a chunk of rows of logits exists at a time.
-// A soft cap is applied by that kernel as it reads each logit, in both of its passes.
+// A soft cap is applied by that kernel as it reads each logit, in both of its passes. Per-row
+// weights scale a row's gradient (its grad_scale) and its share of the loss sum.
 #include <algorithm>
 #include <cmath>
 
@@ -185,15 +186,16 @@ __device__ __forceinline__ bool masked_row(float* loss, T* x, int target, int V,
 // rows get loss 0 and gradient 0. L: the logits as they are (Uncapped) or soft-capped.
 template <typename T, int N, typename L>
 __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
-    cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp, float grad_scale,
-                         bool backward, L logit) {
+    cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, const float* weights, int V, int Vp,
+                         float grad_scale, bool backward, L logit) {
   nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
   if (masked_row<N>(row_loss + r, x, target, V, Vp, backward)) return;
-  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward, logit);
+  const float scale = weights != nullptr ? grad_scale * weights[r] : grad_scale;
+  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, scale, backward, logit);
 }
 
 // The same where a row's logits fit in shared memory twice over an SM (bf16 GPT-2: 100.6 KB
@@ -205,8 +207,8 @@ constexpr int kStagedBlock = 512;
 
 template <typename T, typename L>
 __global__ void __launch_bounds__(kStagedBlock, 2)
-    cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
-                                float grad_scale, bool backward, L logit) {
+    cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, const float* weights, int V,
+                                int Vp, float grad_scale, bool backward, L logit) {
   nfn::cuda::pdl_begin();
   constexpr int N = Pack<T>::n;
   extern __shared__ uint4 staged[];  // 16-byte units
@@ -220,7 +222,8 @@ __global__ void __launch_bounds__(kStagedBlock, 2)
   nfn::cuda::cp_async_commit();
   nfn::cuda::cp_async_wait<0>();
   __syncthreads();
-  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, grad_scale, backward, logit);
+  const float scale = weights != nullptr ? grad_scale * weights[r] : grad_scale;
+  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, scale, backward, logit);
 }
 
 // Whether rows of Vp logits of T (16-byte aligned: vec) go to cross_entropy_staged_kernel:
@@ -234,14 +237,15 @@ nfn_status staged_rows(nfn_ctx* ctx, const char* op, bool vec, size_t row_bytes,
   return NFN_OK;
 }
 
-// losses[i] = row_loss[i] and *loss_sum += sum of row_loss, in a fixed order (one block).
+// losses[i] = row_loss[i] and *loss_sum += sum of row_loss (each times its weight, where
+// weights is not NULL), in a fixed order (one block).
 __global__ void __launch_bounds__(1024)
-    loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, int N) {
+    loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, const float* weights, int N) {
   nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   float s = 0.f;
   for (int i = threadIdx.x; i < N; i += blockDim.x) {
-    s += row_loss[i];
+    s += weights != nullptr ? weights[i] * row_loss[i] : row_loss[i];
     if (losses != nullptr) losses[i] = row_loss[i];
   }
   s = block_sum(s, shared);
@@ -256,6 +260,7 @@ struct ChunkRows {
   E* logits;
   float* row_loss;
   const int32_t* targets;
+  const float* weights;  // NULL: every row weighs 1
   int R, V, Vp;
   float grad_scale;
   bool backward;
@@ -272,13 +277,13 @@ nfn_status launch_rows(nfn_ctx* ctx, const char* op, const ChunkRows<E>& c, bool
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)),
                  op);
     nfn::cuda::launch_kernel(ctx, cross_entropy_staged_kernel<E, L>, c.R, kStagedBlock, row_bytes, c.row_loss,
-                             c.logits, c.targets, c.V, c.Vp, c.grad_scale, c.backward, logit);
+                             c.logits, c.targets, c.weights, c.V, c.Vp, c.grad_scale, c.backward, logit);
   } else if (vec) {
     nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, Pack<E>::n, L>, c.R, kRowBlock, 0, c.row_loss, c.logits,
-                             c.targets, c.V, c.Vp, c.grad_scale, c.backward, logit);
+                             c.targets, c.weights, c.V, c.Vp, c.grad_scale, c.backward, logit);
   } else {
     nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1, L>, c.R, kRowBlock, 0, c.row_loss, c.logits, c.targets,
-                             c.V, c.Vp, c.grad_scale, c.backward, logit);
+                             c.weights, c.V, c.Vp, c.grad_scale, c.backward, logit);
   }
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
@@ -305,7 +310,7 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
 
 nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
                                      void* dwte, const void* x, const void* wte,
-                                     const int32_t* targets, int N, int C, int V, int Vp,
+                                     const int32_t* targets, const float* weights, int N, int C, int V, int Vp,
                                      float grad_scale, float softcap, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   const char* op = "lm_head_cross_entropy";
@@ -342,7 +347,8 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_output(logits, xr, wte, R, C, Vp, dtype)));
     nfn_status s = NFN_OK;
     NFN_DISPATCH(dtype, E, {
-      const ChunkRows<E> chunk{static_cast<E*>(logits), row_loss + r0, targets + r0, R, V, Vp, grad_scale, backward};
+      const ChunkRows<E> chunk{static_cast<E*>(logits), row_loss + r0, targets + r0,
+                               weights != nullptr ? weights + r0 : nullptr, R, V, Vp, grad_scale, backward};
       s = softcap > 0.f ? launch_rows(ctx, op, chunk, staged, vec, row_bytes, Capped{softcap, 1.f / softcap})
                         : launch_rows(ctx, op, chunk, staged, vec, row_bytes, Uncapped{});
     });
@@ -355,7 +361,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
       NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dwte, xr, logits, R, C, Vp, dtype)));
   }
   if (losses != nullptr || loss_sum != nullptr) {
-    nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, N);
+    nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, weights, N);
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }
   return NFN_OK;
