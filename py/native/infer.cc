@@ -125,21 +125,21 @@ class InferenceEngine {
 
   std::string backend() const { return ops_->backend_name(); }
   // Positions the cache holds.
-  int max_seq_len() const { return decoder_->max_seq_len(); }
+  int max_seq_len() const { return lm()->max_seq_len(); }
   // The weights on the backend, in bytes.
   size_t weight_bytes() const { return weight_bytes_; }
   int position() {
     Busy busy(&busy_);  // not while a call (another thread's, with the GIL released) moves it
-    return decoder_->position();
+    return lm()->position();
   }
   void reset() {
     Busy busy(&busy_);
-    decoder_->reset();
+    lm()->reset();
   }
   void truncate(int position) {
     Busy busy(&busy_);
     std::string error;
-    check(decoder_->truncate(position, &error), error);
+    check(lm()->truncate(position, &error), error);
   }
 
   // Runs tokens through the cache; logits of the last row (1, V) or of every row (n, V).
@@ -151,9 +151,9 @@ class InferenceEngine {
     Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
-      check(decoder_->forward(tokens.data(), n, &error) && decoder_->logits(all_logits, &out, &error), error);
+      check(lm()->forward(tokens.data(), n, &error) && lm()->logits(all_logits, &out, &error), error);
     }
-    const size_t V = decoder_->vocab_size();
+    const size_t V = lm()->vocab_size();
     return to_numpy(std::move(out), out.size() / V, V);
   }
 
@@ -166,9 +166,9 @@ class InferenceEngine {
     Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
-      decoder_->reset();
-      check(decoder_->forward(inputs.data(), static_cast<int>(inputs.size()), &error) &&
-                decoder_->losses(targets.data(), &out, &error),
+      lm()->reset();
+      check(lm()->forward(inputs.data(), static_cast<int>(inputs.size()), &error) &&
+                lm()->losses(targets.data(), &out, &error),
             error);
     }
     return to_numpy(std::move(out), 1, inputs.size());
@@ -205,7 +205,7 @@ class InferenceEngine {
     bool ok;
     {
       nb::gil_scoped_release unlocked;
-      ok = nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append);
+      ok = nfn::generate(lm(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append);
     }
     if (raised) std::rethrow_exception(raised);
     check(ok, error);
@@ -247,6 +247,12 @@ class InferenceEngine {
     model.reset();  // frees backend memory while the context lives
     release();
     throw std::runtime_error(error);
+  }
+
+  // The model, or a one-line error where a failed set_parameters left none.
+  nfn::CachedLM* lm() const {
+    if (!decoder_) throw std::runtime_error("InferenceEngine holds no model: set_parameters failed");
+    return decoder_.get();
   }
 
   void release() {

@@ -31,11 +31,13 @@ def resolve_init(spec):
     if not os.path.exists(spec) and os.sep in spec:
         raise UserError(f"--init-from {spec}: no such file or directory")
     ckpt = ckpts.resolve(spec)
-    if ckpt.kind != "decoder":
-        raise UserError(f"--init-from {spec}: holds a {ckpt.family or ckpt.kind} checkpoint; nfn rl trains nanochat "
-                        "and llama checkpoints (an nfn sft output)")
     manifest = fileio.read_json(ckpt.manifest) if ckpt.manifest else {}
-    return ckpt.path, manifest if isinstance(manifest, dict) else {}
+    manifest = manifest if isinstance(manifest, dict) else {}
+    family = ckpt.family or manifest.get("model_family") or "gpt"
+    if ckpt.kind == "hf" or family not in ("nanochat", "llama"):
+        raise UserError(f"--init-from {spec}: holds a {family if ckpt.kind != 'hf' else 'Hugging Face'} model; nfn rl "
+                        "trains nanochat and llama checkpoints (an nfn sft output)")
+    return ckpt.path, manifest
 
 
 class Policy:
@@ -110,27 +112,34 @@ class Run:
 
     # -- questions and seeds ----------------------------------------------------------------
     def next_question(self):
-        """The next training row: the rows in an order shuffled per epoch from --seed."""
+        """The next training row and its prompt: the rows in an order shuffled per epoch from --seed,
+        passing over those whose prompt leaves the context no room to answer."""
         import random
         n = len(self.train)
-        if self.offset >= n:
-            self.epoch, self.offset = self.epoch + 1, 0
-        order = list(range(n))
-        random.Random(self.args.seed * 1_000_003 + self.epoch).shuffle(order)
-        row = self.train[order[self.offset]]
-        self.offset += 1
-        return row
+        for _ in range(n):
+            if self.offset >= n:
+                self.epoch, self.offset = self.epoch + 1, 0
+            order = list(range(n))
+            random.Random(self.args.seed * 1_000_003 + self.epoch).shuffle(order)
+            row = self.train[order[self.offset]]
+            self.offset += 1
+            prompt = self.prompt_of(row)
+            if prompt is not None:
+                return row, prompt
+        raise UserError(f"no {self.args.task} training question fits the model's context of "
+                        f"{self.policy.max_seq_len} tokens with room for an answer")
+
+    def prompt_of(self, row):
+        """The question's first user turn, or None where it leaves fewer than 2 positions free."""
+        prompt = self.fmt.turn(row["question"], True)
+        return prompt if len(prompt) + 2 <= self.policy.max_seq_len else None
 
     def draw_seed(self):
         self.rng, seed = sampler.splitmix64(self.rng)
         return seed
 
     # -- one step ---------------------------------------------------------------------------
-    def samples_of(self, row, n, temperature):
-        prompt = self.fmt.turn(row["question"], True)
-        if len(prompt) >= self.policy.max_seq_len:
-            raise UserError(f"a question of {len(prompt)} tokens does not fit the model's context of "
-                            f"{self.policy.max_seq_len}")
+    def samples_of(self, prompt, n, temperature):
         prefix = sampler.prefill(self.policy.engine, prompt)
         return [sampler.complete(self.policy.engine, self.fmt, self.tok, prompt, prefix, self.draw_seed(),
                                  self.args.max_new_tokens, temperature, self.args.top_k, "calculator",
@@ -141,9 +150,9 @@ class Run:
         model.zero_grads()
         rewards, sampled, seconds, loss = [], 0, 0.0, 0.0
         for _ in range(a.examples_per_step):
-            row = self.next_question()
+            row, prompt = self.next_question()
             start = time.perf_counter()
-            group = self.samples_of(row, a.samples, a.temperature)
+            group = self.samples_of(prompt, a.samples, a.temperature)
             seconds += time.perf_counter() - start
             r = np.array([tasks.reward(row, s.text) for s in group], dtype=np.float64)
             rewards += r.tolist()
@@ -166,16 +175,20 @@ class Run:
                 "sample_tokens_per_s": sampled / seconds if seconds > 0 else 0.0}
 
     def pass_at_1(self):
-        """Greedy pass@1 on the first --eval-examples held-out questions (the cache is the engine's)."""
-        n = min(self.args.eval_examples, len(self.held_out))
-        hits = 0
-        for i in range(n):
+        """Greedy pass@1 on the first --eval-examples held-out questions that fit the context."""
+        n = hits = 0
+        for i in range(len(self.held_out)):
+            if n == self.args.eval_examples:
+                break
             row = self.held_out[i]
-            hits += tasks.reward(row, self.samples_of_greedy(row).text)
-        return hits / n if n else 0.0, n
+            prompt = self.prompt_of(row)
+            if prompt is None:
+                continue
+            hits += tasks.reward(row, self.greedy(prompt).text)
+            n += 1
+        return (hits / n if n else None), n
 
-    def samples_of_greedy(self, row):
-        prompt = self.fmt.turn(row["question"], True)
+    def greedy(self, prompt):
         prefix = sampler.prefill(self.policy.engine, prompt)
         return sampler.complete(self.policy.engine, self.fmt, self.tok, prompt, prefix, 0, self.args.max_new_tokens,
                                 0.0, 0, "calculator", self.policy.max_seq_len)
@@ -248,7 +261,8 @@ def run(args):
         if args.eval_every and (rec["step"] % args.eval_every == 0 or rec["step"] == args.steps):
             rec["pass_at_1"], rec["eval_examples"] = r.pass_at_1()
             evals.append([rec["step"], rec["pass_at_1"]])
-            line += f" | pass@1 {rec['pass_at_1']:.3f} ({rec['eval_examples']} held out)"
+            if rec["pass_at_1"] is not None:
+                line += f" | pass@1 {rec['pass_at_1']:.3f} ({rec['eval_examples']} held out)"
         if not args.quiet:
             print(line, file=out, flush=True)
         log.write(rec)

@@ -1,8 +1,10 @@
 """`nfn rl` end to end on two CPU cores: a chat tokenizer and a tiny nanochat trained here, then
-SFT on the arithmetic task's training questions (so some answers are right), then RL on them:
-the mean reward rises over a few dozen steps (seeded); a run killed after a checkpoint and
-continued with --resume auto ends with the uninterrupted run's files byte for byte; its output
-directory is a checkpoint `nfn chat` takes; bad input is one line and a non-zero exit."""
+SFT on the arithmetic task's training questions, each answered twice, "#### N" (what the reward
+reads) and "= N" (which it does not), so that the model answers in both and some answers are
+right; then RL on them: the mean reward rises over a few dozen steps (seeded); a run killed
+after a checkpoint and continued with --resume auto ends with the uninterrupted run's files
+byte for byte; its output directory is a checkpoint `nfn chat` takes; bad input is one line
+and a non-zero exit."""
 import json
 import os
 import random
@@ -34,7 +36,9 @@ class RlCliTest(unittest.TestCase):
         sft_data = os.path.join(cls.tmp, "arithmetic.jsonl")
         with open(sft_data, "w") as f:
             for i in range(len(train)):
+                question, answer = train[i]["messages"][0], train[i]["answer"]
                 f.write(json.dumps(train[i]["messages"]) + "\n")
+                f.write(json.dumps([question, {"role": "assistant", "content": f"= {answer}"}]) + "\n")
         cls.nfn(["tokenizer", "train", "--pretraining-file", corpus, "--vocab-size", "300", "--name", "chat"])
         base = os.path.join(cls.tmp, "base")
         cls.nfn(["train", "--model-family", "nanochat", "--pretraining-file", corpus, "--tokenizer", "chat",
@@ -42,7 +46,7 @@ class RlCliTest(unittest.TestCase):
                  "--batch-size", "8", "--max-steps", "40", "--sample-tokens", "0", "--output-dir", base] + cls.cpu)
         cls.sft = os.path.join(cls.tmp, "sft")
         cls.nfn(["sft", "--init-from", base, "--mixture", f"identity:{sft_data}", "--output-dir", cls.sft,
-                 "--batch-size", "8", "--max-steps", "25", "--sample-tokens", "0"] + cls.cpu)
+                 "--batch-size", "8", "--max-steps", "150", "--sample-tokens", "0"] + cls.cpu)
 
     cpu = ["--backend", "cpu", "--threads", "1"]
 
@@ -64,17 +68,18 @@ class RlCliTest(unittest.TestCase):
 
     def test_rl_raises_the_mean_reward(self):
         out = os.path.join(self.tmp, "rl")
-        report = json.loads(self.nfn(self.rl(out, "--steps", "30", "--init-lr-frac", "0.5", "--eval-every", "30",
+        report = json.loads(self.nfn(self.rl(out, "--steps", "60", "--init-lr-frac", "0.2", "--eval-every", "60",
                                              "--json", "--seed", "1"))[0])
         rewards = [r for _, r in report["mean_rewards"]]
-        self.assertEqual(len(rewards), 30)
-        first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
-        self.assertGreater(first, 0.0, rewards)  # SFT made the reward reachable
-        self.assertGreater(last, first + 0.1, rewards)
+        self.assertEqual(len(rewards), 60)
+        # Means over 15 steps of 64 samples each (the questions differ from step to step).
+        first, last = sum(rewards[:15]) / 15, sum(rewards[-15:]) / 15
+        self.assertGreater(first, 0.1, rewards)  # SFT made the reward reachable
+        self.assertGreater(last, first + 0.05, rewards)
         self.assertGreater(report["sample_tokens_per_s"], 0)
         with open(report["log_file"]) as f:
             lines = [json.loads(line) for line in f]
-        self.assertEqual([x["step"] for x in lines], list(range(1, 31)))
+        self.assertEqual([x["step"] for x in lines], list(range(1, 61)))
         self.assertIn("pass_at_1", lines[-1])
         self.assertTrue(all("sample_tokens_per_s" in x and "mean_reward" in x for x in lines))
         # The output directory is a checkpoint nfn chat answers with.

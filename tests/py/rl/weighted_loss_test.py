@@ -14,8 +14,8 @@ B, T, V = 2, 5, 40
 
 
 def decoder():
-    m = _native.NativeDecoder("nanochat", 16, V, V, 2, 2, 2, 8, 16, 64)
-    m.set_parameters(_native.decoder_random_parameters("nanochat", 16, V, V, 2, 2, 2, 8, 16, 64, 3) +
+    m = _native.NativeDecoder("nanochat", 16, V, V, 2, 2, 2, 16, 32, 128)
+    m.set_parameters(_native.decoder_random_parameters("nanochat", 16, V, V, 2, 2, 2, 16, 32, 128, 3) +
                      np.float32(0.01))  # nanochat zeroes its output projections: move them off 0
     return m
 
