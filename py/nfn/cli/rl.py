@@ -48,7 +48,7 @@ def register(sub):
                    help="llama's AdamW peak, before --init-lr-frac (default: 3e-4; nanochat uses its own "
                         "per-group rates)")
     p.add_argument("--max-grad-norm", type=float, default=0.0, metavar="X", help="clip (default: 0, none)")
-    p.add_argument("--eval-every", type=int, default=20, metavar="N",
+    p.add_argument("--eval-every", "--eval-every-steps", dest="eval_every", type=int, default=20, metavar="N",
                    help="greedy pass@1 on held-out questions every N steps and at the end (0: never; default: 20)")
     p.add_argument("--eval-examples", type=int, default=100, metavar="N",
                    help="held-out questions pass@1 reads (default: 100)")
@@ -58,7 +58,8 @@ def register(sub):
                    help="auto: continue the output directory's newest complete checkpoint (default: none)")
     p.add_argument("--seed", type=int, default=0, help="question order and sampling seed (default: 0)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads of the sampling engine (0: all)")
-    p.add_argument("--backend", default="cpu", choices=["cpu"], help="the op library (cpu only for now)")
+    p.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"],
+                   help="the op library: training runs on the CPU one (auto: cpu; cuda is refused)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (progress goes to stderr)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run)

@@ -239,6 +239,8 @@ def check_args(a):
     if a.samples < 2:
         raise UserError(f"--samples {a.samples}: must be at least 2 (the advantages are rewards minus the "
                         "group's mean)")
+    if a.backend == "cuda":
+        raise UserError("--backend cuda: nfn rl trains on the CPU op library for now (--backend cpu or auto)")
     if a.checkpoint_every < 0 or a.eval_every < 0 or a.eval_examples < 0:
         raise UserError("--checkpoint-every, --eval-every and --eval-examples may not be negative")
 
