@@ -1,19 +1,23 @@
 """`nfn rl` end to end on two CPU cores: a chat tokenizer and a tiny nanochat trained here, then
 SFT on the arithmetic task's training questions, each answered twice, "#### N" (what the reward
 reads) and "= N" (which it does not), so that the model answers in both and some answers are
-right; then RL on them: the mean reward rises over a few dozen steps (seeded); a run killed
-after a checkpoint and continued with --resume auto ends with the uninterrupted run's files
-byte for byte; its output directory is a checkpoint `nfn chat` takes; bad input is one line
-and a non-zero exit."""
+right; then RL on them: the mean reward rises over a few dozen steps (seeded); a run whose last
+checkpoint is gone, or one killed with SIGKILL mid-run, continued with --resume auto ends with the
+uninterrupted run's files byte for byte; its output directory is a checkpoint `nfn chat` takes;
+bad input is one line and a non-zero exit."""
 import json
 import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 import unittest
 
 from nfn.rl import tasks
-from nfn_probe import run_nfn
+from nfn_probe import PROBE, PY_ROOT, run_nfn
 
 BIN_DIR = os.path.dirname(os.path.abspath(os.environ["NFN_DISPATCHER"]))
 
@@ -101,6 +105,26 @@ class RlCliTest(unittest.TestCase):
         with open(os.path.join(whole, "log.jsonl")) as a, open(os.path.join(cut, "log.jsonl")) as b:
             strip = lambda lines: [{k: v for k, v in json.loads(x).items() if "per_s" not in k} for x in lines]
             self.assertEqual(strip(a), strip(b))
+
+    def test_a_kill_9_mid_run_resumes_bit_for_bit(self):
+        # A run killed at whatever point it reached after its first checkpoint (perhaps in the middle
+        # of writing a later one), then --resume auto, ends as the uninterrupted run ends.
+        whole, killed = os.path.join(self.tmp, "whole9"), os.path.join(self.tmp, "killed9")
+        args = ("--steps", "40", "--checkpoint-every", "5", "--eval-every", "0", "--quiet")
+        self.nfn(self.rl(whole, *args))
+        proc = subprocess.Popen([sys.executable, "-c", PROBE] + self.rl(killed, *args),
+                                env=dict(os.environ, PYTHONPATH=PY_ROOT), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(killed, "DONE_00000005")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        self.assertEqual(proc.wait(), -signal.SIGKILL)  # killed, not finished
+        self.assertFalse(os.path.exists(os.path.join(killed, "DONE_00000040")))
+        _, err = self.nfn(self.rl(killed, *args, "--resume", "auto"))
+        for name in ("model_00000040.bin", "state_00000040_00000.bin"):
+            with open(os.path.join(whole, name), "rb") as a, open(os.path.join(killed, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
 
     def test_bad_input_is_one_line(self):
         out = os.path.join(self.tmp, "bad")
