@@ -3,7 +3,8 @@
 // one kernel turns each row into its loss and, in place, its gradient (f32 math), and two
 // GEMMs take that gradient to dx and dwte. Only a chunk of rows of logits exists at a time.
 // A soft cap is applied by that kernel as it reads each logit, in both of its passes. Per-row
-// weights scale a row's gradient (its grad_scale) and its share of the loss sum.
+// weights are applied around it, not in it (its registers are full): dx's rows are scaled after
+// their GEMM, dwte's GEMM reads x's rows scaled, and the loss total weighs each row's loss.
 #include <algorithm>
 #include <cmath>
 
@@ -186,16 +187,15 @@ __device__ __forceinline__ bool masked_row(float* loss, T* x, int target, int V,
 // rows get loss 0 and gradient 0. L: the logits as they are (Uncapped) or soft-capped.
 template <typename T, int N, typename L>
 __global__ void __launch_bounds__(kRowBlock, kRowBlocksPerSm)
-    cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, const float* weights, int V, int Vp,
-                         float grad_scale, bool backward, L logit) {
+    cross_entropy_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp, float grad_scale,
+                         bool backward, L logit) {
   nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   const int r = gridDim.x - 1 - blockIdx.x;
   T* x = logits + static_cast<size_t>(r) * Vp;
   const int target = targets[r];
   if (masked_row<N>(row_loss + r, x, target, V, Vp, backward)) return;
-  const float scale = weights != nullptr ? grad_scale * weights[r] : grad_scale;
-  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, scale, backward, logit);
+  row_loss_and_gradient<N>(shared, row_loss + r, x, x, target, V, Vp, grad_scale, backward, logit);
 }
 
 // The same where a row's logits fit in shared memory twice over an SM (bf16 GPT-2: 100.6 KB
@@ -207,8 +207,8 @@ constexpr int kStagedBlock = 512;
 
 template <typename T, typename L>
 __global__ void __launch_bounds__(kStagedBlock, 2)
-    cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, const float* weights, int V,
-                                int Vp, float grad_scale, bool backward, L logit) {
+    cross_entropy_staged_kernel(float* row_loss, T* logits, const int32_t* targets, int V, int Vp,
+                                float grad_scale, bool backward, L logit) {
   nfn::cuda::pdl_begin();
   constexpr int N = Pack<T>::n;
   extern __shared__ uint4 staged[];  // 16-byte units
@@ -222,8 +222,7 @@ __global__ void __launch_bounds__(kStagedBlock, 2)
   nfn::cuda::cp_async_commit();
   nfn::cuda::cp_async_wait<0>();
   __syncthreads();
-  const float scale = weights != nullptr ? grad_scale * weights[r] : grad_scale;
-  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, scale, backward, logit);
+  row_loss_and_gradient<N>(shared, row_loss + r, x, row, target, V, Vp, grad_scale, backward, logit);
 }
 
 // Whether rows of Vp logits of T (16-byte aligned: vec) go to cross_entropy_staged_kernel:
@@ -254,13 +253,30 @@ __global__ void __launch_bounds__(1024)
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// out (R,C) = each row of x times its weight (f32 math), in place where out is x.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) scale_rows_kernel(T* out, const T* x, const float* weights, int C) {
+  nfn::cuda::pdl_begin();
+  const size_t row = blockIdx.x;
+  const float w = weights[row];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    out[row * C + c] = from_f32<T>(to_f32(x[row * C + c]) * w);
+}
+
+nfn_status scale_rows(nfn_ctx* ctx, const char* op, void* out, const void* x, const float* weights, int R, int C,
+                      nfn_dtype dtype) {
+  NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, scale_rows_kernel<E>, R, kBlock, 0, static_cast<E*>(out),
+                                                  static_cast<const E*>(x), weights, C));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
+
 // A chunk of R rows of Vp logits for the cross-entropy kernels.
 template <typename E>
 struct ChunkRows {
   E* logits;
   float* row_loss;
   const int32_t* targets;
-  const float* weights;  // NULL: every row weighs 1
   int R, V, Vp;
   float grad_scale;
   bool backward;
@@ -277,13 +293,13 @@ nfn_status launch_rows(nfn_ctx* ctx, const char* op, const ChunkRows<E>& c, bool
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)),
                  op);
     nfn::cuda::launch_kernel(ctx, cross_entropy_staged_kernel<E, L>, c.R, kStagedBlock, row_bytes, c.row_loss,
-                             c.logits, c.targets, c.weights, c.V, c.Vp, c.grad_scale, c.backward, logit);
+                             c.logits, c.targets, c.V, c.Vp, c.grad_scale, c.backward, logit);
   } else if (vec) {
     nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, Pack<E>::n, L>, c.R, kRowBlock, 0, c.row_loss, c.logits,
-                             c.targets, c.weights, c.V, c.Vp, c.grad_scale, c.backward, logit);
+                             c.targets, c.V, c.Vp, c.grad_scale, c.backward, logit);
   } else {
     nfn::cuda::launch_kernel(ctx, cross_entropy_kernel<E, 1, L>, c.R, kRowBlock, 0, c.row_loss, c.logits, c.targets,
-                             c.weights, c.V, c.Vp, c.grad_scale, c.backward, logit);
+                             c.V, c.Vp, c.grad_scale, c.backward, logit);
   }
   NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   return NFN_OK;
@@ -333,9 +349,12 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   const bool backward = dx != nullptr;
   const size_t logits_bytes = align256(es * rows * static_cast<size_t>(Vp));
   void* buf = nullptr;
-  NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + sizeof(float) * N, &buf, op));
+  // With weights and dwte: the chunk's rows of x, each times its weight, for dwte's GEMM.
+  const size_t xw_bytes = weights != nullptr && dwte != nullptr ? align256(es * rows * static_cast<size_t>(C)) : 0;
+  NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + xw_bytes + sizeof(float) * N, &buf, op));
   void* logits = buf;  // the chunk's logits, then (backward) their gradient in place
-  auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes);
+  void* xw = static_cast<char*>(buf) + logits_bytes;
+  auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes + xw_bytes);
   const bool vec = es * Vp % 16 == 0;  // every row starts 16-byte aligned (scratch is 256-aligned)
   const size_t row_bytes = es * static_cast<size_t>(Vp);
   bool staged = false;
@@ -347,8 +366,7 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_output(logits, xr, wte, R, C, Vp, dtype)));
     nfn_status s = NFN_OK;
     NFN_DISPATCH(dtype, E, {
-      const ChunkRows<E> chunk{static_cast<E*>(logits), row_loss + r0, targets + r0,
-                               weights != nullptr ? weights + r0 : nullptr, R, V, Vp, grad_scale, backward};
+      const ChunkRows<E> chunk{static_cast<E*>(logits), row_loss + r0, targets + r0, R, V, Vp, grad_scale, backward};
       s = softcap > 0.f ? launch_rows(ctx, op, chunk, staged, vec, row_bytes, Capped{softcap, 1.f / softcap})
                         : launch_rows(ctx, op, chunk, staged, vec, row_bytes, Uncapped{});
     });
@@ -357,8 +375,14 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     if (!backward) continue;
     void* dxr = static_cast<char*>(dx) + es * r0 * C;
     NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_input_grad(dxr, logits, wte, R, C, Vp, dtype)));
-    if (dwte != nullptr)
-      NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dwte, xr, logits, R, C, Vp, dtype)));
+    if (weights != nullptr) NFN_TRY(scale_rows(ctx, op, dxr, dxr, weights + r0, R, C, dtype));
+    if (dwte == nullptr) continue;
+    const void* xs = xr;
+    if (weights != nullptr) {
+      NFN_TRY(scale_rows(ctx, op, xw, xr, weights + r0, R, C, dtype));
+      xs = xw;
+    }
+    NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dwte, xs, logits, R, C, Vp, dtype)));
   }
   if (losses != nullptr || loss_sum != nullptr) {
     nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, weights, N);
