@@ -141,7 +141,7 @@ std::vector<Row> time_rows(const nfn_op_table& o, nfn_ctx* ctx, const Args& a, c
   };
   for (const nfn::bench::OpCase& c : cases) {
     add(c.name(), c.per_step, c);
-    if (c.op != "lm_head_cross_entropy") continue;
+    if (c.op != "lm_head_cross_entropy" || c.variant != "(+backward)") continue;
     for (const std::string& r : a.lm_head_rows) {  // other chunk sizes, outside the step total
       if (o.ctx_configure(ctx, "lm_head_rows", r.c_str()) != NFN_OK) throw BenchError(o.ctx_last_error(ctx));
       add("lm_head_cross_entropy rows=" + r, 0, c);

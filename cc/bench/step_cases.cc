@@ -178,8 +178,14 @@ void add_attention_and_loss_cases(const CaseSink& s, const Shape& g, const Activ
     auto* sum = static_cast<float*>(s.buf->put(&one, 4));
     const auto* targets = upload_ids(s, spread_ids(N, vocab)).device;
     s.add({"lm_head_cross_entropy", "(+backward)", 1, false, 3 * gemm_flops(N, Vp, C), 0, false, [=] {
-             return o->lm_head_cross_entropy(ctx, losses, sum, v.x, dwte, v.y, wte, targets, N, C, vocab, Vp, 1.f / N,
-                                             0.f, dt);
+             return o->lm_head_cross_entropy(ctx, losses, sum, v.x, dwte, v.y, wte, targets, nullptr, N, C, vocab, Vp,
+                                             1.f / N, 0.f, dt);
+           }});
+    // With per-row weights (nfn rl's advantages), outside the step.
+    auto* weights = static_cast<float*>(s.buf->random(N, 13, 1.f, true));
+    s.add({"lm_head_cross_entropy", "weighted (+backward)", 0, false, 3 * gemm_flops(N, Vp, C), 0, false, [=] {
+             return o->lm_head_cross_entropy(ctx, losses, sum, v.x, dwte, v.y, wte, targets, weights, N, C, vocab, Vp,
+                                             1.f / N, 0.f, dt);
            }});
   }
 }

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   float *d_x = example::upload(s, x), *d_wte = example::upload(s, wte);
   float *losses = example::upload(s, std::vector<float>(N)), *loss_sum = example::upload(s, std::vector<float>(1));
   float *dx = example::upload(s, std::vector<float>(N * C)), *dwte = example::upload(s, std::vector<float>(Vp * C));
-  example::check(s, o.lm_head_cross_entropy(s.ctx, losses, loss_sum, dx, dwte, d_x, d_wte, d_targets, N, C, V, Vp,
+  example::check(s, o.lm_head_cross_entropy(s.ctx, losses, loss_sum, dx, dwte, d_x, d_wte, d_targets, nullptr, N, C, V, Vp,
                                             grad_scale, 0.f, NFN_F32),
                  "lm_head_cross_entropy");
   std::printf("# logits = x @ wte[:5]^T; losses[i] = -log softmax(logits[i])[targets[i]] (0 where masked);\n");

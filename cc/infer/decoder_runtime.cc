@@ -249,7 +249,7 @@ bool DecoderRuntime::losses(const int32_t* targets, std::vector<float>* out, std
   out->resize(n);
   return check(ops_->copy(ctx_, targets_, targets, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
                "uploading targets", error) &&
-         check(ops_->lm_head_cross_entropy(ctx_, losses_, nullptr, nullptr, nullptr, lnf_, p(off_.head), targets_, n,
+         check(ops_->lm_head_cross_entropy(ctx_, losses_, nullptr, nullptr, nullptr, lnf_, p(off_.head), targets_, nullptr, n,
                                            config_.channels, config_.vocab_size, config_.padded_vocab_size, 0.f,
                                            config_.nanochat() ? kLogitSoftcap : 0.f, kF32),
                "lm_head_cross_entropy", error) &&

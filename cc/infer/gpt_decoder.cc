@@ -168,7 +168,7 @@ bool GPTDecoder::losses(const int32_t* targets, std::vector<float>* out, std::st
   out->resize(n);
   return check(ops_->copy(ctx_, targets_, targets, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
                "uploading targets", error) &&
-         check(ops_->lm_head_cross_entropy(ctx_, losses_, nullptr, nullptr, nullptr, ln_, param(WTE), targets_, n,
+         check(ops_->lm_head_cross_entropy(ctx_, losses_, nullptr, nullptr, nullptr, ln_, param(WTE), targets_, nullptr, n,
                                            config_.channels, V, config_.padded_vocab_size, 0.f, 0.f, NFN_F32),
                "lm_head_cross_entropy", error) &&
          check(ops_->copy(ctx_, out->data(), losses_, static_cast<size_t>(n) * 4, NFN_DEVICE_TO_HOST), "copy",

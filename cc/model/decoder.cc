@@ -30,6 +30,7 @@ struct Dims {
 // Activations of one micro-batch (per-layer tensors are L consecutive slices) and scratch.
 struct Decoder::Acts {
   int32_t *inputs, *targets;  // (N)
+  float* weights;             // (N) per-target weights (upload_target_weights)
   uint16_t* window;           // (N+1)
   float* losses;              // (N)
   void* emb;                  // (N,C) the token embedding
@@ -73,7 +74,7 @@ void Decoder::release() {
   act_block_ = block_ = nullptr;
   delete acts_;
   acts_ = nullptr;
-  have_inputs_ = have_targets_ = false;
+  have_inputs_ = have_targets_ = have_weights_ = false;
   base_.release();
 }
 
@@ -92,6 +93,7 @@ std::vector<ArenaSlot> Decoder::activation_plan(const DecoderConfig& c, const Lo
   return {
       slot(&a->inputs, N * 4),
       slot(&a->targets, N * 4),
+      slot(&a->weights, N * 4),
       slot(&a->window, (N + 1) * 2),
       slot(&a->losses, N * f),
       slot(&a->emb, N * C * e),
@@ -235,7 +237,7 @@ void Decoder::release_activations() {
   delete acts_;
   acts_ = nullptr;
   B_ = T_ = 0;
-  have_inputs_ = have_targets_ = false;
+  have_inputs_ = have_targets_ = have_weights_ = false;
   ++activations_version_;
 }
 
@@ -344,15 +346,22 @@ bool Decoder::get_parameters(std::vector<float>* host, std::string* error) {
 
 bool Decoder::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {
   if (!ensure_activations(B, T, error)) return false;
+  have_weights_ = false;
   have_inputs_ = have_targets_ = upload_token_window(*ops_, ctx_, acts_->window, acts_->inputs, acts_->targets, window,
                                                      static_cast<size_t>(B) * T, error);
   return have_inputs_;
 }
 
 bool Decoder::upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) {
+  have_weights_ = false;
   return ensure_activations(B, T, error) && upload_token_ids(*ops_, ctx_, acts_->inputs, acts_->targets, inputs, targets,
                                                              static_cast<size_t>(B) * T, &have_inputs_,
                                                              &have_targets_, error);
+}
+
+bool Decoder::upload_target_weights(const float* weights, int B, int T, std::string* error) {
+  return upload_weights(*ops_, ctx_, acts_ != nullptr ? acts_->weights : nullptr, weights, B, T, B_, T_,
+                        acts_ != nullptr && have_targets_, &have_weights_, error);
 }
 
 Decoder::Layer Decoder::layer(int l) const {
@@ -492,7 +501,8 @@ bool Decoder::head_forward(bool backward, float grad_scale, std::string* error) 
   const nfn_op_table& o = *ops_;
   Acts& a = *acts_;
   if (!check(o.lm_head_cross_entropy(ctx_, a.losses, state_.loss_sum(), backward ? a.dln : nullptr,
-                                     backward ? g(off_.head) : nullptr, a.lnf, p(off_.head), a.targets, N, C,
+                                     backward ? g(off_.head) : nullptr, a.lnf, p(off_.head), a.targets,
+                                     have_weights_ ? a.weights : nullptr, N, C,
                                      config_.vocab_size, config_.padded_vocab_size, grad_scale,
                                      config_.nanochat() ? kLogitSoftcap : 0.f, dtype_),
              "lm_head_cross_entropy", error))

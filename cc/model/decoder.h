@@ -74,6 +74,7 @@ class Decoder : public TrainableModel {
 
   bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error) override;
   bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) override;
+  bool upload_target_weights(const float* weights, int B, int T, std::string* error) override;
   bool step_forward_backward(bool backward, float grad_scale, std::string* error) override;
   bool zero_grads(std::string* error) override { return state_.zero_grads(error); }
   bool zero_loss(std::string* error) override { return state_.zero_loss(error); }
@@ -136,7 +137,7 @@ class Decoder : public TrainableModel {
   int B_ = 0, T_ = 0;
   uint64_t activations_version_ = 0;
   Acts* acts_ = nullptr;
-  bool have_inputs_ = false, have_targets_ = false;
+  bool have_inputs_ = false, have_targets_ = false, have_weights_ = false;
   StageTimer* timer_ = nullptr;
 };
 

@@ -41,6 +41,7 @@ struct GPT::Acts {
   float *lnf_mean, *lnf_rstd;  // (N)
   float* losses;               // (N)
   int32_t *inputs, *targets;   // (N)
+  float* weights;              // (N) per-target weights (upload_target_weights)
   uint16_t* window;            // (N+1)
   void *dresidual, *dln;       // (N,C) gradient of the residual stream; of a norm output
   void* dbig;                  // (N,4C) gradient of the MLP hidden, or of qkv
@@ -66,7 +67,7 @@ void GPT::release() {
   act_block_ = param_block_ = nullptr;
   delete acts_;
   acts_ = nullptr;
-  have_inputs_ = have_targets_ = false;
+  have_inputs_ = have_targets_ = have_weights_ = false;
 }
 
 bool GPT::check(nfn_status s, const char* what, std::string* error) const {
@@ -218,7 +219,7 @@ void GPT::release_activations() {
   delete acts_;
   acts_ = nullptr;
   B_ = T_ = 0;
-  have_inputs_ = have_targets_ = false;
+  have_inputs_ = have_targets_ = have_weights_ = false;
   ++activations_version_;
 }
 
@@ -250,6 +251,7 @@ std::vector<ArenaSlot> GPT::activation_plan(const GPTConfig& config, int B, int 
       {reinterpret_cast<void**>(&a->losses), N * 4},
       {reinterpret_cast<void**>(&a->inputs), N * 4},
       {reinterpret_cast<void**>(&a->targets), N * 4},
+      {reinterpret_cast<void**>(&a->weights), N * 4},
       {reinterpret_cast<void**>(&a->window), (N + 1) * 2},
       {&a->dresidual, N * C * e},
       {&a->dln, N * C * e},
@@ -278,15 +280,22 @@ size_t GPT::memory_bytes(const GPTConfig& config, nfn_dtype dtype, int B, int T,
 
 bool GPT::upload_window_u16(const uint16_t* window, int B, int T, std::string* error) {
   if (!ensure_activations(B, T, error)) return false;
+  have_weights_ = false;
   have_inputs_ = have_targets_ = upload_token_window(*ops_, ctx_, acts_->window, acts_->inputs, acts_->targets, window,
                                                      static_cast<size_t>(B) * T, error);
   return have_inputs_;
 }
 
 bool GPT::upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) {
+  have_weights_ = false;
   return ensure_activations(B, T, error) && upload_token_ids(*ops_, ctx_, acts_->inputs, acts_->targets, inputs, targets,
                                                              static_cast<size_t>(B) * T, &have_inputs_,
                                                              &have_targets_, error);
+}
+
+bool GPT::upload_target_weights(const float* weights, int B, int T, std::string* error) {
+  return upload_weights(*ops_, ctx_, acts_ != nullptr ? acts_->weights : nullptr, weights, B, T, B_, T_,
+                        acts_ != nullptr && have_targets_, &have_weights_, error);
 }
 
 GPT::Layer GPT::layer(int l) const {
@@ -370,7 +379,8 @@ bool GPT::forward(bool with_loss, bool backward, float grad_scale, std::string* 
   if (!with_loss) return true;
   // The LM head and loss, fused with the first step of the backward (dlnf into dln).
   if (!check(o.lm_head_cross_entropy(ctx_, a.losses, state_.loss_sum(), backward ? a.dln : nullptr,
-                                     backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets, N, C,
+                                     backward ? grad(WTE) : nullptr, a.lnf, param(WTE), a.targets,
+                                     have_weights_ ? a.weights : nullptr, N, C,
                                      config_.vocab_size, config_.padded_vocab_size, grad_scale, 0.f, dtype_),
              "lm_head_cross_entropy", error))
     return false;

@@ -71,6 +71,7 @@ class GPT : public TrainableModel {
 
   bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error) override;
   bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) override;
+  bool upload_target_weights(const float* weights, int B, int T, std::string* error) override;
   // With targets, adds the summed loss; grad_scale is 1 / tokens per optimizer step for a
   // mean loss.
   bool step_forward_backward(bool backward, float grad_scale, std::string* error) override;
@@ -132,6 +133,7 @@ class GPT : public TrainableModel {
   Acts* acts_ = nullptr;
   bool have_inputs_ = false;   // tokens uploaded into the current activations
   bool have_targets_ = false;  // and targets with them
+  bool have_weights_ = false;  // and per-target weights (upload_target_weights)
   StageTimer* timer_ = nullptr;
 };
 

@@ -42,4 +42,21 @@ inline bool upload_token_ids(const nfn_op_table& o, nfn_ctx* ctx, int32_t* input
   return true;
 }
 
+// Per-target weights (N f32) for the tokens uploaded into a (B, T) batch of the same shape.
+inline bool upload_weights(const nfn_op_table& o, nfn_ctx* ctx, float* weights, const float* host, int B, int T,
+                           int have_B, int have_T, bool have_targets, bool* have_weights, std::string* error) {
+  *have_weights = false;
+  if (!have_targets || B != have_B || T != have_T) {
+    *error = "target weights: upload (" + std::to_string(B) + ", " + std::to_string(T) +
+             ") tokens with targets first";
+    return false;
+  }
+  if (o.copy(ctx, weights, host, static_cast<size_t>(B) * T * 4, NFN_HOST_TO_DEVICE) != NFN_OK) {
+    *error = op_error(o, ctx, "uploading target weights");
+    return false;
+  }
+  *have_weights = true;
+  return true;
+}
+
 }  // namespace nfn

@@ -36,6 +36,10 @@ class TrainableModel {
   // the device), or explicit int32 inputs and targets (targets may be null: no loss).
   virtual bool upload_window_u16(const uint16_t* window, int B, int T, std::string* error) = 0;
   virtual bool upload_tokens(const int32_t* inputs, const int32_t* targets, int B, int T, std::string* error) = 0;
+  // Per-target weights for the tokens just uploaded (B*T f32, the same B and T): the loss sum
+  // adds each target's loss times its weight and its gradient is scaled by it (RL's per-token
+  // advantages). The next token upload drops them (every target weighs 1 again).
+  virtual bool upload_target_weights(const float* weights, int B, int T, std::string* error) = 0;
   // Forward over the uploaded tokens, adding the summed loss to the device accumulator; with
   // `backward`, the backward too, accumulating gradients scaled by grad_scale.
   virtual bool step_forward_backward(bool backward, float grad_scale, std::string* error) = 0;

@@ -24,8 +24,9 @@ extern "C" {
  * softcap_forward/backward; 13: attention_forward/backward/kv_cached take NKV, HD and window
  * (grouped-query heads, sliding windows), rmsnorm_forward takes eps, lm_head_cross_entropy takes
  * softcap, head_rmsnorm_forward/backward, scaled_sum_forward/backward,
- * gated_add_forward/backward; 14: dequantize (nfn_qtype) */
-#define NFN_ABI_VERSION 14
+ * gated_add_forward/backward; 14: dequantize (nfn_qtype); 15: lm_head_cross_entropy takes
+ * per-row weights */
+#define NFN_ABI_VERSION 15
 
 typedef enum nfn_status {
   NFN_OK = 0,

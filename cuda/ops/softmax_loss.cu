@@ -2,7 +2,9 @@
 // logits in the storage dtype come from one GEMM (as llm.c and PyTorch's autocast keep them),
 // one kernel turns each row into its loss and, in place, its gradient (f32 math), and two
 // GEMMs take that gradient to dx and dwte. Only a chunk of rows of logits exists at a time.
-// A soft cap is applied by that kernel as it reads each logit, in both of its passes.
+// A soft cap is applied by that kernel as it reads each logit, in both of its passes. Per-row
+// weights are applied around it, not in it (its registers are full): dx's rows are scaled after
+// their GEMM, dwte's GEMM reads x's rows scaled, and the loss total weighs each row's loss.
 #include <algorithm>
 #include <cmath>
 
@@ -234,14 +236,15 @@ nfn_status staged_rows(nfn_ctx* ctx, const char* op, bool vec, size_t row_bytes,
   return NFN_OK;
 }
 
-// losses[i] = row_loss[i] and *loss_sum += sum of row_loss, in a fixed order (one block).
+// losses[i] = row_loss[i] and *loss_sum += sum of row_loss (each times its weight, where
+// weights is not NULL), in a fixed order (one block).
 __global__ void __launch_bounds__(1024)
-    loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, int N) {
+    loss_total_kernel(float* losses, float* loss_sum, const float* row_loss, const float* weights, int N) {
   nfn::cuda::pdl_begin();
   __shared__ float shared[32];
   float s = 0.f;
   for (int i = threadIdx.x; i < N; i += blockDim.x) {
-    s += row_loss[i];
+    s += weights != nullptr ? weights[i] * row_loss[i] : row_loss[i];
     if (losses != nullptr) losses[i] = row_loss[i];
   }
   s = block_sum(s, shared);
@@ -249,6 +252,24 @@ __global__ void __launch_bounds__(1024)
 }
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// out (R,C) = each row of x times its weight (f32 math), in place where out is x.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) scale_rows_kernel(T* out, const T* x, const float* weights, int C) {
+  nfn::cuda::pdl_begin();
+  const size_t row = blockIdx.x;
+  const float w = weights[row];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    out[row * C + c] = from_f32<T>(to_f32(x[row * C + c]) * w);
+}
+
+nfn_status scale_rows(nfn_ctx* ctx, const char* op, void* out, const void* x, const float* weights, int R, int C,
+                      nfn_dtype dtype) {
+  NFN_DISPATCH(dtype, E, nfn::cuda::launch_kernel(ctx, scale_rows_kernel<E>, R, kBlock, 0, static_cast<E*>(out),
+                                                  static_cast<const E*>(x), weights, C));
+  NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
+  return NFN_OK;
+}
 
 // A chunk of R rows of Vp logits for the cross-entropy kernels.
 template <typename E>
@@ -305,7 +326,7 @@ nfn_status nfn_softmax_forward(nfn_ctx* ctx, float* out, const void* inp, int N,
 
 nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
                                      void* dwte, const void* x, const void* wte,
-                                     const int32_t* targets, int N, int C, int V, int Vp,
+                                     const int32_t* targets, const float* weights, int N, int C, int V, int Vp,
                                      float grad_scale, float softcap, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   const char* op = "lm_head_cross_entropy";
@@ -328,9 +349,12 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
   const bool backward = dx != nullptr;
   const size_t logits_bytes = align256(es * rows * static_cast<size_t>(Vp));
   void* buf = nullptr;
-  NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + sizeof(float) * N, &buf, op));
+  // With weights and dwte: the chunk's rows of x, each times its weight, for dwte's GEMM.
+  const size_t xw_bytes = weights != nullptr && dwte != nullptr ? align256(es * rows * static_cast<size_t>(C)) : 0;
+  NFN_TRY(nfn::cuda::scratch(ctx, logits_bytes + xw_bytes + sizeof(float) * N, &buf, op));
   void* logits = buf;  // the chunk's logits, then (backward) their gradient in place
-  auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes);
+  void* xw = static_cast<char*>(buf) + logits_bytes;
+  auto* row_loss = reinterpret_cast<float*>(static_cast<char*>(buf) + logits_bytes + xw_bytes);
   const bool vec = es * Vp % 16 == 0;  // every row starts 16-byte aligned (scratch is 256-aligned)
   const size_t row_bytes = es * static_cast<size_t>(Vp);
   bool staged = false;
@@ -351,11 +375,17 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
     if (!backward) continue;
     void* dxr = static_cast<char*>(dx) + es * r0 * C;
     NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_input_grad(dxr, logits, wte, R, C, Vp, dtype)));
-    if (dwte != nullptr)
-      NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dwte, xr, logits, R, C, Vp, dtype)));
+    if (weights != nullptr) NFN_TRY(scale_rows(ctx, op, dxr, dxr, weights + r0, R, C, dtype));
+    if (dwte == nullptr) continue;
+    const void* xs = xr;
+    if (weights != nullptr) {
+      NFN_TRY(scale_rows(ctx, op, xw, xr, weights + r0, R, C, dtype));
+      xs = xw;
+    }
+    NFN_TRY(nfn::cuda::gemm(ctx, op, nfn::cuda::linear_weight_grad(dwte, xs, logits, R, C, Vp, dtype)));
   }
   if (losses != nullptr || loss_sum != nullptr) {
-    nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, N);
+    nfn::cuda::launch_kernel(ctx, loss_total_kernel, 1, 1024, 0, losses, loss_sum, row_loss, weights, N);
     NFN_CUDA_TRY(ctx, cudaGetLastError(), op);
   }
   return NFN_OK;

@@ -110,8 +110,27 @@ class NativeDecoder {
 
   // The summed loss over the targets that count (>= 0); with backward, gradients of that sum
   // times grad_scale are added to the parameter gradients.
-  float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale) {
-    return nfn::py::loss_sum(model_, input_array, target_array, model_.config().vocab_size, backward, grad_scale);
+  // weights (B, T), optional: each target's loss and gradient times its weight (RL's advantages).
+  float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale,
+                         nfn::py::WeightArray weights) {
+    return nfn::py::loss_sum(model_, input_array, target_array, model_.config().vocab_size, backward, grad_scale,
+                             &weights);
+  }
+
+  // The optimizer's f32 state a checkpoint's state file holds: "m" (AdamW's first moments and
+  // Muon's momentum) or "v" (AdamW's second moments), in parameter order.
+  Numpy1 optimizer_state(const std::string& which) {
+    std::vector<float> host(model_.num_parameters());
+    std::string error;
+    check(model_.download(stored(which), 0, host.size(), host.data(), &error), error);
+    return to_numpy(std::move(host));
+  }
+  void set_optimizer_state(const std::string& which, F32Vector values) {
+    if (values.size() != model_.num_parameters())
+      throw std::invalid_argument("set_optimizer_state: " + std::to_string(values.size()) + " values, the model has " +
+                                  std::to_string(model_.num_parameters()));
+    std::string error;
+    check(model_.upload(stored(which), 0, values.size(), values.data(), &error), error);
   }
 
   // One optimizer step (the recipe's); returns the gradients' global norm.
@@ -123,6 +142,12 @@ class NativeDecoder {
   }
 
  private:
+  static nfn::TrainableModel::Stored stored(const std::string& which) {
+    if (which == "m") return nfn::TrainableModel::Stored::kFirstMoment;
+    if (which == "v") return nfn::TrainableModel::Stored::kSecondMoment;
+    throw std::invalid_argument("optimizer state: 'm' or 'v', not '" + which + "'");
+  }
+
   nfn_op_table ops_;
   nfn_ctx* ctx_ = nullptr;
   nfn::Decoder model_;
@@ -170,7 +195,10 @@ void bind_decoder(nb::module_& m) {
       .def("gradients", &NativeDecoder::gradients)
       .def("zero_grads", &NativeDecoder::zero_grads)
       .def("forward_backward", &NativeDecoder::forward_backward, nb::arg("inputs"), nb::arg("targets"),
-           nb::arg("backward") = true, nb::arg("grad_scale") = 1.0f)
+           nb::arg("backward") = true, nb::arg("grad_scale") = 1.0f, nb::arg("weights").none() = nb::none())
+      .def("optimizer_state", &NativeDecoder::optimizer_state, nb::arg("which"),
+           "The optimizer's 'm' (first moments, Muon's momentum) or 'v' (second moments), f32.")
+      .def("set_optimizer_state", &NativeDecoder::set_optimizer_state, nb::arg("which"), nb::arg("values"))
       .def("optimizer_step", &NativeDecoder::optimizer_step, nb::arg("step"), nb::arg("lr"), nb::arg("beta1") = 0.9f,
            nb::arg("beta2") = 0.95f, nb::arg("eps") = 1e-8f, nb::arg("weight_decay") = 0.0f,
            nb::arg("max_grad_norm") = 0.0f, nb::arg("lr_factor") = 1.0f);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -69,9 +70,15 @@ class InferenceEngine {
     c.max_seq_len = max_seq_len, c.vocab_size = vocab_size, c.num_layers = num_layers, c.num_heads = num_heads;
     c.channels = channels, c.padded_vocab_size = padded_vocab_size;
     weight_bytes_ = params.size() * 4;
-    auto gpt = std::make_unique<nfn::GPTDecoder>();
+    build_ = [this, c](const std::vector<float>& p, std::unique_ptr<nfn::CachedLM>* out, std::string* error) {
+      auto gpt = std::make_unique<nfn::GPTDecoder>();
+      const bool ok = gpt->init(ops_, ctx_, c, p, error);
+      *out = std::move(gpt);
+      return ok;
+    };
+    std::unique_ptr<nfn::CachedLM> gpt;
     std::string error;
-    const bool ok = gpt->init(ops_, ctx_, c, std::vector<float>(params.data(), params.data() + params.size()), &error);
+    const bool ok = build_(std::vector<float>(params.data(), params.data() + params.size()), &gpt, &error);
     start(std::move(gpt), ok, error);
   }
 
@@ -87,30 +94,52 @@ class InferenceEngine {
     std::string error;
     if (!nfn::read_decoder_weights(weights_file, &c, &params, &error)) throw std::invalid_argument(error);
     open(library, threads);
-    auto decoder = std::make_unique<nfn::DecoderRuntime>();
-    const bool ok = decoder->init(ops_, ctx_, c, params, &error, quant, context);
-    weight_bytes_ = decoder->weight_bytes();
+    build_ = [this, c, quant, context](const std::vector<float>& p, std::unique_ptr<nfn::CachedLM>* out,
+                                       std::string* error) {
+      auto decoder = std::make_unique<nfn::DecoderRuntime>();
+      const bool ok = decoder->init(ops_, ctx_, c, p, error, quant, context);
+      weight_bytes_ = decoder->weight_bytes();
+      *out = std::move(decoder);
+      return ok;
+    };
+    std::unique_ptr<nfn::CachedLM> decoder;
+    const bool ok = build_(params, &decoder, &error);
     start(std::move(decoder), ok, error);
+  }
+
+  // New weights for the same model (a trainer's current parameters, in its layout), without a
+  // file: the model is built again on the same op library, its cache empty.
+  void set_parameters(F32Vector params) {
+    Busy busy(&busy_);
+    std::unique_ptr<nfn::CachedLM> fresh;
+    std::string error;
+    decoder_.reset();  // its backend memory first: two models need not fit at once
+    if (!build_(std::vector<float>(params.data(), params.data() + params.size()), &fresh, &error)) {
+      fresh.reset();
+      throw std::runtime_error(std::string(ops_->backend_name()) + " op library: " + error +
+                               " (the engine holds no model now)");
+    }
+    decoder_ = std::move(fresh);
   }
   ~InferenceEngine() { release(); }
 
   std::string backend() const { return ops_->backend_name(); }
   // Positions the cache holds.
-  int max_seq_len() const { return decoder_->max_seq_len(); }
+  int max_seq_len() const { return lm()->max_seq_len(); }
   // The weights on the backend, in bytes.
   size_t weight_bytes() const { return weight_bytes_; }
   int position() {
     Busy busy(&busy_);  // not while a call (another thread's, with the GIL released) moves it
-    return decoder_->position();
+    return lm()->position();
   }
   void reset() {
     Busy busy(&busy_);
-    decoder_->reset();
+    lm()->reset();
   }
   void truncate(int position) {
     Busy busy(&busy_);
     std::string error;
-    check(decoder_->truncate(position, &error), error);
+    check(lm()->truncate(position, &error), error);
   }
 
   // Runs tokens through the cache; logits of the last row (1, V) or of every row (n, V).
@@ -122,9 +151,9 @@ class InferenceEngine {
     Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
-      check(decoder_->forward(tokens.data(), n, &error) && decoder_->logits(all_logits, &out, &error), error);
+      check(lm()->forward(tokens.data(), n, &error) && lm()->logits(all_logits, &out, &error), error);
     }
-    const size_t V = decoder_->vocab_size();
+    const size_t V = lm()->vocab_size();
     return to_numpy(std::move(out), out.size() / V, V);
   }
 
@@ -137,9 +166,9 @@ class InferenceEngine {
     Busy busy(&busy_);
     {
       nb::gil_scoped_release unlocked;
-      decoder_->reset();
-      check(decoder_->forward(inputs.data(), static_cast<int>(inputs.size()), &error) &&
-                decoder_->losses(targets.data(), &out, &error),
+      lm()->reset();
+      check(lm()->forward(inputs.data(), static_cast<int>(inputs.size()), &error) &&
+                lm()->losses(targets.data(), &out, &error),
             error);
     }
     return to_numpy(std::move(out), 1, inputs.size());
@@ -176,7 +205,7 @@ class InferenceEngine {
     bool ok;
     {
       nb::gil_scoped_release unlocked;
-      ok = nfn::generate(decoder_.get(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append);
+      ok = nfn::generate(lm(), prompt, max_new_tokens, s, stop_token, stream, &r, &error, append);
     }
     if (raised) std::rethrow_exception(raised);
     check(ok, error);
@@ -220,6 +249,12 @@ class InferenceEngine {
     throw std::runtime_error(error);
   }
 
+  // The model, or a one-line error where a failed set_parameters left none.
+  nfn::CachedLM* lm() const {
+    if (!decoder_) throw std::runtime_error("InferenceEngine holds no model: set_parameters failed");
+    return decoder_.get();
+  }
+
   void release() {
     decoder_.reset();  // frees backend memory while the context lives
     if (backend_) {
@@ -235,6 +270,8 @@ class InferenceEngine {
   const nfn_op_table* ops_ = nullptr;
   nfn_ctx* ctx_ = nullptr;
   std::unique_ptr<nfn::CachedLM> decoder_;
+  // Builds the engine's model from parameters on ops_ (the constructor's, and set_parameters').
+  std::function<bool(const std::vector<float>&, std::unique_ptr<nfn::CachedLM>*, std::string*)> build_;
   std::atomic<bool> busy_{false};
   size_t weight_bytes_ = 0;
 };
@@ -255,6 +292,8 @@ void bind_infer(nb::module_& m) {
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)
       .def("reset", &InferenceEngine::reset)
+      .def("set_parameters", &InferenceEngine::set_parameters, nb::arg("params"),
+           "New f32 weights for the same model, in its layout (a trainer's parameters); the cache starts empty.")
       .def("truncate", &InferenceEngine::truncate, nb::arg("position"),
            "Keep the cache's first `position` positions (a shared prefix) and drop the rest.")
       .def("forward", &InferenceEngine::forward, nb::arg("tokens"), nb::arg("all_logits") = false)

@@ -83,9 +83,10 @@ class NativeGPT {
 
   // Mean loss over the batch; with backward, gradients of (sum of losses * grad_scale) are
   // added to the parameter gradients.
-  float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale) {
+  float forward_backward(IdArray input_array, IdArray target_array, bool backward, float grad_scale,
+                         nfn::py::WeightArray weights) {
     const float sum = nfn::py::loss_sum(model_, input_array, target_array, model_.config().vocab_size, backward,
-                                        grad_scale);
+                                        grad_scale, &weights);
     return sum / static_cast<float>(input_array.shape(0) * input_array.shape(1));
   }
 
@@ -136,7 +137,7 @@ void bind_model(nb::module_& m) {
       .def("gradients", &NativeGPT::gradients)
       .def("zero_grads", &NativeGPT::zero_grads)
       .def("forward_backward", &NativeGPT::forward_backward, nb::arg("inputs"), nb::arg("targets"),
-           nb::arg("backward") = true, nb::arg("grad_scale") = 1.0f)
+           nb::arg("backward") = true, nb::arg("grad_scale") = 1.0f, nb::arg("weights").none() = nb::none())
       .def("optimizer_step", &NativeGPT::optimizer_step, nb::arg("step"), nb::arg("lr"), nb::arg("beta1") = 0.9f,
            nb::arg("beta2") = 0.95f, nb::arg("eps") = 1e-8f, nb::arg("weight_decay") = 0.0f,
            nb::arg("max_grad_norm") = 1.0f)

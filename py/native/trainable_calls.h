@@ -17,6 +17,8 @@ namespace nfn::py {
 
 using F32Vector = nanobind::ndarray<const float, nanobind::ndim<1>, nanobind::c_contig, nanobind::device::cpu>;
 using Numpy1 = nanobind::ndarray<nanobind::numpy, float, nanobind::ndim<1>>;
+// Optional per-target weights of a (B, T) batch (None: every target weighs 1).
+using WeightArray = nanobind::ndarray<const float, nanobind::ndim<2>, nanobind::c_contig, nanobind::device::cpu>;
 
 inline void check(bool ok, const std::string& error) {
   if (!ok) throw std::runtime_error(error);
@@ -53,18 +55,22 @@ Numpy1 gradients_of(Model& model) {
   return to_numpy(std::move(host));
 }
 
-// The summed loss of a (B, T) batch; with backward, gradients of that sum times grad_scale
-// are added to the parameter gradients.
+// The summed loss of a (B, T) batch (each target's times its weight, where weights are given);
+// with backward, gradients of that sum times grad_scale are added to the parameter gradients.
 inline float loss_sum(TrainableModel& model, IdArray input_array, IdArray target_array, int vocab_size,
-                      bool backward, float grad_scale) {
+                      bool backward, float grad_scale, const WeightArray* weights = nullptr) {
   const std::vector<int32_t> inputs = ids_of(input_array, 2, "inputs"), targets = ids_of(target_array, 2, "targets");
   if (input_array.shape(0) != target_array.shape(0) || input_array.shape(1) != target_array.shape(1))
     throw std::invalid_argument("inputs and targets must have the same (B, T) shape");
   check_inputs(inputs, vocab_size);
   const int B = static_cast<int>(input_array.shape(0)), T = static_cast<int>(input_array.shape(1));
+  const bool weighted = weights != nullptr && weights->is_valid();
+  if (weighted && (weights->shape(0) != static_cast<size_t>(B) || weights->shape(1) != static_cast<size_t>(T)))
+    throw std::invalid_argument("weights must have the (B, T) shape of inputs and targets");
   std::string error;
   float sum = 0, sumsq = 0;
-  check(model.upload_tokens(inputs.data(), targets.data(), B, T, &error) && model.zero_loss(&error) &&
+  check(model.upload_tokens(inputs.data(), targets.data(), B, T, &error) &&
+            (!weighted || model.upload_target_weights(weights->data(), B, T, &error)) && model.zero_loss(&error) &&
             model.step_forward_backward(backward, grad_scale, &error) && model.read_scalars(&sum, &sumsq, &error),
         error);
   return sum;

@@ -184,7 +184,7 @@ inline void check_graphs(const Backend& gpu, std::mt19937& rng) {
       gpu.ok(o.alloc(ctx, rows * 4, &losses), "alloc");
       auto lm_head = [&] {
         return o.lm_head_cross_entropy(ctx, static_cast<float*>(losses), nullptr, nullptr, nullptr, xd, wd,
-                                       static_cast<int32_t*>(tg), rows, c, vocab, vocab, 1.f, 0.f, dt);
+                                       static_cast<int32_t*>(tg), nullptr, rows, c, vocab, vocab, 1.f, 0.f, dt);
       };
       // Inside a recording the growth is refused; outside it is fine.
       gpu.ok(o.graph_begin(ctx), "graph_begin");

@@ -792,7 +792,7 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
                               input("x", xs), input("wte", wte), ids("targets", targets)},
                              [=, cap = cap](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                                return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), nullptr, nullptr, P(2),
-                                                                    P(3), static_cast<int32_t*>(p[4]), R, C, Vh,
+                                                                    P(3), static_cast<int32_t*>(p[4]), nullptr, R, C, Vh,
                                                                     Vp, 1.f, cap, d);
                              },
                              setup},
@@ -803,8 +803,27 @@ void check_softmax_and_loss(const Backend& cpu, const Backend& gpu, nfn_dtype dt
                               input("x", xs), input("wte", wte), ids("targets", targets)},
                              [=, cap = cap](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
                                return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), P(2), P(3), P(4), P(5),
-                                                                    static_cast<int32_t*>(p[6]), R, C, Vh,
+                                                                    static_cast<int32_t*>(p[6]), nullptr, R, C, Vh,
                                                                     Vp, 1.f / R, cap, d);
+                             },
+                             setup},
+              dt);
+      if (cap > 0.f) continue;
+      // Per-row weights (RL's advantages): zero, one negative, the rest positive, so that the
+      // weighted loss sum does not cancel to a small difference of bf16 losses.
+      auto weights = random_floats(R, rng, 1.5f);
+      for (float& w : weights) w = std::fabs(w);
+      weights[0] = 0.f;
+      weights[1] = -0.5f;
+      compare(cpu, gpu, Case{"lm_head_cross_entropy weighted backward" + tag,
+                             {output("losses", R, Kind::f32), accumulated("loss_sum", {0.5f}, Kind::f32),
+                              output("dx", R * C), accumulated("dwte", random_floats(Vp * C, rng, 0.01f)),
+                              input("x", xs), input("wte", wte), ids("targets", targets),
+                              input("weights", weights, Kind::f32)},
+                             [=](const Backend& b, const std::vector<void*>& p, nfn_dtype d) {
+                               return b.ops().lm_head_cross_entropy(b.ctx, F(0), F(1), P(2), P(3), P(4), P(5),
+                                                                    static_cast<int32_t*>(p[6]), F(7), R, C, Vh, Vp,
+                                                                    1.f / R, 0.f, d);
                              },
                              setup},
               dt);
@@ -1228,7 +1247,7 @@ void check_contract(const Backend& gpu) {
   void* loss_dev = gpu.upload(losses.data(), losses.size() * 4);
   void* dx_dev = gpu.upload(dx.data(), dx.size() * 4);
   if (gpu.ok(o.lm_head_cross_entropy(gpu.ctx, static_cast<float*>(loss_dev), nullptr, dx_dev, nullptr, dev, wte,
-                                     static_cast<const int32_t*>(tgt), N, C, V, Vp, 1.f, 0.f, NFN_F32),
+                                     static_cast<const int32_t*>(tgt), nullptr, N, C, V, Vp, 1.f, 0.f, NFN_F32),
              "lm_head_cross_entropy with a target past V")) {
     gpu.download(losses.data(), loss_dev, losses.size() * 4);
     gpu.download(dx.data(), dx_dev, dx.size() * 4);
@@ -1294,7 +1313,7 @@ void check_decoder_refusals(const Backend& cpu, const Backend& gpu) {
   };
   auto lm_head = [](float cap) -> Refused {
     return [=](const nfn_op_table& o, nfn_ctx* ctx, void* p) {
-      return o.lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, p, p, static_cast<int32_t*>(p), 2, 4, 8,
+      return o.lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, p, p, static_cast<int32_t*>(p), nullptr, 2, 4, 8,
                                      8, 1.f, cap, NFN_F32);
     };
   };

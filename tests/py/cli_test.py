@@ -12,6 +12,7 @@ HELP_PATHS = [
     ["--help"],
     ["train", "--help"],
     ["sft", "--help"],
+    ["rl", "--help"],
     ["infer", "--help"],
     ["eval", "--help"],
     ["import", "--help"],

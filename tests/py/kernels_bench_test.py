@@ -47,6 +47,7 @@ def expected_flops(s):
     out[("attention_forward", f"GQA {s['NH']}:{nkv} window {w}")] = windowed
     out[("attention_backward", f"GQA {s['NH']}:{nkv} window {w}")] = 2 * windowed
     out[("lm_head_cross_entropy", "(+backward)")] = 3 * gemm(N, s["Vp"], C)
+    out[("lm_head_cross_entropy", "weighted (+backward)")] = 3 * gemm(N, s["Vp"], C)
     return out
 
 

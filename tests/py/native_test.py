@@ -13,7 +13,7 @@ from nfn import _native
 
 class NativeModuleTest(unittest.TestCase):
     def test_identity(self):
-        self.assertEqual(_native.abi_version(), 14)
+        self.assertEqual(_native.abi_version(), 15)
         self.assertEqual(_native.backend_name(), "cpu")
 
     def test_sum_squares_matches_numpy(self):

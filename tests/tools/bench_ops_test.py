@@ -18,6 +18,8 @@ OPS = ["embedding_forward", "embedding_backward", "embedding_backward (text-like
        "lm_head_cross_entropy (+backward)", "sum_squares_many", "adamw_step_many", "calibration: linear 256^3"]
 # Muon on one fc weight (4C x C; outside the step total: GPT-2 trains with AdamW).
 OPS += ["muon_step_many fc 512x128"]
+# The LM head with per-row weights (nfn rl's advantages; outside the step total).
+OPS += ["lm_head_cross_entropy weighted (+backward)"]
 # Each linear backward's products alone (outside the step total).
 OPS += [f"linear_backward {name}: {part}" for name in ("qkv", "proj", "fc", "fcproj+gelu")
         for part in ("dinp", "dweight", "dweight+dbias")]
@@ -64,7 +66,8 @@ class BenchOpsTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         rows = {m.group(1).strip(): m for m in map(ROW.match, proc.stdout.splitlines()[2:-1]) if m}
         self.assertEqual(sorted(rows), ["lm_head_cross_entropy (+backward)", "lm_head_cross_entropy rows=16",
-                                        "lm_head_cross_entropy rows=8"])
+                                        "lm_head_cross_entropy rows=8",
+                                        "lm_head_cross_entropy weighted (+backward)"])
         self.assertEqual([int(rows[f"lm_head_cross_entropy rows={r}"].group(2)) for r in (8, 16)], [0, 0])
         self.assertEqual(float(rows["lm_head_cross_entropy rows=8"].group(5)), 0.0)  # not in the step's ms
         proc = bench("--lib", EMULATED_LIB, "--dtype", "bf16", "--only", "lm_head", "--lm-head-rows", "12")

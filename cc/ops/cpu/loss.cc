@@ -3,6 +3,7 @@
 // Only wte's first V rows are read: the padded rows' logits would not enter the softmax, and
 // their gradient is 0 (dwte's padded rows are left as they are). A soft cap (softcap > 0)
 // rewrites a row's logits in place before its softmax; the backward keeps the row's slopes.
+// Per-row weights scale a row's share of the loss sum and its gradient, not its loss.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -36,7 +37,7 @@ extern "C" {
 
 nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_sum, void* dx,
                                      void* dwte, const void* x, const void* wte,
-                                     const int32_t* targets, int N, int C, int V, int Vp,
+                                     const int32_t* targets, const float* weights, int N, int C, int V, int Vp,
                                      float grad_scale, float softcap, nfn_dtype dtype) {
   NFN_CHECK_CTX(ctx);
   NFN_RETURN_IF_ERROR(nfn::cpu::check_compute_dtype(ctx, "lm_head_cross_entropy", dtype));
@@ -90,13 +91,15 @@ nfn_status nfn_lm_head_cross_entropy(nfn_ctx* ctx, float* losses, float* loss_su
         for (int j = 0; j < V; ++j) l[j] = nfn::cpu::fast_exp(l[j] - m);  // l now holds e^(logit-m)
         const float sum = nfn::cpu::row_sum(l, V);
         const float loss = m + std::log(sum) - target_logit;
+        const float w = weights != nullptr ? weights[r0 + i] : 1.f;
         if (losses != nullptr) losses[r0 + i] = loss;
-        chunk_total += loss;
+        chunk_total += static_cast<double>(w) * loss;
         if (dx == nullptr) continue;
-        // dlogits = (softmax - onehot) * grad_scale
-        const float k = grad_scale / sum;
+        // dlogits = (softmax - onehot) * grad_scale * w
+        const float gs = grad_scale * w;
+        const float k = gs / sum;
         for (int j = 0; j < V; ++j) l[j] *= k;
-        l[target] -= grad_scale;
+        l[target] -= gs;
         for (size_t j = 0; j < slope.size(); ++j) l[j] *= slope[j];  // through the cap to the raw logits
       }
     }

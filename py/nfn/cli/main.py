@@ -6,17 +6,18 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, serve, sft,
-                     tokenizer, tool, train)
+from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, rl, serve,
+                     sft, tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, sft, infer, chat, serve, eval_cmd, import_model, export_model, data, tokenizer, tool, kernels,
+COMMANDS = [train, sft, rl, infer, chat, serve, eval_cmd, import_model, export_model, data, tokenizer, tool, kernels,
             bench]
 
 EPILOG = """\
 examples:
   nfn train --model-family gpt --dataset shakespeare
   nfn sft   --init-from ~/NeuralFn/artifacts/nanochat --mixture chitchat,identity:me.jsonl
+  nfn rl    --init-from ~/NeuralFn/artifacts/sft --output-dir ~/NeuralFn/artifacts/rl --task gsm8k
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
   nfn import --gguf SmolLM2-135M-Instruct.Q4_1.gguf

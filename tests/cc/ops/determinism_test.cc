@@ -40,7 +40,7 @@ static std::vector<float> run_once(const char* deterministic) {
             nfn_linear_backward(ctx, x.data(), dw.data(), db.data(), dxsum.data(), dqkv.data(), out.data(), w.data(),
                                 nullptr, N, C, 3 * C, 0, NFN_F32) == NFN_OK &&
             nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
-                                      tgt.data(), N, C, V, V, 1.f / N, 0.f, NFN_F32) == NFN_OK &&
+                                      tgt.data(), nullptr, N, C, V, V, 1.f / N, 0.f, NFN_F32) == NFN_OK &&
             nfn_layernorm_forward(ctx, ln.data(), stats.data(), stats.data() + N, x.data(), dlw.data(), nullptr, N, C,
                                   NFN_F32) == NFN_OK &&
             nfn_layernorm_backward(ctx, dln.data(), dlw.data(), dlb.data(), dlnsum.data(), dout.data(), x.data(),

@@ -1,6 +1,7 @@
 // lm_head_cross_entropy and softmax_forward: losses against a naive double log-softmax,
 // gradients (dx, dwte) against finite differences, masked rows, and several row chunks; the
-// same with the logits soft-capped (nanochat's cap of 15, and 2, where tanh saturates).
+// same with the logits soft-capped (nanochat's cap of 15, and 2, where tanh saturates), and with
+// per-row weights (negative, zero and positive: RL's advantages), whose loss is sum w_i l_i.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -29,33 +30,45 @@ static std::vector<double> ref_losses(const std::vector<float>& x, const std::ve
   return out;
 }
 
-// wte_scale sets the logits' size: about 1 at 0.5 (C = 5), past a cap of 2 at 3.
-static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples, float cap = 0.f, float wte_scale = 0.5f) {
+// wte_scale sets the logits' size: about 1 at 0.5 (C = 5), past a cap of 2 at 3. weighted: each
+// row's loss counts w_i times (w in [-1.5, 1.5], row 2's 0).
+static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples, float cap = 0.f, float wte_scale = 0.5f,
+                  bool weighted = false) {
   std::vector<float> x = random_vec(N * C, 21, 1.f), wte = random_vec(V * C, 22, wte_scale);
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 7919) % V;
   tgt[1] = -1;  // masked rows
   tgt[N - 1] = -100;
   const float grad_scale = 1.f / N;
+  std::vector<float> w(N, 1.f);
+  if (weighted) {
+    w = random_vec(N, 23, 1.5f);
+    w[2] = 0.f;
+  }
   std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.25f);
   float loss_sum = 2.f;  // accumulated into
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), &loss_sum, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, grad_scale, cap, NFN_F32) == NFN_OK,
+                                   tgt.data(), weighted ? w.data() : nullptr, N, C, V, V, grad_scale, cap,
+                                   NFN_F32) == NFN_OK,
          "lm_head_cross_entropy");
-  std::vector<double> want = ref_losses(x, wte, tgt, N, C, V, cap);
+  std::vector<double> want = ref_losses(x, wte, tgt, N, C, V, cap);  // unweighted, whatever the weights
   double want_sum = 2.0;
-  for (double l : want) want_sum += l;
-  char what[96];
-  std::snprintf(what, sizeof what, "lm_head losses N=%d C=%d V=%d softcap=%g", N, C, V, static_cast<double>(cap));
+  for (int i = 0; i < N; ++i) want_sum += static_cast<double>(w[i]) * want[i];
+  char what[112];
+  std::snprintf(what, sizeof what, "lm_head losses N=%d C=%d V=%d softcap=%g%s", N, C, V, static_cast<double>(cap),
+                weighted ? " weighted" : "");
   expect_close(what, losses, want, 1e-5, 1e-5);
-  EXPECT(std::fabs(loss_sum - want_sum) <= 1e-5 * std::fabs(want_sum), "loss_sum %g vs %g", loss_sum, want_sum);
+  EXPECT(std::fabs(loss_sum - want_sum) <= 1e-5 * std::fabs(want_sum) + 1e-5, "loss_sum %g vs %g", loss_sum,
+         want_sum);
   for (int c = 0; c < C; ++c) EXPECT(dx[C + c] == 0.f, "masked row must get a zero dx");
+  if (weighted)
+    for (int c = 0; c < C; ++c) EXPECT(dx[2 * C + c] == 0.f, "a row of weight 0 must get a zero dx");
 
-  // The loss the gradients belong to: grad_scale * sum of the unmasked losses.
+  // The loss the gradients belong to: grad_scale * the weighted sum of the unmasked losses.
   auto loss = [&] {
     std::vector<double> l = ref_losses(x, wte, tgt, N, C, V, cap);
     double s = 0;
-    for (double v : l) s += v;
+    for (int i = 0; i < N; ++i) s += static_cast<double>(w[i]) * l[i];
     return s * grad_scale;
   };
   // Finite differences on a sample of elements (every element when fd_samples <= 0).
@@ -80,7 +93,7 @@ static void check(nfn_ctx* ctx, int N, int C, int V, int fd_samples, float cap =
 
   // Forward only: no gradients touched, losses identical.
   std::vector<float> losses2(N);
-  EXPECT(nfn_lm_head_cross_entropy(ctx, losses2.data(), nullptr, nullptr, nullptr, x.data(), wte.data(), tgt.data(),
+  EXPECT(nfn_lm_head_cross_entropy(ctx, losses2.data(), nullptr, nullptr, nullptr, x.data(), wte.data(), tgt.data(), nullptr,
                                    N, C, V, V, 1.f, cap, NFN_F32) == NFN_OK && losses2 == losses,
          "forward-only losses");
   if (cap > 0.f) {  // the cap is really there: capped logits lie in (-cap, cap), so no row's loss reaches this
@@ -102,7 +115,7 @@ static void test_bf16_mode(nfn_ctx* ctx) {
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = (i * 37) % V;
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
+                                   tgt.data(), nullptr, N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "bf16 mode lm head");
   std::vector<uint16_t> half(V * C);
   nfn_convert(ctx, half.data(), NFN_BF16, x.data(), NFN_F32, N * C);
   nfn_convert(ctx, xr.data(), NFN_F32, half.data(), NFN_BF16, N * C);
@@ -111,7 +124,7 @@ static void test_bf16_mode(nfn_ctx* ctx) {
   expect_close("lm_head losses, matmul=bf16", losses, ref_losses(xr, wr, tgt, N, C, V), 1e-4, 1e-4);
   EXPECT(nfn_ctx_configure(ctx, "matmul", "f32") == NFN_OK, "back to f32");
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses32.data(), nullptr, dx32.data(), dwte32.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "f32 lm head");
+                                   tgt.data(), nullptr, N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "f32 lm head");
   std::vector<double> dx_ref(dx32.begin(), dx32.end()), dwte_ref(dwte32.begin(), dwte32.end());
   expect_close("lm_head dx, matmul=bf16 vs f32", dx, dx_ref, 3e-2, 3e-2);
   expect_close("lm_head dwte, matmul=bf16 vs f32", dwte, dwte_ref, 3e-2, 3e-2);
@@ -129,9 +142,9 @@ static void test_padded_vocab(nfn_ctx* ctx, float cap) {
   std::vector<float> losses_v(N), dx_v(N * C), dwte_v(dwte.begin(), dwte.begin() + V * C);
   const std::vector<float> dwte_before = dwte;
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, Vp, 0.5f, cap, NFN_F32) == NFN_OK, "padded lm head");
+                                   tgt.data(), nullptr, N, C, V, Vp, 0.5f, cap, NFN_F32) == NFN_OK, "padded lm head");
   EXPECT(nfn_lm_head_cross_entropy(ctx, losses_v.data(), nullptr, dx_v.data(), dwte_v.data(), x.data(), wte.data(),
-                                   tgt.data(), N, C, V, V, 0.5f, cap, NFN_F32) == NFN_OK, "unpadded lm head");
+                                   tgt.data(), nullptr, N, C, V, V, 0.5f, cap, NFN_F32) == NFN_OK, "unpadded lm head");
   EXPECT(losses == losses_v, "a padded vocabulary changed the losses");
   EXPECT(dx == dx_v, "a padded vocabulary changed dx");
   EXPECT(std::equal(dwte_v.begin(), dwte_v.end(), dwte.begin()), "a padded vocabulary changed dwte's first V rows");
@@ -164,6 +177,9 @@ int main() {
   check(ctx, 6, 5, 11, 0, 15.f);   // nanochat's cap, logits well inside it
   check(ctx, 6, 5, 11, 0, 2.f, 3.f);  // logits past the cap: tanh saturates
   check(ctx, 150, 4, 32768, 4, 2.f, 3.f);
+  check(ctx, 6, 5, 11, 0, 0.f, 0.5f, true);  // per-row weights: the weighted loss's gradients
+  check(ctx, 6, 5, 11, 0, 15.f, 0.5f, true);
+  check(ctx, 150, 4, 32768, 6, 0.f, 0.5f, true);
   test_padded_vocab(ctx, 0.f);
   test_padded_vocab(ctx, 15.f);
   test_softmax(ctx);
@@ -175,7 +191,7 @@ int main() {
     std::vector<int32_t> tgt = {-1, 2};
     std::vector<float> losses(N, -1.f), dx(N * C, 99.f), dwte(V * C, 0.f);
     EXPECT(nfn_lm_head_cross_entropy(ctx, losses.data(), nullptr, dx.data(), dwte.data(), x.data(), wte.data(),
-                                     tgt.data(), N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "masked non-finite row");
+                                     tgt.data(), nullptr, N, C, V, V, 1.f, 0.f, NFN_F32) == NFN_OK, "masked non-finite row");
     EXPECT(losses[0] == 0.f && std::isfinite(losses[1]), "losses %g %g", losses[0], losses[1]);
     for (int c = 0; c < C; ++c) EXPECT(dx[c] == 0.f && std::isfinite(dx[C + c]), "dx[%d] %g %g", c, dx[c], dx[C + c]);
     for (float d : dwte) EXPECT(std::isfinite(d), "dwte holds %g", d);
@@ -183,17 +199,17 @@ int main() {
   std::vector<float> buf(64);
   std::vector<int32_t> tgt = {0, 3, 9};
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 5, 5, 1.f, 0.f, NFN_F32),
+                                                tgt.data(), nullptr, 3, 2, 5, 5, 1.f, 0.f, NFN_F32),
                  "lm_head_cross_entropy", "target >= V");
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 10, 9, 1.f, 0.f, NFN_F32),
+                                                tgt.data(), nullptr, 3, 2, 10, 9, 1.f, 0.f, NFN_F32),
                  "lm_head_cross_entropy", "Vp < V");
   expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, buf.data(), buf.data(), buf.data(),
-                                                tgt.data(), 3, 2, 10, 10, 1.f, 0.f, NFN_F32),
+                                                tgt.data(), nullptr, 3, 2, 10, 10, 1.f, 0.f, NFN_F32),
                  "lm_head_cross_entropy", "dwte without dx");
   for (float cap : {-1.f, NAN, INFINITY})
     expect_invalid(ctx, nfn_lm_head_cross_entropy(ctx, nullptr, nullptr, nullptr, nullptr, buf.data(), buf.data(),
-                                                  tgt.data(), 3, 2, 10, 10, 1.f, cap, NFN_F32),
+                                                  tgt.data(), nullptr, 3, 2, 10, 10, 1.f, cap, NFN_F32),
                    "lm_head_cross_entropy", "softcap negative or not finite");
   nfn_ctx_destroy(ctx);
   return finish("loss_test");
