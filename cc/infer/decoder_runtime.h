@@ -8,7 +8,11 @@
 // With a quantization type (cc/util/quant.h: q8_0, q4_1, nf4) the blocks' linear weights (the
 // fused qkv, the attention output, the MLP's up and down) stay block-quantized on the backend
 // and each is dequantized into one scratch matrix just before its GEMM, so the weights take
-// about their quantized size; embeddings, head, norms and gates stay f32.
+// about their quantized size; embeddings, head, norms and gates stay f32. kMatricesBf16 keeps
+// the same matrices as bf16 words, widened by the convert op before each GEMM.
+//
+// Batched generation (set_slots, forward_slots): one cache a sequence, all of them in one
+// allocation; a forward's rows from several slots share every GEMM.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +36,7 @@ class DecoderRuntime : public CachedLM {
 
   // Uploads parameters in decoder_layout order and allocates the cache for max_seq_len
   // positions. Fails with one line when the backend lacks an op the model needs.
-  // quant: -1 for f32 weights, else a quant::Type for the block matrices. context > 0 caps the
+  // quant: -1 for f32 weights, else a quant::Type (or kMatricesBf16) for the block matrices. context > 0 caps the
   // positions the cache holds (a model trained on 8,192 need not hold them all for a chat).
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
             std::string* error, int quant = -1, int context = 0);
@@ -41,18 +45,30 @@ class DecoderRuntime : public CachedLM {
   const DecoderConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
   int max_seq_len() const override { return context_; }
-  int position() const override { return pos_; }
-  void reset() override { pos_ = 0; rows_ = 0; }
-  bool truncate(int position, std::string* error) override { return cut(position, &pos_, &rows_, error); }
+  int position() const override { return pos_[0]; }
+  void reset() override;
+  bool truncate(int position, std::string* error) override { return cut(position, &pos_[0], &rows_, error); }
   bool forward(const int32_t* tokens, int n, std::string* error) override;
   bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
   bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;
+  bool set_slots(int slots, std::string* error) override;
+  int slots() const override { return static_cast<int>(pos_.size()); }
+  int slot_position(int slot) const override { return pos_[slot]; }
+  bool forward_slots(const std::vector<SlotRows>& parts, const int32_t* tokens, std::string* error) override;
+  bool logits_rows(const std::vector<int>& rows, std::vector<float>* out, std::string* error) override;
 
  private:
   bool check(nfn_status s, const char* what, std::string* error) const;
   bool ensure_rows(int n, bool logits_all, std::string* error);
-  bool embed(int n, std::string* error);
-  bool layer_forward(int l, int n, std::string* error);
+  bool alloc_state(int slots, std::string* error);
+  bool run(const std::vector<PlacedRows>& parts, int n, std::string* error);
+  bool embed(const std::vector<PlacedRows>& parts, int n, std::string* error);
+  bool layer_forward(int l, const std::vector<PlacedRows>& parts, int n, std::string* error);
+  // Head logits (softcapped for nanochat) of `rows` contiguous final-norm rows at x, downloaded.
+  bool head_logits(const float* x, int rows, std::vector<float>* out, std::string* error);
+  size_t cache_layer() const { return static_cast<size_t>(context_) * config_.num_kv_heads * config_.head_dim; }
+  // Layer l's cache in slot s.
+  size_t cache_at(int s, int l) const { return (static_cast<size_t>(s) * config_.num_layers + l) * cache_layer(); }
   // An f32 tensor's element `offset` (decoder_layout's numbering) on the backend.
   float* p(size_t offset) const { return static_cast<float*>(weights_.at(offset)); }
   // The f32 matrix that starts at `offset` (a quantized one dequantized for the next GEMM).
@@ -66,10 +82,10 @@ class DecoderRuntime : public CachedLM {
   std::vector<int> windows_;
   FrozenWeights weights_;
   void* state_ = nullptr;                   // one allocation: the caches and embs_
-  float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, NKV*HD) each
-  float* embs_ = nullptr;  // (context, C) nanochat: each cached position's normed embedding
-  int context_ = 0;  // positions the cache holds
-  int pos_ = 0;   // positions in the cache
+  float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (slots, L, maxT, NKV*HD) each
+  float* embs_ = nullptr;  // (slots, context, C) nanochat: each cached position's normed embedding
+  int context_ = 0;  // positions each cache holds
+  std::vector<int> pos_ = {0};  // positions in each slot's cache
   int rows_ = 0;  // rows of the last forward
 
   // Per-forward buffers for up to cap_rows_ rows (grown on demand; growing drops their contents).
@@ -77,7 +93,8 @@ class DecoderRuntime : public CachedLM {
   int cap_rows_ = 0;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   // x: the residual stream; xm: a nanochat block's input; en, x0: the normed embedding and
-  // its smear over n+1 rows (row 0 the previous position's); mid: layer L/2's output.
+  // its smear over n+1 rows (row 0 the previous position's; with several parts, each part's
+  // rows after a row of its own); mid: layer L/2's output.
   float *emb_ = nullptr, *en_ = nullptr, *x0_ = nullptr, *x_ = nullptr, *xm_ = nullptr, *h_ = nullptr,
         *rstd_ = nullptr, *qkv_ = nullptr, *qk_rstd_ = nullptr, *ve_ = nullptr, *atty_ = nullptr, *fc_ = nullptr,
         *act_ = nullptr, *mid_ = nullptr, *xb_ = nullptr, *lnf_ = nullptr, *losses_ = nullptr;

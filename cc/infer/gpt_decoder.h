@@ -1,7 +1,7 @@
 // The dense GPT-2 forward for generation, written against the op ABI: parameters and a KV
 // cache on the backend, nothing for training (no gradients, no optimizer state, no saved
 // activations). A CachedLM: forward() leaves the final LayerNorm's rows for logits() and
-// losses().
+// losses(); forward_slots() runs several sequences' rows, one cache each, through shared GEMMs.
 #pragma once
 
 #include <cstdint>
@@ -29,14 +29,22 @@ class GPTDecoder : public CachedLM {
   const GPTConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
   int max_seq_len() const override { return config_.max_seq_len; }
-  int position() const override { return pos_; }
-  void reset() override { pos_ = 0; rows_ = 0; }
-  bool truncate(int position, std::string* error) override { return cut(position, &pos_, &rows_, error); }
+  int position() const override { return pos_[0]; }
+  void reset() override;
+  bool truncate(int position, std::string* error) override { return cut(position, &pos_[0], &rows_, error); }
   bool forward(const int32_t* tokens, int n, std::string* error) override;
   bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
   bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;
+  bool set_slots(int slots, std::string* error) override;
+  int slots() const override { return static_cast<int>(pos_.size()); }
+  int slot_position(int slot) const override { return pos_[slot]; }
+  bool forward_slots(const std::vector<SlotRows>& parts, const int32_t* tokens, std::string* error) override;
+  bool logits_rows(const std::vector<int>& rows, std::vector<float>* out, std::string* error) override;
 
  private:
+  bool alloc_cache(int slots, std::string* error);
+  bool run(const std::vector<PlacedRows>& parts, int n, std::string* error);
+  bool head_logits(const float* x, int rows, std::vector<float>* out, std::string* error);
   bool check(nfn_status s, const char* what, std::string* error) const;
   bool ensure_rows(int n, bool logits_all, std::string* error);
   void* param(int i, int layer = 0) const;
@@ -47,8 +55,8 @@ class GPTDecoder : public CachedLM {
   GPTConfig config_;
   std::vector<size_t> offsets_, per_layer_;  // elements, per parameter tensor
   void* params_ = nullptr;
-  float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, C) each, in one allocation
-  int pos_ = 0;   // positions in the cache
+  float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (slots, L, maxT, C) each, in one allocation
+  std::vector<int> pos_ = {0};  // positions in each slot's cache
   int rows_ = 0;  // rows of the last forward
 
   // Per-forward buffers for up to cap_rows_ rows (grown on demand; growing drops their contents).
