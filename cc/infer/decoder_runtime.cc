@@ -25,12 +25,6 @@ void DecoderRuntime::release() {
   cap_rows_ = 0;
 }
 
-bool DecoderRuntime::check(nfn_status s, const char* what, std::string* error) const {
-  if (s == NFN_OK) return true;
-  *error = op_error(*ops_, ctx_, what);
-  return false;
-}
-
 bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config,
                           const std::vector<float>& params, std::string* error, int quant, int context) {
   release();
@@ -56,10 +50,10 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   context_ = context > 0 ? std::min(context, config.max_seq_len) : config.max_seq_len;
   off_ = decoder_offsets(config);
   windows_ = layer_windows(config);
-  if (!weights_.upload(ops_, ctx_, config, params, kF32, quant, error) || !alloc_state(1, error)) return false;
+  if (!weights_.upload(ops_, ctx_, config, params, kF32, quant, error) || !resize_slots(1, error)) return false;
   // Ask the backend for the cached attention once, on the cache itself, so a library that
   // lacks it (or this geometry) is named before any output is produced.
-  if (!ensure_rows(1, false, error)) return false;
+  if (!ensure_rows(1, error)) return false;
   const int QKV = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
   if (!check(ops_->fill(ctx_, qkv_, kF32, 0.f, QKV), "fill", error) ||
       !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, context_,
@@ -70,49 +64,28 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   return true;
 }
 
-bool DecoderRuntime::alloc_state(int slots, std::string* error) {
+bool DecoderRuntime::alloc_caches(int slots, std::string* error) {
   if (state_) ops_->free(ctx_, state_);
   state_ = nullptr;
   k_cache_ = v_cache_ = embs_ = nullptr;
-  pos_.assign(1, 0);
-  rows_ = 0;
   const size_t cache = static_cast<size_t>(slots) * config_.num_layers * cache_layer(),
                embs = config_.nanochat() ? static_cast<size_t>(slots) * context_ * config_.channels : 0;
   if (!check(ops_->alloc(ctx_, (2 * cache + embs) * 4, &state_), "allocating the KV cache", error)) return false;
   k_cache_ = static_cast<float*>(state_);
   v_cache_ = k_cache_ + cache;
   embs_ = v_cache_ + cache;
-  pos_.assign(slots, 0);
   return true;
-}
-
-void DecoderRuntime::reset() {
-  std::fill(pos_.begin(), pos_.end(), 0);
-  rows_ = 0;
-}
-
-bool DecoderRuntime::set_slots(int slots, std::string* error) {
-  if (slots < 1) {
-    *error = "slots must be >= 1, got " + std::to_string(slots);
-    return false;
-  }
-  if (slots == this->slots()) {
-    reset();
-    return true;
-  }
-  return alloc_state(slots, error);
 }
 
 const float* DecoderRuntime::mat(size_t offset, std::string* error) {
   return static_cast<const float*>(weights_.matrix(offset, error));
 }
 
-bool DecoderRuntime::ensure_rows(int n, bool logits_all, std::string* error) {
+bool DecoderRuntime::ensure_rows(int n, std::string* error) {
   const DecoderConfig& c = config_;
-  const size_t C = c.channels, Vp = c.padded_vocab_size, QD = static_cast<size_t>(c.num_heads) * c.head_dim,
+  const size_t C = c.channels, QD = static_cast<size_t>(c.num_heads) * c.head_dim,
                KD = static_cast<size_t>(c.num_kv_heads) * c.head_dim, H = c.hidden,
                Hf = c.nanochat() ? H : 2 * H;
-  if (!logits_.reserve(logits_all ? n : 1, Vp, error)) return false;
   if (n <= cap_rows_) return true;
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
@@ -240,24 +213,6 @@ bool DecoderRuntime::layer_forward(int l, const std::vector<PlacedRows>& parts, 
           check(o.copy(ctx_, mid_, x_, NC * 4, NFN_DEVICE_TO_DEVICE), "copy", error));
 }
 
-bool DecoderRuntime::forward(const int32_t* tokens, int n, std::string* error) {
-  *error = check_forward_block(*this, tokens, n);
-  if (!error->empty() || !ensure_rows(n, false, error)) return false;
-  return check(ops_->copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
-               "uploading tokens", error) &&
-         run({{0, pos_[0], 0, n}}, n, error);
-}
-
-bool DecoderRuntime::forward_slots(const std::vector<SlotRows>& parts, const int32_t* tokens, std::string* error) {
-  std::vector<PlacedRows> placed;
-  int n = 0;
-  *error = place_rows(*this, parts, tokens, &placed, &n);
-  if (!error->empty() || !ensure_rows(n, false, error)) return false;
-  return check(ops_->copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
-               "uploading tokens", error) &&
-         run(placed, n, error);
-}
-
 // The forward of n rows (tokens_ uploaded) made of parts, each at its slot's positions.
 bool DecoderRuntime::run(const std::vector<PlacedRows>& parts, int n, std::string* error) {
   const nfn_op_table& o = *ops_;
@@ -270,43 +225,8 @@ bool DecoderRuntime::run(const std::vector<PlacedRows>& parts, int n, std::strin
   if (nano && !check(o.scaled_sum_forward(ctx_, xb_, x_, mid_, nullptr, p(off_.backout), 1.f, -1.f,
                                           static_cast<size_t>(n) * C, kF32), "scaled_sum_forward (backout)", error))
     return false;
-  if (!check(o.rmsnorm_forward(ctx_, lnf_, rstd_, nano ? xb_ : x_, nano ? nullptr : p(off_.final_norm), n, C,
-                               config_.norm_eps, kF32), "rmsnorm_forward (final)", error))
-    return false;
-  for (const PlacedRows& r : parts) pos_[r.slot] += r.n;
-  rows_ = n;
-  return true;
-}
-
-bool DecoderRuntime::head_logits(const float* x, int rows, std::vector<float>* out, std::string* error) {
-  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
-  if (!logits_.reserve(rows, Vp, error) ||
-      !check(ops_->linear_forward(ctx_, logits_.data(), nullptr, x, p(off_.head), nullptr, nullptr, rows, C, Vp,
-                                  NFN_EPILOGUE_NONE, kF32), "linear_forward (logits)", error) ||
-      (config_.nanochat() &&
-       !check(ops_->softcap_forward(ctx_, logits_.data(), logits_.data(), static_cast<size_t>(rows) * Vp,
-                                    kLogitSoftcap, kF32), "softcap_forward", error)))
-    return false;
-  return logits_.download(rows, V, Vp, out, error);
-}
-
-bool DecoderRuntime::logits(bool all_rows, std::vector<float>* out, std::string* error) {
-  if (rows_ == 0) {
-    *error = "logits: no forward to read";
-    return false;
-  }
-  const int rows = all_rows ? rows_ : 1;
-  return head_logits(lnf_ + static_cast<size_t>(rows_ - rows) * config_.channels, rows, out, error);
-}
-
-bool DecoderRuntime::logits_rows(const std::vector<int>& rows, std::vector<float>* out, std::string* error) {
-  *error = check_rows(rows_, rows);
-  if (!error->empty()) return false;
-  const size_t C = config_.channels;
-  for (size_t i = 0; i < rows.size(); ++i)  // gathered into h_, free once the forward is done
-    if (!check(ops_->copy(ctx_, h_ + i * C, lnf_ + rows[i] * C, C * 4, NFN_DEVICE_TO_DEVICE), "copy", error))
-      return false;
-  return head_logits(h_, static_cast<int>(rows.size()), out, error);
+  return check(o.rmsnorm_forward(ctx_, lnf_, rstd_, nano ? xb_ : x_, nano ? nullptr : p(off_.final_norm), n, C,
+                                 config_.norm_eps, kF32), "rmsnorm_forward (final)", error);
 }
 
 bool DecoderRuntime::losses(const int32_t* targets, std::vector<float>* out, std::string* error) {

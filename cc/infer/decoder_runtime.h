@@ -19,15 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "cc/infer/cached_lm.h"
-#include "cc/infer/logit_buffer.h"
+#include "cc/infer/slotted_lm.h"
 #include "cc/model/decoder_config.h"
 #include "cc/model/frozen_weights.h"
 #include "cc/ops/nfn_tile_ops.h"
 
 namespace nfn {
 
-class DecoderRuntime : public CachedLM {
+class DecoderRuntime : public SlottedLM {
  public:
   DecoderRuntime() = default;
   ~DecoderRuntime() override;
@@ -36,8 +35,9 @@ class DecoderRuntime : public CachedLM {
 
   // Uploads parameters in decoder_layout order and allocates the cache for max_seq_len
   // positions. Fails with one line when the backend lacks an op the model needs.
-  // quant: -1 for f32 weights, else a quant::Type (or kMatricesBf16) for the block matrices. context > 0 caps the
-  // positions the cache holds (a model trained on 8,192 need not hold them all for a chat).
+  // quant: -1 for f32 weights, else a quant::Type (or kMatricesBf16) for the block matrices.
+  // context > 0 caps the positions the cache holds (a model trained on 8,192 need not hold them
+  // all for a chat).
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
             std::string* error, int quant = -1, int context = 0);
   // Backend bytes the weights take (f32 tensors plus quantized matrices).
@@ -45,27 +45,21 @@ class DecoderRuntime : public CachedLM {
   const DecoderConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
   int max_seq_len() const override { return context_; }
-  int position() const override { return pos_[0]; }
-  void reset() override;
-  bool truncate(int position, std::string* error) override { return cut(position, &pos_[0], &rows_, error); }
-  bool forward(const int32_t* tokens, int n, std::string* error) override;
-  bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
   bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;
-  bool set_slots(int slots, std::string* error) override;
-  int slots() const override { return static_cast<int>(pos_.size()); }
-  int slot_position(int slot) const override { return pos_[slot]; }
-  bool forward_slots(const std::vector<SlotRows>& parts, const int32_t* tokens, std::string* error) override;
-  bool logits_rows(const std::vector<int>& rows, std::vector<float>* out, std::string* error) override;
 
  private:
-  bool check(nfn_status s, const char* what, std::string* error) const;
-  bool ensure_rows(int n, bool logits_all, std::string* error);
-  bool alloc_state(int slots, std::string* error);
-  bool run(const std::vector<PlacedRows>& parts, int n, std::string* error);
+  bool alloc_caches(int slots, std::string* error) override;
+  bool ensure_rows(int n, std::string* error) override;
+  int32_t* token_rows() const override { return tokens_; }
+  bool run(const std::vector<PlacedRows>& parts, int n, std::string* error) override;
+  float* final_rows() const override { return lnf_; }
+  float* spare_rows() const override { return h_; }
+  int channels() const override { return config_.channels; }
+  int padded_vocab() const override { return config_.padded_vocab_size; }
+  const void* head() const override { return p(off_.head); }
+  float logit_softcap() const override { return config_.nanochat() ? kLogitSoftcap : 0.f; }
   bool embed(const std::vector<PlacedRows>& parts, int n, std::string* error);
   bool layer_forward(int l, const std::vector<PlacedRows>& parts, int n, std::string* error);
-  // Head logits (softcapped for nanochat) of `rows` contiguous final-norm rows at x, downloaded.
-  bool head_logits(const float* x, int rows, std::vector<float>* out, std::string* error);
   size_t cache_layer() const { return static_cast<size_t>(context_) * config_.num_kv_heads * config_.head_dim; }
   // Layer l's cache in slot s.
   size_t cache_at(int s, int l) const { return (static_cast<size_t>(s) * config_.num_layers + l) * cache_layer(); }
@@ -75,8 +69,6 @@ class DecoderRuntime : public CachedLM {
   const float* mat(size_t offset, std::string* error);
   void release();
 
-  const nfn_op_table* ops_ = nullptr;
-  nfn_ctx* ctx_ = nullptr;
   DecoderConfig config_;
   DecoderOffsets off_;
   std::vector<int> windows_;
@@ -85,8 +77,6 @@ class DecoderRuntime : public CachedLM {
   float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (slots, L, maxT, NKV*HD) each
   float* embs_ = nullptr;  // (slots, context, C) nanochat: each cached position's normed embedding
   int context_ = 0;  // positions each cache holds
-  std::vector<int> pos_ = {0};  // positions in each slot's cache
-  int rows_ = 0;  // rows of the last forward
 
   // Per-forward buffers for up to cap_rows_ rows (grown on demand; growing drops their contents).
   void* act_block_ = nullptr;
@@ -98,7 +88,6 @@ class DecoderRuntime : public CachedLM {
   float *emb_ = nullptr, *en_ = nullptr, *x0_ = nullptr, *x_ = nullptr, *xm_ = nullptr, *h_ = nullptr,
         *rstd_ = nullptr, *qkv_ = nullptr, *qk_rstd_ = nullptr, *ve_ = nullptr, *atty_ = nullptr, *fc_ = nullptr,
         *act_ = nullptr, *mid_ = nullptr, *xb_ = nullptr, *lnf_ = nullptr, *losses_ = nullptr;
-  LogitBuffer logits_;  // (rows, Vp)
 };
 
 }  // namespace nfn

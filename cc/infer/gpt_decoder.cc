@@ -27,15 +27,11 @@ void GPTDecoder::release() {
   cap_rows_ = 0;
 }
 
-bool GPTDecoder::check(nfn_status s, const char* what, std::string* error) const {
-  if (s == NFN_OK) return true;
-  *error = op_error(*ops_, ctx_, what);
-  return false;
-}
-
 void* GPTDecoder::param(int i, int layer) const {
   return static_cast<float*>(params_) + offsets_[i] + static_cast<size_t>(layer) * per_layer_[i];
 }
+
+const void* GPTDecoder::head() const { return param(WTE); }
 
 bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config,
                       const std::vector<float>& params, std::string* error) {
@@ -64,11 +60,11 @@ bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& co
   if (!check(ops_->alloc(ctx_, params.size() * 4, &params_), "allocating parameters", error) ||
       !check(ops_->copy(ctx_, params_, params.data(), params.size() * 4, NFN_HOST_TO_DEVICE),
              "uploading parameters", error) ||
-      !alloc_cache(1, error))
+      !resize_slots(1, error))
     return false;
   // Ask the backend for the cached attention once, on the cache itself, so a library that
   // lacks it is named before any output is produced.
-  if (!ensure_rows(1, false, error)) return false;
+  if (!ensure_rows(1, error)) return false;
   const int C = config.channels;
   if (!check(ops_->fill(ctx_, qkv_, NFN_F32, 0.f, 3 * static_cast<size_t>(C)), "fill", error) ||
       !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, config.max_seq_len,
@@ -79,40 +75,19 @@ bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& co
   return true;
 }
 
-bool GPTDecoder::alloc_cache(int slots, std::string* error) {
+bool GPTDecoder::alloc_caches(int slots, std::string* error) {
   if (k_cache_) ops_->free(ctx_, k_cache_);
   k_cache_ = v_cache_ = nullptr;
-  pos_.assign(1, 0);
-  rows_ = 0;
   const size_t cache = static_cast<size_t>(slots) * config_.num_layers * config_.max_seq_len * config_.channels;
   void* kv = nullptr;
   if (!check(ops_->alloc(ctx_, 2 * cache * 4, &kv), "allocating the KV cache", error)) return false;
   k_cache_ = static_cast<float*>(kv);
   v_cache_ = k_cache_ + cache;
-  pos_.assign(slots, 0);
   return true;
 }
 
-void GPTDecoder::reset() {
-  std::fill(pos_.begin(), pos_.end(), 0);
-  rows_ = 0;
-}
-
-bool GPTDecoder::set_slots(int slots, std::string* error) {
-  if (slots < 1) {
-    *error = "slots must be >= 1, got " + std::to_string(slots);
-    return false;
-  }
-  if (slots == this->slots()) {
-    reset();
-    return true;
-  }
-  return alloc_cache(slots, error);
-}
-
-bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
-  const size_t C = config_.channels, Vp = config_.padded_vocab_size;
-  if (!logits_.reserve(logits_all ? n : 1, Vp, error)) return false;
+bool GPTDecoder::ensure_rows(int n, std::string* error) {
+  const size_t C = config_.channels;
   if (n <= cap_rows_) return true;
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
@@ -129,24 +104,6 @@ bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
   if (!alloc_arena(*ops_, ctx_, plan, "allocating activations", &act_block_, error)) return false;
   cap_rows_ = n;
   return true;
-}
-
-bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
-  *error = check_forward_block(*this, tokens, n);
-  if (!error->empty() || !ensure_rows(n, false, error)) return false;
-  return check(ops_->copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
-               "uploading tokens", error) &&
-         run({{0, pos_[0], 0, n}}, n, error);
-}
-
-bool GPTDecoder::forward_slots(const std::vector<SlotRows>& parts, const int32_t* tokens, std::string* error) {
-  std::vector<PlacedRows> placed;
-  int n = 0;
-  *error = place_rows(*this, parts, tokens, &placed, &n);
-  if (!error->empty() || !ensure_rows(n, false, error)) return false;
-  return check(ops_->copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE),
-               "uploading tokens", error) &&
-         run(placed, n, error);
 }
 
 // The forward of n rows (tokens_ uploaded) made of parts, each at its slot's positions.
@@ -187,40 +144,8 @@ bool GPTDecoder::run(const std::vector<PlacedRows>& parts, int n, std::string* e
                                 NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (fcproj)", error);
     if (!ok) return false;
   }
-  if (!check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LNFW), param(LNFB), n, C, NFN_F32),
-             "layernorm_forward (lnf)", error))
-    return false;
-  for (const PlacedRows& r : parts) pos_[r.slot] += r.n;
-  rows_ = n;
-  return true;
-}
-
-bool GPTDecoder::head_logits(const float* x, int rows, std::vector<float>* out, std::string* error) {
-  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
-  if (!logits_.reserve(rows, Vp, error) ||
-      !check(ops_->linear_forward(ctx_, logits_.data(), nullptr, x, param(WTE), nullptr, nullptr, rows, C, Vp,
-                                  NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (logits)", error))
-    return false;
-  return logits_.download(rows, V, Vp, out, error);
-}
-
-bool GPTDecoder::logits(bool all_rows, std::vector<float>* out, std::string* error) {
-  if (rows_ == 0) {
-    *error = "logits: no forward to read";
-    return false;
-  }
-  const int rows = all_rows ? rows_ : 1;
-  return head_logits(ln_ + static_cast<size_t>(rows_ - rows) * config_.channels, rows, out, error);
-}
-
-bool GPTDecoder::logits_rows(const std::vector<int>& rows, std::vector<float>* out, std::string* error) {
-  *error = check_rows(rows_, rows);
-  if (!error->empty()) return false;
-  const size_t C = config_.channels;
-  for (size_t i = 0; i < rows.size(); ++i)  // gathered into atty_, free once the forward is done
-    if (!check(ops_->copy(ctx_, atty_ + i * C, ln_ + rows[i] * C, C * 4, NFN_DEVICE_TO_DEVICE), "copy", error))
-      return false;
-  return head_logits(atty_, static_cast<int>(rows.size()), out, error);
+  return check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LNFW), param(LNFB), n, C, NFN_F32),
+               "layernorm_forward (lnf)", error);
 }
 
 bool GPTDecoder::losses(const int32_t* targets, std::vector<float>* out, std::string* error) {
