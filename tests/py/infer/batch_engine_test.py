@@ -14,7 +14,7 @@ import torch
 
 from nfn import _native
 from decoder_reference import llama_logits, nanochat_logits, random_weights, split
-from decoder_engine_test import LLAMA, NANOCHAT, write_weights
+from decoder_engine_test import LLAMA, NANOCHAT, op_libraries, write_weights
 
 LENGTHS = (3, 7, 1, 5)
 NEW = 6
@@ -25,10 +25,7 @@ class BatchEngineTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.addCleanup(self.dir.cleanup)
-        self.libraries = [""]
-        emulated = os.environ.get("NFN_EMULATED_CUDA_OPS_LIB")
-        if emulated:
-            self.libraries.append(os.path.abspath(emulated))
+        self.libraries = op_libraries()
 
     def check(self, make, V, T, reference=None):
         """make(library) opens an engine; reference(seq) gives a sequence's float64 logits (T, V)."""
