@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Prefill and decode tokens/s of nfn's engine against a PyTorch CPU reference of the same weights.
 
-For each prompt length, nfn's rows are those of `nfn bench infer` (one weights format a row:
-f32, q8_0, q4_1, nf4) and PyTorch's are a llama forward with a KV cache written here, on the
-same f32 weights, in the modes asked for (--torch-modes):
+For each batch size and prompt length, nfn's rows are those of `nfn bench infer` (one weights
+format a row: f32, bf16, q8_0, q4_1, nf4) and PyTorch's are a llama forward with a KV cache
+written here, on the same f32 weights, in the modes asked for (--torch-modes):
 
     eager-f32            f32 weights and activations
     eager-bf16-autocast  f32 weights under torch.autocast("cpu", bfloat16)
@@ -11,11 +11,14 @@ same f32 weights, in the modes asked for (--torch-modes):
     compile-f32          torch.compile of a static-shape step (the cache attended whole, masked)
     compile-bf16         the same with bf16 weights
 
-Every row is batch 1 (nfn's engine decodes one sequence). Each configuration runs in a fresh
+Batch B: B prompts of the length (the same random ids on both sides) generated together; nfn
+gives each a cache slot, the reference a batch dimension. Each configuration runs in a fresh
 process, so its peak resident set (VmHWM) is its own; each times --repeats greedy generations
-of --new-tokens tokens after the same random prompt, after one untimed one, and reports
-medians. `ratio` is an nfn row over PyTorch's fastest mode at that prompt length; the last JSON
-key, "ratio", is nfn's fastest over PyTorch's fastest, the median over the prompt lengths.
+of --new-tokens tokens after the same random prompts, after one untimed one, and reports
+medians; tokens/s counts every sequence's. `ratio` is an nfn row over PyTorch's fastest mode
+at that batch and prompt length; "ratio_by_batch" is nfn's fastest over PyTorch's fastest, the
+median over the prompt lengths, for each batch; the last JSON key, "ratio", is the smallest
+batch's (batch 1 unless --batch leaves it out).
 
 Before measuring, the tool checks that the reference runs the same model: the greedy tokens of
 nfn (f32) and of the reference (eager-f32) after a short prompt must be equal (exit 1 if not).
@@ -45,8 +48,9 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=False, help="a llama checkpoint: artifact name, directory or weights file")
     p.add_argument("--prompt-lengths", default="16,128,512", help="prompt lengths in tokens (default: 16,128,512)")
+    p.add_argument("--batch", default="1", help="batch sizes (default: 1)")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generated a run (default: 64)")
-    p.add_argument("--weights", default="f32,q8_0,q4_1,nf4", help="nfn's weight formats (default: all four)")
+    p.add_argument("--weights", default="f32,bf16,q8_0,q4_1,nf4", help="nfn's weight formats (default: all five)")
     p.add_argument("--torch-modes", default=",".join(TORCH_MODES),
                    help=f"the reference's modes (default: {','.join(TORCH_MODES)})")
     p.add_argument("--repeats", type=int, default=3, help="timed generations a configuration (default: 3)")
@@ -90,10 +94,11 @@ def read_llama(path):
 class TorchLlama:
     """Hugging Face LlamaForCausalLM's forward (RMSNorm with weight, rotary on half-pairs,
     grouped-query attention, SwiGLU, tied or separate head) with a KV cache of `context`
-    positions. static=False attends to the cache's filled part (eager); static=True attends to
-    the whole cache under a mask, so shapes do not change from token to token (torch.compile)."""
+    positions for each of `batch` sequences. static=False attends to the cache's filled part
+    (eager); static=True attends to the whole cache under a mask, so shapes do not change from
+    token to token (torch.compile)."""
 
-    def __init__(self, torch, geom, tensors, context, dtype="f32", static=False):
+    def __init__(self, torch, geom, tensors, context, dtype="f32", static=False, batch=1):
         self.torch, self.F = torch, torch.nn.functional
         self.L, self.NH, self.NKV, self.HD = (geom[k] for k in ("num_layers", "num_heads", "num_kv_heads", "head_dim"))
         self.V, self.eps = geom["vocab_size"], float(geom.get("norm_eps", 1e-5))
@@ -107,7 +112,7 @@ class TorchLlama:
         ang = torch.outer(torch.arange(context, dtype=torch.float64), inv)
         ang = torch.cat([ang, ang], -1)
         self.cos, self.sin = ang.cos().to(wdt), ang.sin().to(wdt)
-        self.k = torch.zeros(self.L, self.NKV, context, self.HD, dtype=wdt)
+        self.k = torch.zeros(self.L, batch, self.NKV, context, self.HD, dtype=wdt)
         self.v = torch.zeros_like(self.k)
         self.causal = torch.ones(context, context, dtype=torch.bool).tril()
 
@@ -116,14 +121,17 @@ class TorchLlama:
         h = h * self.torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return (h * weight).to(x.dtype)
 
-    def rotary(self, x, cos, sin):  # x (n, heads, HD); cos, sin (n, 1, HD)
+    def rotary(self, x, cos, sin):  # x (B, n, heads, HD); cos, sin (n, 1, HD)
         half = self.HD // 2
         return x * cos + self.torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
     def step(self, ids, pos):
-        """Logits (n, V) of ids (n,) at positions pos (n,), their keys and values cached there."""
+        """Logits (B, n, V) of ids (B, n) at positions pos (n,), the same for every sequence, their
+        keys and values cached there; ids (n,) gives logits (n, V) (a batch of one)."""
+        if ids.dim() == 1:
+            return self.step(ids[None], pos)[0]
         torch, F, w = self.torch, self.F, self.w
-        n = ids.shape[0]
+        B, n = ids.shape
         x = w["model.embed_tokens.weight"][ids]
         cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
         end = None if self.static else int(pos[-1]) + 1
@@ -131,14 +139,15 @@ class TorchLlama:
         for i in range(self.L):
             pre = f"model.layers.{i}."
             h = self.rms(x, w[pre + "input_layernorm.weight"])
-            q = self.rotary(F.linear(h, w[pre + "self_attn.q_proj.weight"]).view(n, self.NH, self.HD), cos, sin)
-            k = self.rotary(F.linear(h, w[pre + "self_attn.k_proj.weight"]).view(n, self.NKV, self.HD), cos, sin)
-            v = F.linear(h, w[pre + "self_attn.v_proj.weight"]).view(n, self.NKV, self.HD)
-            self.k[i].index_copy_(1, pos, k.transpose(0, 1).to(self.k.dtype))
-            self.v[i].index_copy_(1, pos, v.transpose(0, 1).to(self.v.dtype))
-            keys, values = (self.k[i], self.v[i]) if self.static else (self.k[i, :, :end], self.v[i, :, :end])
-            q = q.transpose(0, 1)[None]
-            keys, values = keys[None].to(q.dtype), values[None].to(q.dtype)
+            q = self.rotary(F.linear(h, w[pre + "self_attn.q_proj.weight"]).view(B, n, self.NH, self.HD), cos, sin)
+            k = self.rotary(F.linear(h, w[pre + "self_attn.k_proj.weight"]).view(B, n, self.NKV, self.HD), cos, sin)
+            v = F.linear(h, w[pre + "self_attn.v_proj.weight"]).view(B, n, self.NKV, self.HD)
+            self.k[i, :B].index_copy_(2, pos, k.transpose(1, 2).to(self.k.dtype))
+            self.v[i, :B].index_copy_(2, pos, v.transpose(1, 2).to(self.v.dtype))
+            keys, values = ((self.k[i, :B], self.v[i, :B]) if self.static
+                            else (self.k[i, :B, :, :end], self.v[i, :B, :, :end]))
+            q = q.transpose(1, 2)
+            keys, values = keys.to(q.dtype), values.to(q.dtype)
             if self.static:
                 y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
             elif n == 1:
@@ -148,7 +157,7 @@ class TorchLlama:
             else:
                 y = F.scaled_dot_product_attention(q, keys, values, attn_mask=self.causal[pos, :end],
                                                    enable_gqa=True)
-            x = x + F.linear(y[0].transpose(0, 1).reshape(n, self.NH * self.HD), w[pre + "self_attn.o_proj.weight"])
+            x = x + F.linear(y.transpose(1, 2).reshape(B, n, self.NH * self.HD), w[pre + "self_attn.o_proj.weight"])
             h = self.rms(x, w[pre + "post_attention_layernorm.weight"])
             g = F.silu(F.linear(h, w[pre + "mlp.gate_proj.weight"])) * F.linear(h, w[pre + "mlp.up_proj.weight"])
             x = x + F.linear(g, w[pre + "mlp.down_proj.weight"])
@@ -158,58 +167,70 @@ class TorchLlama:
 class Generator:
     """Greedy generation through a TorchLlama in one of TORCH_MODES."""
 
-    def __init__(self, torch, geom, tensors, context, mode):
+    def __init__(self, torch, geom, tensors, context, mode, batch=1):
         self.torch = torch
         compiled, dtype = mode.startswith("compile"), "bf16" if mode in ("eager-bf16", "compile-bf16") else "f32"
-        self.model = TorchLlama(torch, geom, tensors, context, dtype, static=compiled)
+        self.model = TorchLlama(torch, geom, tensors, context, dtype, static=compiled, batch=batch)
         self.autocast = mode == "eager-bf16-autocast"
         self.step = torch.compile(self.model.step, dynamic=False) if compiled else self.model.step
 
     def forward(self, ids, start):
+        """Logits (B, n, V) of ids (B lists of n) at positions start..start+n."""
         torch = self.torch
-        pos = torch.arange(start, start + len(ids))
+        pos = torch.arange(start, start + len(ids[0]))
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
             return self.step(torch.tensor(ids), pos)
 
-    def generate(self, prompt, n):
-        """(tokens, prefill seconds, decode seconds), as nfn's engine counts them."""
+    def generate_batch(self, prompts, n):
+        """(each prompt's tokens, prefill seconds, decode seconds) of prompts of one length, as
+        nfn's engine counts them."""
         t0 = time.perf_counter()
-        logits = self.forward(prompt, 0)[-1]
+        logits = self.forward(prompts, 0)[:, -1]
         prefill = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = [int(logits.argmax())]
-        while len(out) < n:
-            out.append(int(self.forward(out[-1:], len(prompt) + len(out) - 1)[-1].argmax()))
+        out = [[int(t)] for t in logits.argmax(-1)]
+        while len(out[0]) < n:
+            logits = self.forward([o[-1:] for o in out], len(prompts[0]) + len(out[0]) - 1)[:, -1]
+            for o, t in zip(out, logits.argmax(-1)):
+                o.append(int(t))
         return out, prefill, time.perf_counter() - t0
+
+    def generate(self, prompt, n):
+        """(tokens, prefill seconds, decode seconds) of one prompt."""
+        out, prefill, decode = self.generate_batch([prompt], n)
+        return out[0], prefill, decode
 
 
 def torch_worker(cfg):
     """One reference configuration, as nfn.bench.worker measures nfn's: one JSON line."""
     import torch
-    from nfn.bench.infer import prompt_tokens
+    from nfn.bench.infer import batch_prompts
     from nfn.bench.worker import peak_rss_bytes, proc_status_bytes
     torch.set_num_threads(cfg["threads"])
     base_rss = proc_status_bytes("VmRSS")
     t0 = time.perf_counter()
     geom, tensors = read_llama(cfg["weights_file"])
-    gen = Generator(torch, geom, tensors, cfg["context"], cfg["mode"])
+    batch = cfg["batch"]
+    gen = Generator(torch, geom, tensors, cfg["context"], cfg["mode"], batch)
     del tensors
-    prompt = prompt_tokens(cfg["prompt_tokens"], geom["vocab_size"], cfg["seed"])
+    prompts = batch_prompts(batch, cfg["prompt_tokens"], geom["vocab_size"], cfg["seed"])
+    prompt = prompts[0]
     n = cfg["new_tokens"]
     load_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    gen.generate(prompt, min(n, 2))  # untimed: compilation, first touches
+    gen.generate_batch(prompts, min(n, 2))  # untimed: compilation, first touches
     warmup_seconds = time.perf_counter() - t0
     prefill, decode, tokens = [], [], None
     for _ in range(cfg["repeats"]):
-        tokens, p, d = gen.generate(prompt, n)
-        prefill.append(len(prompt) / p)
+        out, p, d = gen.generate_batch(prompts, n)
+        tokens = out[0]
+        prefill.append(batch * len(prompt) / p)
         if n > 1:
-            decode.append((n - 1) / d)
+            decode.append(batch * (n - 1) / d)
     weight_bytes = sum(t.numel() * t.element_size() for t in gen.model.w.values())
     end_rss = proc_status_bytes("VmRSS")
     print(json.dumps({
-        "mode": cfg["mode"], "prompt_tokens": len(prompt), "new_tokens": n, "weight_bytes": weight_bytes,
+        "mode": cfg["mode"], "batch": batch, "prompt_tokens": len(prompt), "new_tokens": n, "weight_bytes": weight_bytes,
         "load_seconds": load_seconds, "warmup_seconds": warmup_seconds,
         "prefill_tokens_per_second": statistics.median(prefill),
         "decode_tokens_per_second": statistics.median(decode) if decode else None,
@@ -223,7 +244,7 @@ def run_torch_config(cfg, timeout):
     import nfn
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "py")] + [p for p in sys.path if p]))
     cfg = dict(cfg, nfn_path=list(nfn.__path__))
-    where = {"mode": cfg["mode"], "prompt_tokens": cfg["prompt_tokens"]}
+    where = {"mode": cfg["mode"], "batch": cfg["batch"], "prompt_tokens": cfg["prompt_tokens"]}
     try:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(cfg)],
                               capture_output=True, text=True, timeout=timeout, env=env)
@@ -265,9 +286,10 @@ def fastest(rows, key):
     return max(done, key=lambda k: done[k][key]) if done else None
 
 
-def compare(p, nfn_rows, torch_rows):
-    """One prompt length's rows, with each nfn row's ratios to PyTorch's fastest mode."""
-    out = {"prompt_tokens": p, "nfn": nfn_rows, "pytorch": torch_rows, "pytorch_fastest": {}, "ratio": {}}
+def compare(batch, p, nfn_rows, torch_rows):
+    """One batch size and prompt length's rows, with each nfn row's ratios to PyTorch's fastest
+    mode."""
+    out = {"batch": batch, "prompt_tokens": p, "nfn": nfn_rows, "pytorch": torch_rows, "pytorch_fastest": {}, "ratio": {}}
     for phase in ("prefill", "decode"):
         key = f"{phase}_tokens_per_second"
         best = fastest(torch_rows, key)
@@ -297,7 +319,7 @@ def overall_ratio(rows):
 
 
 def progress(side, name, row):
-    print(f"bench_infer: {side} {name} prompt {row.get('prompt_tokens')}: " +
+    print(f"bench_infer: {side} {name} batch {row.get('batch')} prompt {row.get('prompt_tokens')}: " +
           (f"error {row['error']}" if "error" in row else
            f"prefill {row['prefill_tokens_per_second']:.1f} decode {row['decode_tokens_per_second'] or 0:.1f} tok/s, "
            f"peak RSS {row['peak_rss_bytes'] / 1e6:.0f} MB"), file=sys.stderr, flush=True)
@@ -317,19 +339,22 @@ def format_text(result):
     h = result["host"]
     lines = [f"checkpoint {result['checkpoint']}; cpu {h['cpu']['model']} ({' '.join(h['cpu']['features'])}), "
              f"{h['cores']} cores, {result['threads']} threads; context {result['context']}, "
-             f"{result['new_tokens']} new tokens, median of {result['repeats']}; batch 1",
+             f"{result['new_tokens']} new tokens, median of {result['repeats']}; tokens/s count every "
+             "sequence of a batch",
              f"same-model check: greedy tokens {'equal' if result['check'].get('equal') else 'DIFFER'}"
              if not result["check"].get("skipped") else "same-model check: skipped"]
     for row in result["rows"]:
-        lines += ["", f"prompt {row['prompt_tokens']} tokens (greedy tokens nfn f32 = pytorch eager-f32: "
+        lines += ["", f"batch {row['batch']}, prompt {row['prompt_tokens']} tokens (greedy tokens nfn f32 = "
+                      "pytorch eager-f32: "
                       f"{row['greedy_tokens_matching']})",
                   f"{'side':8s} {'weights / mode':20s} {'prefill':>9s} {'ratio':>6s} {'decode':>9s} {'ratio':>6s} "
                   f"{'weights MB':>10s} {'peak RSS':>9s} {'end RSS':>9s}"]
         lines += [fmt_row("nfn", k, r, row["ratio"].get(k)) for k, r in row["nfn"].items()]
         lines += [fmt_row("pytorch", k, r) for k, r in row["pytorch"].items()]
-    r = result["ratio"]
-    lines += ["", "ratio (nfn fastest / pytorch fastest, median over prompt lengths): "
-                  + ", ".join(f"{k} {v:.2f}" if v else f"{k} n/a" for k, v in r.items())]
+    lines.append("")
+    for batch, r in result["ratio_by_batch"].items():
+        lines.append(f"batch {batch} ratio (nfn fastest / pytorch fastest, median over prompt lengths): "
+                     + ", ".join(f"{k} {v:.2f}" if v else f"{k} n/a" for k, v in r.items()))
     return "\n".join(lines)
 
 
@@ -346,6 +371,7 @@ def main(argv=None):
     from nfn.errors import UserError
     try:
         lengths = infer.parse_counts(args.prompt_lengths, "--prompt-lengths")
+        batches = infer.parse_counts(args.batch, "--batch")
         path, family, geom, parameters = infer.describe(args.checkpoint)
         if family != "llama":
             raise UserError(f"{path}: a {family} checkpoint; the PyTorch reference here is a llama")
@@ -368,20 +394,24 @@ def main(argv=None):
               f"pytorch {check['pytorch']}", file=sys.stderr)
         return 1
     rows = []
-    for p in lengths:
-        base = {"prompt_tokens": p, "new_tokens": args.new_tokens, "repeats": args.repeats, "threads": threads,
-                "context": context, "seed": 0}
-        nfn_rows, torch_rows = {}, {}
-        for fmt in formats:
-            nfn_rows[fmt] = infer.run_config(dict(base, checkpoint=path, weights=fmt, backend="cpu"), args.timeout)
-            progress("nfn", fmt, nfn_rows[fmt])
-        for mode in modes:
-            torch_rows[mode] = run_torch_config(dict(base, weights_file=path, mode=mode), args.timeout)
-            progress("pytorch", mode, torch_rows[mode])
-        rows.append(compare(p, nfn_rows, torch_rows))
+    for batch in batches:
+        for p in lengths:
+            base = {"batch": batch, "prompt_tokens": p, "new_tokens": args.new_tokens, "repeats": args.repeats,
+                    "threads": threads, "context": context, "seed": 0}
+            nfn_rows, torch_rows = {}, {}
+            for fmt in formats:
+                nfn_rows[fmt] = infer.run_config(dict(base, checkpoint=path, weights=fmt, backend="cpu"),
+                                                 args.timeout)
+                progress("nfn", fmt, nfn_rows[fmt])
+            for mode in modes:
+                torch_rows[mode] = run_torch_config(dict(base, weights_file=path, mode=mode), args.timeout)
+                progress("pytorch", mode, torch_rows[mode])
+            rows.append(compare(batch, p, nfn_rows, torch_rows))
+    by_batch = {b: overall_ratio([r for r in rows if r["batch"] == b]) for b in batches}
     result = {"checkpoint": path, "family": family, "parameters": parameters, "host": host, "threads": threads,
-              "context": context, "batch": 1, "batch_note": infer.BATCH_NOTE, "new_tokens": args.new_tokens,
-              "repeats": args.repeats, "check": check, "rows": rows, "ratio": overall_ratio(rows)}
+              "context": context, "batch": batches, "batch_note": infer.BATCH_NOTE, "new_tokens": args.new_tokens,
+              "repeats": args.repeats, "check": check, "rows": rows, "ratio_by_batch": by_batch,
+              "ratio": by_batch[batches[0]]}
     print(json.dumps(result, indent=1) if args.json else format_text(result))
     failed = any("error" in r for row in rows for r in list(row["nfn"].values()) + list(row["pytorch"].values()))
     return 1 if failed or None in result["ratio"].values() else 0

@@ -25,12 +25,6 @@ void DecoderRuntime::release() {
   cap_rows_ = 0;
 }
 
-bool DecoderRuntime::check(nfn_status s, const char* what, std::string* error) const {
-  if (s == NFN_OK) return true;
-  *error = op_error(*ops_, ctx_, what);
-  return false;
-}
-
 bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config,
                           const std::vector<float>& params, std::string* error, int quant, int context) {
   release();
@@ -56,25 +50,30 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   context_ = context > 0 ? std::min(context, config.max_seq_len) : config.max_seq_len;
   off_ = decoder_offsets(config);
   windows_ = layer_windows(config);
-  const size_t KD = static_cast<size_t>(config.num_kv_heads) * config.head_dim;
-  const size_t cache = static_cast<size_t>(config.num_layers) * context_ * KD;
-  if (!weights_.upload(ops_, ctx_, config, params, kF32, quant, error) ||
-      !check(ops_->alloc(ctx_, (2 * cache + (config.nanochat() ? static_cast<size_t>(context_) * config.channels : 0)) * 4,
-                         &state_), "allocating the KV cache", error))
-    return false;
-  k_cache_ = static_cast<float*>(state_);
-  v_cache_ = k_cache_ + cache;
-  embs_ = v_cache_ + cache;
+  if (!weights_.upload(ops_, ctx_, config, params, kF32, quant, error) || !resize_slots(1, error)) return false;
   // Ask the backend for the cached attention once, on the cache itself, so a library that
   // lacks it (or this geometry) is named before any output is produced.
-  if (!ensure_rows(1, false, error)) return false;
+  if (!ensure_rows(1, error)) return false;
   const int QKV = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
   if (!check(ops_->fill(ctx_, qkv_, kF32, 0.f, QKV), "fill", error) ||
       !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, context_,
                                        config.num_heads, config.num_kv_heads, config.head_dim, windows_[0], kF32),
              "attention_kv_cached", error))
     return false;
-  pos_ = rows_ = 0;
+  reset();
+  return true;
+}
+
+bool DecoderRuntime::alloc_caches(int slots, std::string* error) {
+  if (state_) ops_->free(ctx_, state_);
+  state_ = nullptr;
+  k_cache_ = v_cache_ = embs_ = nullptr;
+  const size_t cache = static_cast<size_t>(slots) * config_.num_layers * cache_layer(),
+               embs = config_.nanochat() ? static_cast<size_t>(slots) * context_ * config_.channels : 0;
+  if (!check(ops_->alloc(ctx_, (2 * cache + embs) * 4, &state_), "allocating the KV cache", error)) return false;
+  k_cache_ = static_cast<float*>(state_);
+  v_cache_ = k_cache_ + cache;
+  embs_ = v_cache_ + cache;
   return true;
 }
 
@@ -82,12 +81,11 @@ const float* DecoderRuntime::mat(size_t offset, std::string* error) {
   return static_cast<const float*>(weights_.matrix(offset, error));
 }
 
-bool DecoderRuntime::ensure_rows(int n, bool logits_all, std::string* error) {
+bool DecoderRuntime::ensure_rows(int n, std::string* error) {
   const DecoderConfig& c = config_;
-  const size_t C = c.channels, Vp = c.padded_vocab_size, QD = static_cast<size_t>(c.num_heads) * c.head_dim,
+  const size_t C = c.channels, QD = static_cast<size_t>(c.num_heads) * c.head_dim,
                KD = static_cast<size_t>(c.num_kv_heads) * c.head_dim, H = c.hidden,
                Hf = c.nanochat() ? H : 2 * H;
-  if (!logits_.reserve(logits_all ? n : 1, Vp, error)) return false;
   if (n <= cap_rows_) return true;
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
@@ -121,40 +119,48 @@ bool DecoderRuntime::ensure_rows(int n, bool logits_all, std::string* error) {
 }
 
 // The token embedding into x; nanochat's is normed and smeared: x0[t] = e[t] + lam sigmoid(
-// e[t,:24] . w) e[t-1], where the row before the block's first is the cached position's before
-// it (embs_ keeps every cached position's), or zeros at position 0.
-bool DecoderRuntime::embed(int n, std::string* error) {
+// e[t,:24] . w) e[t-1], where the row before a part's first is its slot's cached position before
+// it (embs_ keeps every cached position's), or zeros at position 0. Each part works on its rows
+// of en_ and x0_ with the row before them (the previous part's last): parts run last to first,
+// so a part overwrites only rows that an earlier part rewrites after it.
+bool DecoderRuntime::embed(const std::vector<PlacedRows>& parts, int n, std::string* error) {
   const nfn_op_table& o = *ops_;
   const int C = config_.channels;
-  const size_t NC = static_cast<size_t>(n) * C;
   if (!config_.nanochat())
     return check(o.embedding_forward(ctx_, x_, tokens_, p(off_.wte), nullptr, 1, n, C, kF32), "embedding_forward",
                  error);
-  const bool first = pos_ == 0;
-  return check(o.embedding_forward(ctx_, emb_, tokens_, p(off_.wte), nullptr, 1, n, C, kF32), "embedding_forward",
-               error) &&
-         check(o.rmsnorm_forward(ctx_, en_ + C, rstd_, emb_, nullptr, n, C, config_.norm_eps, kF32),
-               "rmsnorm_forward (embedding)", error) &&
-         check(first ? o.fill(ctx_, en_, kF32, 0.f, C)
-                     : o.copy(ctx_, en_, embs_ + static_cast<size_t>(pos_ - 1) * C, static_cast<size_t>(C) * 4,
-                              NFN_DEVICE_TO_DEVICE),
-               "the previous embedding", error) &&
-         check(o.copy(ctx_, x0_, en_, (NC + C) * 4, NFN_DEVICE_TO_DEVICE), "copy", error) &&
-         check(o.gated_add_forward(ctx_, x0_, en_, p(off_.smear_gate), p(off_.smear_lambda), en_, n + 1, n + 1, 1, C,
-                                   kSmearGateChannels, 1, C, C, C, 1.f, kF32), "gated_add_forward (smear)", error) &&
-         check(o.copy(ctx_, embs_ + static_cast<size_t>(pos_) * C, en_ + C, NC * 4, NFN_DEVICE_TO_DEVICE), "copy",
-               error) &&
-         check(o.copy(ctx_, x_, x0_ + C, NC * 4, NFN_DEVICE_TO_DEVICE), "copy", error);
+  if (!check(o.embedding_forward(ctx_, emb_, tokens_, p(off_.wte), nullptr, 1, n, C, kF32), "embedding_forward",
+             error))
+    return false;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    const size_t r0 = static_cast<size_t>(it->row0) * C, NC = static_cast<size_t>(it->n) * C;
+    float *en = en_ + r0, *x0 = x0_ + r0, *embs = embs_ + static_cast<size_t>(it->slot) * context_ * C;
+    const bool ok =
+        check(o.rmsnorm_forward(ctx_, en + C, rstd_, emb_ + r0, nullptr, it->n, C, config_.norm_eps, kF32),
+              "rmsnorm_forward (embedding)", error) &&
+        check(it->pos == 0 ? o.fill(ctx_, en, kF32, 0.f, C)
+                           : o.copy(ctx_, en, embs + static_cast<size_t>(it->pos - 1) * C,
+                                    static_cast<size_t>(C) * 4, NFN_DEVICE_TO_DEVICE),
+              "the previous embedding", error) &&
+        check(o.copy(ctx_, x0, en, (NC + C) * 4, NFN_DEVICE_TO_DEVICE), "copy", error) &&
+        check(o.gated_add_forward(ctx_, x0, en, p(off_.smear_gate), p(off_.smear_lambda), en, it->n + 1, it->n + 1,
+                                  1, C, kSmearGateChannels, 1, C, C, C, 1.f, kF32), "gated_add_forward (smear)",
+              error) &&
+        check(o.copy(ctx_, embs + static_cast<size_t>(it->pos) * C, en + C, NC * 4, NFN_DEVICE_TO_DEVICE), "copy",
+              error);
+    if (!ok) return false;
+  }
+  return check(o.copy(ctx_, x_, x0_ + C, static_cast<size_t>(n) * C * 4, NFN_DEVICE_TO_DEVICE), "copy", error);
 }
 
-bool DecoderRuntime::layer_forward(int l, int n, std::string* error) {
+bool DecoderRuntime::layer_forward(int l, const std::vector<PlacedRows>& parts, int n, std::string* error) {
   const DecoderConfig& c = config_;
   const nfn_op_table& o = *ops_;
   const DecoderOffsets::Layer& w = off_.layers[l];
   const bool nano = c.nanochat();
   const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = c.head_dim, QD = NH * HD, KD = NKV * HD,
-            QKV = QD + 2 * KD, H = c.hidden, Hf = nano ? H : 2 * H, maxT = context_;
-  const size_t NC = static_cast<size_t>(n) * C, cache_layer = static_cast<size_t>(maxT) * KD;
+            QKV = QD + 2 * KD, H = c.hidden, Hf = nano ? H : 2 * H;
+  const size_t NC = static_cast<size_t>(n) * C;
   const float eps = c.norm_eps;
   if (nano && !check(o.scaled_sum_forward(ctx_, xm_, x_, x0_ + C, p(off_.resid + l), p(off_.x0l + l), 1.f, 1.f, NC,
                                           kF32), "scaled_sum_forward (lambdas)", error))
@@ -173,13 +179,21 @@ bool DecoderRuntime::layer_forward(int l, int n, std::string* error) {
                                               kValueGateChannels, 0, QKV, C, KD, kValueGateScale, kF32),
                           "gated_add_forward (value embedding)", error)))
     return false;
-  if (!check(o.rope_forward(ctx_, qkv_, qkv_, n, n, pos_, QKV, NH, NKV, HD, c.rope_theta, nano ? -1 : 1, kF32),
-             "rope_forward", error) ||
-      (nano && !check(o.head_rmsnorm_forward(ctx_, qkv_, qk_rstd_, qkv_, n, NH + NKV, HD, QKV, kQkNormScale, eps,
-                                             kF32), "head_rmsnorm_forward (QK-norm)", error)) ||
-      !check(o.attention_kv_cached(ctx_, atty_, k_cache_ + l * cache_layer, v_cache_ + l * cache_layer, qkv_, 1, n,
-                                   pos_, maxT, NH, NKV, HD, windows_[l], kF32), "attention_kv_cached", error) ||
-      !(wm = mat(w.o, error)) ||
+  for (const PlacedRows& r : parts)  // rotary at each part's own positions
+    if (!check(o.rope_forward(ctx_, qkv_ + static_cast<size_t>(r.row0) * QKV, qkv_ + static_cast<size_t>(r.row0) * QKV,
+                              r.n, r.n, r.pos, QKV, NH, NKV, HD, c.rope_theta, nano ? -1 : 1, kF32),
+               "rope_forward", error))
+      return false;
+  if (nano && !check(o.head_rmsnorm_forward(ctx_, qkv_, qk_rstd_, qkv_, n, NH + NKV, HD, QKV, kQkNormScale, eps,
+                                            kF32), "head_rmsnorm_forward (QK-norm)", error))
+    return false;
+  for (const PlacedRows& r : parts)  // attention over each part's own cache
+    if (!check(o.attention_kv_cached(ctx_, atty_ + static_cast<size_t>(r.row0) * QD, k_cache_ + cache_at(r.slot, l),
+                                     v_cache_ + cache_at(r.slot, l), qkv_ + static_cast<size_t>(r.row0) * QKV, 1,
+                                     r.n, r.pos, context_, NH, NKV, HD, windows_[l], kF32),
+               "attention_kv_cached", error))
+      return false;
+  if (!(wm = mat(w.o, error)) ||      !(wm = mat(w.o, error)) ||
       !check(o.linear_forward(ctx_, x_, nullptr, atty_, wm, nullptr, block_in, n, QD, C, NFN_EPILOGUE_NONE, kF32),
              "linear_forward (attention output)", error) ||
       !check(o.rmsnorm_forward(ctx_, h_, rstd_, x_, nano ? nullptr : p(w.mlp_norm), n, C, eps, kF32),
@@ -199,47 +213,20 @@ bool DecoderRuntime::layer_forward(int l, int n, std::string* error) {
           check(o.copy(ctx_, mid_, x_, NC * 4, NFN_DEVICE_TO_DEVICE), "copy", error));
 }
 
-bool DecoderRuntime::forward(const int32_t* tokens, int n, std::string* error) {
-  *error = check_forward_block(*this, tokens, n);
-  if (!error->empty() || !ensure_rows(n, false, error)) return false;
+// The forward of n rows (tokens_ uploaded) made of parts, each at its slot's positions.
+bool DecoderRuntime::run(const std::vector<PlacedRows>& parts, int n, std::string* error) {
   const nfn_op_table& o = *ops_;
   const int C = config_.channels;
   const bool nano = config_.nanochat();
-  if (!check(o.copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE), "uploading tokens",
-             error) ||
-      !embed(n, error))
-    return false;
+  if (!embed(parts, n, error)) return false;
   for (int l = 0; l < config_.num_layers; ++l)
-    if (!layer_forward(l, n, error)) return false;
+    if (!layer_forward(l, parts, n, error)) return false;
   // nanochat's backout, x - lam x_mid, then the final norm.
   if (nano && !check(o.scaled_sum_forward(ctx_, xb_, x_, mid_, nullptr, p(off_.backout), 1.f, -1.f,
                                           static_cast<size_t>(n) * C, kF32), "scaled_sum_forward (backout)", error))
     return false;
-  if (!check(o.rmsnorm_forward(ctx_, lnf_, rstd_, nano ? xb_ : x_, nano ? nullptr : p(off_.final_norm), n, C,
-                               config_.norm_eps, kF32), "rmsnorm_forward (final)", error))
-    return false;
-  pos_ += n;
-  rows_ = n;
-  return true;
-}
-
-bool DecoderRuntime::logits(bool all_rows, std::vector<float>* out, std::string* error) {
-  if (rows_ == 0) {
-    *error = "logits: no forward to read";
-    return false;
-  }
-  if (!ensure_rows(rows_, all_rows, error)) return false;
-  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
-  const int rows = all_rows ? rows_ : 1;
-  const size_t count = static_cast<size_t>(rows) * Vp;
-  const float* x = lnf_ + static_cast<size_t>(rows_ - rows) * C;
-  if (!check(ops_->linear_forward(ctx_, logits_.data(), nullptr, x, p(off_.head), nullptr, nullptr, rows, C, Vp,
-                                  NFN_EPILOGUE_NONE, kF32), "linear_forward (logits)", error) ||
-      (config_.nanochat() &&
-       !check(ops_->softcap_forward(ctx_, logits_.data(), logits_.data(), count, kLogitSoftcap, kF32),
-              "softcap_forward", error)))
-    return false;
-  return logits_.download(rows, V, Vp, out, error);
+  return check(o.rmsnorm_forward(ctx_, lnf_, rstd_, nano ? xb_ : x_, nano ? nullptr : p(off_.final_norm), n, C,
+                                 config_.norm_eps, kF32), "rmsnorm_forward (final)", error);
 }
 
 bool DecoderRuntime::losses(const int32_t* targets, std::vector<float>* out, std::string* error) {

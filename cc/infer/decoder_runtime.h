@@ -8,22 +8,25 @@
 // With a quantization type (cc/util/quant.h: q8_0, q4_1, nf4) the blocks' linear weights (the
 // fused qkv, the attention output, the MLP's up and down) stay block-quantized on the backend
 // and each is dequantized into one scratch matrix just before its GEMM, so the weights take
-// about their quantized size; embeddings, head, norms and gates stay f32.
+// about their quantized size; embeddings, head, norms and gates stay f32. kMatricesBf16 keeps
+// the same matrices as bf16 words, widened by the convert op before each GEMM.
+//
+// Batched generation (set_slots, forward_slots): one cache a sequence, all of them in one
+// allocation; a forward's rows from several slots share every GEMM.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "cc/infer/cached_lm.h"
-#include "cc/infer/logit_buffer.h"
+#include "cc/infer/slotted_lm.h"
 #include "cc/model/decoder_config.h"
 #include "cc/model/frozen_weights.h"
 #include "cc/ops/nfn_tile_ops.h"
 
 namespace nfn {
 
-class DecoderRuntime : public CachedLM {
+class DecoderRuntime : public SlottedLM {
  public:
   DecoderRuntime() = default;
   ~DecoderRuntime() override;
@@ -32,8 +35,9 @@ class DecoderRuntime : public CachedLM {
 
   // Uploads parameters in decoder_layout order and allocates the cache for max_seq_len
   // positions. Fails with one line when the backend lacks an op the model needs.
-  // quant: -1 for f32 weights, else a quant::Type for the block matrices. context > 0 caps the
-  // positions the cache holds (a model trained on 8,192 need not hold them all for a chat).
+  // quant: -1 for f32 weights, else a quant::Type (or kMatricesBf16) for the block matrices.
+  // context > 0 caps the positions the cache holds (a model trained on 8,192 need not hold them
+  // all for a chat).
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
             std::string* error, int quant = -1, int context = 0);
   // Backend bytes the weights take (f32 tensors plus quantized matrices).
@@ -41,47 +45,49 @@ class DecoderRuntime : public CachedLM {
   const DecoderConfig& config() const { return config_; }
   int vocab_size() const override { return config_.vocab_size; }
   int max_seq_len() const override { return context_; }
-  int position() const override { return pos_; }
-  void reset() override { pos_ = 0; rows_ = 0; }
-  bool truncate(int position, std::string* error) override { return cut(position, &pos_, &rows_, error); }
-  bool forward(const int32_t* tokens, int n, std::string* error) override;
-  bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
   bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;
 
  private:
-  bool check(nfn_status s, const char* what, std::string* error) const;
-  bool ensure_rows(int n, bool logits_all, std::string* error);
-  bool embed(int n, std::string* error);
-  bool layer_forward(int l, int n, std::string* error);
+  bool alloc_caches(int slots, std::string* error) override;
+  bool ensure_rows(int n, std::string* error) override;
+  int32_t* token_rows() const override { return tokens_; }
+  bool run(const std::vector<PlacedRows>& parts, int n, std::string* error) override;
+  float* final_rows() const override { return lnf_; }
+  float* spare_rows() const override { return h_; }
+  int channels() const override { return config_.channels; }
+  int padded_vocab() const override { return config_.padded_vocab_size; }
+  const void* head() const override { return p(off_.head); }
+  float logit_softcap() const override { return config_.nanochat() ? kLogitSoftcap : 0.f; }
+  bool embed(const std::vector<PlacedRows>& parts, int n, std::string* error);
+  bool layer_forward(int l, const std::vector<PlacedRows>& parts, int n, std::string* error);
+  size_t cache_layer() const { return static_cast<size_t>(context_) * config_.num_kv_heads * config_.head_dim; }
+  // Layer l's cache in slot s.
+  size_t cache_at(int s, int l) const { return (static_cast<size_t>(s) * config_.num_layers + l) * cache_layer(); }
   // An f32 tensor's element `offset` (decoder_layout's numbering) on the backend.
   float* p(size_t offset) const { return static_cast<float*>(weights_.at(offset)); }
   // The f32 matrix that starts at `offset` (a quantized one dequantized for the next GEMM).
   const float* mat(size_t offset, std::string* error);
   void release();
 
-  const nfn_op_table* ops_ = nullptr;
-  nfn_ctx* ctx_ = nullptr;
   DecoderConfig config_;
   DecoderOffsets off_;
   std::vector<int> windows_;
   FrozenWeights weights_;
   void* state_ = nullptr;                   // one allocation: the caches and embs_
-  float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, NKV*HD) each
-  float* embs_ = nullptr;  // (context, C) nanochat: each cached position's normed embedding
-  int context_ = 0;  // positions the cache holds
-  int pos_ = 0;   // positions in the cache
-  int rows_ = 0;  // rows of the last forward
+  float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (slots, L, maxT, NKV*HD) each
+  float* embs_ = nullptr;  // (slots, context, C) nanochat: each cached position's normed embedding
+  int context_ = 0;  // positions each cache holds
 
   // Per-forward buffers for up to cap_rows_ rows (grown on demand; growing drops their contents).
   void* act_block_ = nullptr;
   int cap_rows_ = 0;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   // x: the residual stream; xm: a nanochat block's input; en, x0: the normed embedding and
-  // its smear over n+1 rows (row 0 the previous position's); mid: layer L/2's output.
+  // its smear over n+1 rows (row 0 the previous position's; with several parts, each part's
+  // rows after a row of its own); mid: layer L/2's output.
   float *emb_ = nullptr, *en_ = nullptr, *x0_ = nullptr, *x_ = nullptr, *xm_ = nullptr, *h_ = nullptr,
         *rstd_ = nullptr, *qkv_ = nullptr, *qk_rstd_ = nullptr, *ve_ = nullptr, *atty_ = nullptr, *fc_ = nullptr,
         *act_ = nullptr, *mid_ = nullptr, *xb_ = nullptr, *lnf_ = nullptr, *losses_ = nullptr;
-  LogitBuffer logits_;  // (rows, Vp)
 };
 
 }  // namespace nfn

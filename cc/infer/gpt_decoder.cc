@@ -27,15 +27,11 @@ void GPTDecoder::release() {
   cap_rows_ = 0;
 }
 
-bool GPTDecoder::check(nfn_status s, const char* what, std::string* error) const {
-  if (s == NFN_OK) return true;
-  *error = op_error(*ops_, ctx_, what);
-  return false;
-}
-
 void* GPTDecoder::param(int i, int layer) const {
   return static_cast<float*>(params_) + offsets_[i] + static_cast<size_t>(layer) * per_layer_[i];
 }
+
+const void* GPTDecoder::head() const { return param(WTE); }
 
 bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& config,
                       const std::vector<float>& params, std::string* error) {
@@ -61,31 +57,37 @@ bool GPTDecoder::init(const nfn_op_table* ops, nfn_ctx* ctx, const GPTConfig& co
     per_layer_.push_back(t.count / config.num_layers);  // the layer stride of ln1w..fcprojb
   }
   per_layer_[WTE] = per_layer_[WPE] = per_layer_[LNFW] = per_layer_[LNFB] = 0;  // not per layer
-  const size_t cache = static_cast<size_t>(config.num_layers) * config.max_seq_len * config.channels;
-  void* kv = nullptr;
   if (!check(ops_->alloc(ctx_, params.size() * 4, &params_), "allocating parameters", error) ||
       !check(ops_->copy(ctx_, params_, params.data(), params.size() * 4, NFN_HOST_TO_DEVICE),
              "uploading parameters", error) ||
-      !check(ops_->alloc(ctx_, 2 * cache * 4, &kv), "allocating the KV cache", error))
+      !resize_slots(1, error))
     return false;
-  k_cache_ = static_cast<float*>(kv);
-  v_cache_ = k_cache_ + cache;
   // Ask the backend for the cached attention once, on the cache itself, so a library that
   // lacks it is named before any output is produced.
-  if (!ensure_rows(1, false, error)) return false;
+  if (!ensure_rows(1, error)) return false;
   const int C = config.channels;
   if (!check(ops_->fill(ctx_, qkv_, NFN_F32, 0.f, 3 * static_cast<size_t>(C)), "fill", error) ||
       !check(ops_->attention_kv_cached(ctx_, atty_, k_cache_, v_cache_, qkv_, 1, 1, 0, config.max_seq_len,
                                        config.num_heads, config.num_heads, C / config.num_heads, 0, NFN_F32),
              "attention_kv_cached", error))
     return false;
-  pos_ = rows_ = 0;
+  reset();
   return true;
 }
 
-bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
-  const size_t C = config_.channels, Vp = config_.padded_vocab_size;
-  if (!logits_.reserve(logits_all ? n : 1, Vp, error)) return false;
+bool GPTDecoder::alloc_caches(int slots, std::string* error) {
+  if (k_cache_) ops_->free(ctx_, k_cache_);
+  k_cache_ = v_cache_ = nullptr;
+  const size_t cache = static_cast<size_t>(slots) * config_.num_layers * config_.max_seq_len * config_.channels;
+  void* kv = nullptr;
+  if (!check(ops_->alloc(ctx_, 2 * cache * 4, &kv), "allocating the KV cache", error)) return false;
+  k_cache_ = static_cast<float*>(kv);
+  v_cache_ = k_cache_ + cache;
+  return true;
+}
+
+bool GPTDecoder::ensure_rows(int n, std::string* error) {
+  const size_t C = config_.channels;
   if (n <= cap_rows_) return true;
   if (act_block_) ops_->free(ctx_, act_block_);
   act_block_ = nullptr;
@@ -104,20 +106,18 @@ bool GPTDecoder::ensure_rows(int n, bool logits_all, std::string* error) {
   return true;
 }
 
-bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
+// The forward of n rows (tokens_ uploaded) made of parts, each at its slot's positions.
+bool GPTDecoder::run(const std::vector<PlacedRows>& parts, int n, std::string* error) {
   const GPTConfig& g = config_;
-  *error = check_forward_block(*this, tokens, n);
-  if (!error->empty()) return false;
-  if (!ensure_rows(n, false, error)) return false;
   const int C = g.channels, NH = g.num_heads, maxT = g.max_seq_len;
   const size_t cache_layer = static_cast<size_t>(maxT) * C;
   const nfn_op_table& o = *ops_;
-  const float* wpe = static_cast<const float*>(param(WPE)) + static_cast<size_t>(pos_) * C;  // rows from pos
-  if (!check(o.copy(ctx_, tokens_, tokens, static_cast<size_t>(n) * 4, NFN_HOST_TO_DEVICE), "uploading tokens",
-             error) ||
-      !check(o.embedding_forward(ctx_, x_, tokens_, param(WTE), wpe, 1, n, C, NFN_F32), "embedding_forward",
-             error))
-    return false;
+  for (const PlacedRows& r : parts) {  // each part's learned positions from its slot's
+    const float* wpe = static_cast<const float*>(param(WPE)) + static_cast<size_t>(r.pos) * C;
+    if (!check(o.embedding_forward(ctx_, x_ + static_cast<size_t>(r.row0) * C, tokens_ + r.row0, param(WTE), wpe, 1,
+                                   r.n, C, NFN_F32), "embedding_forward", error))
+      return false;
+  }
   for (int l = 0; l < g.num_layers; ++l) {
     // The same op sequence as the training forward (cc/model/gpt.cc), with the cached
     // attention in place of the full one; x_ is the residual stream, updated in place.
@@ -125,40 +125,27 @@ bool GPTDecoder::forward(const int32_t* tokens, int n, std::string* error) {
         check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN1W, l), param(LN1B, l), n, C, NFN_F32),
               "layernorm_forward (ln1)", error) &&
         check(o.linear_forward(ctx_, qkv_, nullptr, ln_, param(QKVW, l), param(QKVB, l), nullptr, n, C, 3 * C,
-                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (qkv)", error) &&
-        check(o.attention_kv_cached(ctx_, atty_, k_cache_ + l * cache_layer, v_cache_ + l * cache_layer, qkv_, 1,
-                                    n, pos_, maxT, NH, NH, C / NH, 0, NFN_F32), "attention_kv_cached", error) &&
-        check(o.linear_forward(ctx_, x_, nullptr, atty_, param(ATTPROJW, l), param(ATTPROJB, l), x_, n, C, C,
-                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (attproj)", error) &&
-        check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN2W, l), param(LN2B, l), n, C, NFN_F32),
-              "layernorm_forward (ln2)", error) &&
-        check(o.linear_forward(ctx_, fch_gelu_, fch_, ln_, param(FCW, l), param(FCB, l), nullptr, n, C, 4 * C,
-                               NFN_EPILOGUE_GELU, NFN_F32), "linear_forward (fc)", error) &&
-        check(o.linear_forward(ctx_, x_, nullptr, fch_gelu_, param(FCPROJW, l), param(FCPROJB, l), x_, n, 4 * C, C,
-                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (fcproj)", error);
+                               NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (qkv)", error);
+    for (size_t i = 0; ok && i < parts.size(); ++i) {  // attention over each part's own cache
+      const PlacedRows& r = parts[i];
+      const size_t cache = (static_cast<size_t>(r.slot) * g.num_layers + l) * cache_layer;
+      ok = check(o.attention_kv_cached(ctx_, atty_ + static_cast<size_t>(r.row0) * C, k_cache_ + cache,
+                                       v_cache_ + cache, qkv_ + static_cast<size_t>(r.row0) * 3 * C, 1, r.n, r.pos,
+                                       maxT, NH, NH, C / NH, 0, NFN_F32), "attention_kv_cached", error);
+    }
+    ok = ok &&
+         check(o.linear_forward(ctx_, x_, nullptr, atty_, param(ATTPROJW, l), param(ATTPROJB, l), x_, n, C, C,
+                                NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (attproj)", error) &&
+         check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LN2W, l), param(LN2B, l), n, C, NFN_F32),
+               "layernorm_forward (ln2)", error) &&
+         check(o.linear_forward(ctx_, fch_gelu_, fch_, ln_, param(FCW, l), param(FCB, l), nullptr, n, C, 4 * C,
+                                NFN_EPILOGUE_GELU, NFN_F32), "linear_forward (fc)", error) &&
+         check(o.linear_forward(ctx_, x_, nullptr, fch_gelu_, param(FCPROJW, l), param(FCPROJB, l), x_, n, 4 * C, C,
+                                NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (fcproj)", error);
     if (!ok) return false;
   }
-  if (!check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LNFW), param(LNFB), n, C, NFN_F32),
-             "layernorm_forward (lnf)", error))
-    return false;
-  pos_ += n;
-  rows_ = n;
-  return true;
-}
-
-bool GPTDecoder::logits(bool all_rows, std::vector<float>* out, std::string* error) {
-  if (rows_ == 0) {
-    *error = "logits: no forward to read";
-    return false;
-  }
-  if (!ensure_rows(rows_, all_rows, error)) return false;
-  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
-  const int rows = all_rows ? rows_ : 1;
-  const float* x = ln_ + static_cast<size_t>(rows_ - rows) * C;
-  if (!check(ops_->linear_forward(ctx_, logits_.data(), nullptr, x, param(WTE), nullptr, nullptr, rows, C, Vp,
-                                  NFN_EPILOGUE_NONE, NFN_F32), "linear_forward (logits)", error))
-    return false;
-  return logits_.download(rows, V, Vp, out, error);
+  return check(o.layernorm_forward(ctx_, ln_, mean_, rstd_, x_, param(LNFW), param(LNFB), n, C, NFN_F32),
+               "layernorm_forward (lnf)", error);
 }
 
 bool GPTDecoder::losses(const int32_t* targets, std::vector<float>* out, std::string* error) {

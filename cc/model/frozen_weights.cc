@@ -35,10 +35,11 @@ bool FrozenWeights::upload(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderC
     return false;
   };
   std::vector<DecoderMatrix> matrices;
-  if (quant >= 0)
+  const bool bf16_matrices = quant == kMatricesBf16;
+  if (quant >= 0 || bf16_matrices)
     for (const DecoderOffsets::Layer& w : decoder_offsets(c).layers)
       for (const DecoderMatrix& m : layer_matrices(c, w))
-        if (m.cols % quant::kBlock == 0) matrices.push_back(m);
+        if (bf16_matrices || m.cols % quant::kBlock == 0) matrices.push_back(m);
   auto in_matrix = [&](size_t offset) {
     for (const DecoderMatrix& m : matrices)
       if (offset >= m.offset && offset < m.offset + static_cast<size_t>(m.rows) * m.cols) return true;
@@ -66,8 +67,18 @@ bool FrozenWeights::upload(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderC
   for (const DecoderMatrix& m : matrices) {
     const size_t n = static_cast<size_t>(m.rows) * m.cols;
     quantized_[m.offset] = {blob.size(), n};
-    blob.resize(blob.size() + quant::bytes_of(quant, n));
-    quant::quantize(quant, params.data() + m.offset, n, blob.data() + quantized_[m.offset].byte);
+    if (bf16_matrices) {
+      blob.resize(blob.size() + 2 * n);
+      uint8_t* out = blob.data() + quantized_[m.offset].byte;
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_bf16(params[m.offset + i]);
+        out[2 * i] = static_cast<uint8_t>(h & 0xff);
+        out[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+      }
+    } else {
+      blob.resize(blob.size() + quant::bytes_of(quant, n));
+      quant::quantize(quant, params.data() + m.offset, n, blob.data() + quantized_[m.offset].byte);
+    }
     largest = std::max(largest, n);
   }
   if (!check(ops_->alloc(ctx_, packed.size(), &packed_), "allocating the weights")) return false;
@@ -86,9 +97,13 @@ bool FrozenWeights::upload(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderC
 const void* FrozenWeights::matrix(size_t offset, std::string* error) const {
   auto it = quantized_.find(offset);
   if (it == quantized_.end()) return at(offset);
-  if (ops_->dequantize(ctx_, scratch_, qblob_ + it->second.byte, static_cast<nfn_qtype>(quant_), it->second.n,
-                       dtype_) != NFN_OK) {
-    *error = op_error(*ops_, ctx_, "dequantize");
+  const void* stored = qblob_ + it->second.byte;
+  const bool ok = quant_ == kMatricesBf16
+                      ? ops_->convert(ctx_, scratch_, dtype_, stored, NFN_BF16, it->second.n) == NFN_OK
+                      : ops_->dequantize(ctx_, scratch_, stored, static_cast<nfn_qtype>(quant_), it->second.n,
+                                         dtype_) == NFN_OK;
+  if (!ok) {
+    *error = op_error(*ops_, ctx_, quant_ == kMatricesBf16 ? "convert (bf16 weights)" : "dequantize");
     return nullptr;
   }
   return scratch_;

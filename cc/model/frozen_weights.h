@@ -3,6 +3,8 @@
 // rounded to nearest even), except the blocks' linear matrices (each layer's fused qkv, attention
 // output, MLP up and down) when a quantization type is given: those stay block-quantized
 // (cc/util/quant.h) and matrix() dequantizes one into a scratch buffer for the GEMM that follows.
+// kMatricesBf16 in place of a quantization type keeps those matrices as bf16 words (rounded to
+// nearest even), widened by the convert op the same way.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,9 @@
 
 namespace nfn {
 
+// FrozenWeights::upload's quant for block matrices kept in bf16 (not a quant::Type).
+constexpr int kMatricesBf16 = -2;
+
 class FrozenWeights {
  public:
   FrozenWeights() = default;
@@ -24,7 +29,7 @@ class FrozenWeights {
   FrozenWeights(const FrozenWeights&) = delete;
   FrozenWeights& operator=(const FrozenWeights&) = delete;
 
-  // params: f32 in decoder_layout order. quant: -1 (none) or a quant::Type.
+  // params: f32 in decoder_layout order. quant: -1 (none), a quant::Type or kMatricesBf16.
   bool upload(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, const std::vector<float>& params,
               nfn_dtype dtype, int quant, std::string* error);
   void release();

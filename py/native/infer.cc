@@ -83,17 +83,23 @@ class InferenceEngine {
   }
 
   // A nanochat or llama decoder from its weights file (cc/model/decoder_weights.h); quantize
-  // "" keeps its weights f32, q8_0, q4_1 or nf4 keeps the block matrices quantized.
+  // "" keeps its weights f32, q8_0, q4_1 or nf4 keeps the block matrices quantized, bf16 keeps
+  // them in bf16 (and on the CPU runs the GEMMs in bf16 where the CPU has bf16 matmuls).
   InferenceEngine(const std::string& weights_file, const std::string& library, int threads,
                   const std::string& quantize, int context) {
-    const int quant = quantize.empty() ? -1 : nfn::quant::parse_type(quantize);
-    if (!quantize.empty() && quant < 0)
-      throw std::invalid_argument("quantize: '" + quantize + "' is not q8_0, q4_1 or nf4");
+    const bool bf16 = quantize == "bf16";
+    const int quant = quantize.empty() ? -1 : bf16 ? nfn::kMatricesBf16 : nfn::quant::parse_type(quantize);
+    if (!quantize.empty() && !bf16 && quant < 0)
+      throw std::invalid_argument("quantize: '" + quantize + "' is not q8_0, q4_1, nf4 or bf16");
     nfn::DecoderConfig c;
     std::vector<float> params;
     std::string error;
     if (!nfn::read_decoder_weights(weights_file, &c, &params, &error)) throw std::invalid_argument(error);
     open(library, threads);
+    // bf16 weights on the CPU: oneDNN's bf16 GEMMs (f32 accumulation) where this CPU has them.
+    if (bf16 && std::string(ops_->backend_name()) == "cpu" &&
+        ops_->ctx_configure(ctx_, "matmul", "bf16") == NFN_OK)
+      matmul_ = "bf16";
     build_ = [this, c, quant, context](const std::vector<float>& p, std::unique_ptr<nfn::CachedLM>* out,
                                        std::string* error) {
       auto decoder = std::make_unique<nfn::DecoderRuntime>();
@@ -128,6 +134,68 @@ class InferenceEngine {
   int max_seq_len() const { return lm()->max_seq_len(); }
   // The weights on the backend, in bytes.
   size_t weight_bytes() const { return weight_bytes_; }
+  // The GEMMs' input type on the CPU: f32, or bf16 (bf16 weights on a CPU with bf16 matmuls).
+  std::string matmul() const { return matmul_; }
+  int slots() const { return lm()->slots(); }
+  void set_slots(int slots) {
+    Busy busy(&busy_);
+    std::string error;
+    check(lm()->set_slots(slots, &error), error);
+  }
+
+  // One forward of several slots' new tokens (sequences[i] into slots[i]); the logits of each
+  // one's last row, (len(slots), V).
+  nb::ndarray<nb::numpy, float, nb::ndim<2>> forward_slots(std::vector<int> slots,
+                                                          std::vector<std::vector<int32_t>> sequences) {
+    if (slots.size() != sequences.size()) throw std::invalid_argument("slots and sequences differ in length");
+    std::vector<nfn::SlotRows> parts;
+    std::vector<int32_t> tokens;
+    std::vector<int> last;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      parts.push_back({slots[i], static_cast<int>(sequences[i].size())});
+      tokens.insert(tokens.end(), sequences[i].begin(), sequences[i].end());
+      last.push_back(static_cast<int>(tokens.size()) - 1);
+    }
+    std::string error;
+    std::vector<float> out;
+    Busy busy(&busy_);
+    {
+      nb::gil_scoped_release unlocked;
+      check(lm()->forward_slots(parts, tokens.data(), &error) && lm()->logits_rows(last, &out, &error),
+            error);
+    }
+    const size_t V = lm()->vocab_size();
+    return to_numpy(std::move(out), slots.size(), V);
+  }
+
+  nb::dict generate_batch(std::vector<std::vector<int32_t>> prompts, int max_new_tokens, float temperature,
+                          int top_k, double top_p, uint64_t seed, int32_t stop_token) {
+    Busy busy(&busy_);
+    nfn::SamplingConfig s;
+    s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
+    nfn::BatchResult r;
+    std::string error;
+    bool ok;
+    {
+      nb::gil_scoped_release unlocked;
+      ok = nfn::generate_batch(lm(), prompts, max_new_tokens, s, stop_token, &r, &error);
+    }
+    check(ok, error);
+    nb::list sequences;
+    for (const nfn::GenerationResult& g : r.sequences) {
+      nb::dict one;
+      one["tokens"] = g.tokens;
+      one["stop_reason"] = g.stop_reason;
+      sequences.append(one);
+    }
+    nb::dict out;
+    out["sequences"] = sequences;
+    out["prefill_seconds"] = r.prefill_seconds;
+    out["decode_seconds"] = r.decode_seconds;
+    out["decode_forwards"] = r.decode_forwards;
+    out["decoded_tokens"] = r.decoded_tokens;
+    return out;
+  }
   int position() {
     Busy busy(&busy_);  // not while a call (another thread's, with the GIL released) moves it
     return lm()->position();
@@ -274,6 +342,7 @@ class InferenceEngine {
   std::function<bool(const std::vector<float>&, std::unique_ptr<nfn::CachedLM>*, std::string*)> build_;
   std::atomic<bool> busy_{false};
   size_t weight_bytes_ = 0;
+  std::string matmul_ = "f32";
 };
 
 }  // namespace
@@ -300,7 +369,20 @@ void bind_infer(nb::module_& m) {
       .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
       .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),
            nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
-           nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none(), nb::arg("append") = false);
+           nb::arg("stop_token") = -1, nb::arg("on_token") = nb::none(), nb::arg("append") = false)
+      .def_prop_ro("matmul", &InferenceEngine::matmul)
+      .def_prop_ro("slots", &InferenceEngine::slots)
+      .def("set_slots", &InferenceEngine::set_slots, nb::arg("slots"),
+           "One cache a sequence for batched calls; empties every cache. forward, generate and the rest use slot 0.")
+      .def("forward_slots", &InferenceEngine::forward_slots, nb::arg("slots"), nb::arg("sequences"),
+           "Each sequence's tokens into its slot's cache, all in one forward; the logits of each one's last row.")
+      .def("generate_batch", &InferenceEngine::generate_batch, nb::arg("prompts"), nb::arg("max_new_tokens"),
+           nb::arg("temperature") = 1.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
+           nb::arg("stop_token") = -1,
+           "Generate from several prompts at once (one cache slot each; set_slots(len(prompts)) empties every "
+           "cache): one prefill forward, then one forward of every sequence still going per step. Sequence b "
+           "samples from seed + b. Returns {sequences: [{tokens, stop_reason}], prefill_seconds, "
+           "decode_seconds, decode_forwards, decoded_tokens}.");
 }
 
 }  // namespace nfn::py

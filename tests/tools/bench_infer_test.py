@@ -75,6 +75,26 @@ class ReferenceTest(unittest.TestCase):
                     scale = self.want.abs().max().item()
                     self.assertLess((got - self.want).abs().max().item(), tol * scale)
 
+    def test_a_batch_of_two(self):
+        T = LLAMA["max_seq_len"]
+        other = self.tokens[::-1]
+        want = llama_logits(self.p, torch.tensor([self.tokens, other]), LLAMA)[:, :, :LLAMA["vocab_size"]]
+        for static in (False, True):
+            with self.subTest(static=static):
+                model = bench_infer.TorchLlama(torch, self.geom, self.tensors, T, "f32", static, batch=2)
+                rows, at = [], 0
+                with torch.inference_mode():
+                    for n in (5, 1, T - 6):
+                        ids = torch.tensor([self.tokens[at:at + n], other[at:at + n]])
+                        rows.append(model.step(ids, torch.arange(at, at + n)))
+                        at += n
+                got = torch.cat(rows, 1).double()
+                self.assertLess((got - want).abs().max().item(), 2e-5 * want.abs().max().item())
+        gen = bench_infer.Generator(torch, self.geom, self.tensors, 16, "eager-f32", batch=2)
+        alone = bench_infer.Generator(torch, self.geom, self.tensors, 16, "eager-f32")
+        out = gen.generate_batch([self.tokens[:5], other[:5]], 6)[0]
+        self.assertEqual(out, [alone.generate(self.tokens[:5], 6)[0], alone.generate(other[:5], 6)[0]])
+
     def test_greedy_generation_eager_and_compiled(self):
         prompt, n = self.tokens[:5], 8
         seq = list(prompt)
@@ -92,7 +112,8 @@ class RoundTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "tiny.safetensors")
             write_llama(path, dict(LLAMA, max_seq_len=32, tied_head=True), 4)
-            argv = [sys.executable, TOOL, "--checkpoint", path, "--prompt-lengths", "4,8", "--new-tokens", "4",
+            argv = [sys.executable, TOOL, "--checkpoint", path, "--prompt-lengths", "4,8", "--batch", "1,2",
+                    "--new-tokens", "4",
                     "--repeats", "1", "--threads", "1", "--weights", "f32,q4_1", "--torch-modes",
                     "eager-f32,eager-bf16", "--json"]
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
@@ -100,9 +121,9 @@ class RoundTest(unittest.TestCase):
         result = json.loads(proc.stdout)
         self.assertTrue(result["check"]["equal"], result["check"])
         self.assertEqual(len(result["check"]["nfn"]), bench_infer.CHECK_TOKENS)
-        self.assertEqual((result["batch"], result["threads"], result["context"]), (1, 1, 12))
+        self.assertEqual((result["batch"], result["threads"], result["context"]), ([1, 2], 1, 12))
         self.assertIsInstance(result["host"]["cpu"]["model"], str)
-        self.assertEqual([r["prompt_tokens"] for r in result["rows"]], [4, 8])
+        self.assertEqual([(r["batch"], r["prompt_tokens"]) for r in result["rows"]], [(1, 4), (1, 8), (2, 4), (2, 8)])
         for row in result["rows"]:
             self.assertEqual(list(row["nfn"]), ["f32", "q4_1"])
             self.assertEqual(list(row["pytorch"]), ["eager-f32", "eager-bf16"])
@@ -118,6 +139,8 @@ class RoundTest(unittest.TestCase):
                     key = f"{phase}_tokens_per_second"
                     self.assertAlmostEqual(row["ratio"][fmt][phase], row["nfn"][fmt][key] / row["pytorch"][best][key])
         self.assertEqual(list(result)[-1], "ratio")
+        self.assertEqual(result["ratio"], result["ratio_by_batch"]["1"])
+        self.assertGreater(result["ratio_by_batch"]["2"]["decode"], 0)
         self.assertGreater(result["ratio"]["prefill"], 0)
         self.assertGreater(result["ratio"]["decode"], 0)
 

@@ -1,6 +1,8 @@
 // nfn::cpu::gemm: f32 products through OpenBLAS, bf16 ones (matmul=bf16) through oneDNN
 // (gemm_bf16.cc).
 //
+// A product of one row runs as sgemv (no packing of the other operand).
+//
 // Why two libraries: on an AVX2 host (AMD EPYC, 2 threads) OpenBLAS runs the trainer's f32
 // shapes at 105-135 GFLOP/s where oneDNN 2023.2 runs them at 85-127 and about half that for a
 // transposed A; this OpenBLAS build has no bf16 GEMM, which oneDNN has where the CPU does.
@@ -18,6 +20,16 @@ namespace {
 
 // Set when the library loads: every OpenBLAS call runs on its caller's thread.
 const bool openblas_single_threaded = (scipy_openblas_set_num_threads(1), true);
+
+// C's one row (n columns) = alpha a op(B) + beta C as a matrix-vector product: sgemm would pack
+// the whole of B for it (a decode step's weight, every token), sgemv reads B once in place.
+void one_row(const Gemm& g, const float* a, const float* b, float* c, int64_t n, float beta) {
+  const int64_t inc_a = g.trans_a ? g.lda : 1;  // op(A)'s one row: A's row, or A's first column
+  if (g.trans_b)  // B stored (n, K): c = B a
+    scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, n, g.K, g.alpha, b, g.ldb, a, inc_a, beta, c, 1);
+  else  // B stored (K, n): c = B^T a
+    scipy_cblas_sgemv(CblasRowMajor, CblasTrans, g.K, n, g.alpha, b, g.ldb, a, inc_a, beta, c, 1);
+}
 
 // One f32 product through OpenBLAS. OpenBLAS runs single-threaded inside OpenMP's threads,
 // each on its own block of C's rows or columns: its own thread pool would spin against
@@ -59,7 +71,10 @@ void openblas_gemm(const Gemm& g) {
       c += begin;
       n = end - begin;
     }
-    scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, g.K, g.alpha, a, g.lda, b, g.ldb, beta, c, g.ldc);
+    if (m == 1)
+      one_row(g, a, b, c, n, beta);
+    else
+      scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, g.K, g.alpha, a, g.lda, b, g.ldb, beta, c, g.ldc);
   }
 }
 

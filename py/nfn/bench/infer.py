@@ -1,15 +1,16 @@
 """`nfn bench infer`: prefill and decode tokens/s, weight bytes and peak memory of the KV-cached
-engine over a grid of weight formats and prompt lengths, one configuration a process.
+engine over a grid of weight formats, batch sizes and prompt lengths, one configuration a
+process.
 
-Each configuration (weights format, prompt length) runs in a fresh interpreter
+Each configuration (weights format, batch, prompt length) runs in a fresh interpreter
 (nfn.bench.worker), so its peak resident set is its own and not the last one's: the engine is
 opened, one untimed generation runs, then `repeats` greedy generations of `new_tokens` tokens
-after a prompt of random token ids are timed, and the medians reported. Prefill tokens/s is the
-prompt's tokens over its one forward; decode tokens/s is the tokens fed back through the cache
-over the decode time (as `nfn infer --json` counts them).
+after prompts of random token ids are timed, and the medians reported. Prefill tokens/s is the
+prompts' tokens over their one forward; decode tokens/s is the tokens fed back through the
+caches over the decode time (as `nfn infer --json` counts them), every sequence's counted.
 
-Batch: the engine runs one sequence (there is no batched decode), so every row is batch 1; B
-sequences one after another would take B times as long and say nothing more.
+Batch B: B prompts of the same length (different ids) generated together (generate_batch: one
+cache slot a sequence, one forward of B rows a decode step); batch 1 is generate itself.
 """
 import json
 import os
@@ -19,10 +20,8 @@ import sys
 
 from nfn.errors import UserError
 
-WEIGHT_FORMATS = ("f32", "q8_0", "q4_1", "nf4")
-NO_BF16 = ("bf16: the engine keeps weights in f32 or block-quantized (q8_0, q4_1, nf4) and computes in f32; "
-           "it has no bf16 weights")
-BATCH_NOTE = "batch 1: the engine decodes one sequence at a time (no batched decode)"
+WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_1", "nf4")
+BATCH_NOTE = "batch B: B prompts of the length at once, one cache slot each; tok/s counts every sequence's"
 
 # The worker's start: the parent's import path and nfn package path (its built _native module
 # included, wherever that lies), then nfn.bench.worker.
@@ -42,6 +41,11 @@ def prompt_tokens(n, vocab, seed=0):
     return [rng.randrange(vocab) for _ in range(n)]
 
 
+def batch_prompts(batch, n, vocab, seed=0):
+    """A batch's prompts: prompt b is prompt_tokens(n, vocab, seed + b)."""
+    return [prompt_tokens(n, vocab, seed + b) for b in range(batch)]
+
+
 def parse_counts(text, flag):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -57,8 +61,6 @@ def parse_formats(text, family):
     if formats is None:
         return list(WEIGHT_FORMATS) if family != "gpt" else ["f32"]
     for f in formats:
-        if f == "bf16":
-            raise UserError(f"--weights {NO_BF16}")
         if f not in WEIGHT_FORMATS:
             raise UserError(f"--weights {f}: expected some of {', '.join(WEIGHT_FORMATS)}")
         if f != "f32" and family == "gpt":
@@ -103,7 +105,7 @@ def run_config(cfg, timeout):
     "error" where it failed or ran past timeout seconds."""
     import nfn
     full = dict(cfg, sys_path=[p for p in sys.path if p], nfn_path=list(nfn.__path__))
-    where = {"weights": cfg["weights"], "prompt_tokens": cfg["prompt_tokens"]}
+    where = {"weights": cfg["weights"], "batch": cfg["batch"], "prompt_tokens": cfg["prompt_tokens"]}
     try:
         proc = subprocess.run([sys.executable, "-c", BOOT, json.dumps(full)], capture_output=True, text=True,
                               timeout=timeout)
@@ -120,12 +122,14 @@ def progress(row):
     """One stderr line a finished configuration, so a long grid shows it is moving."""
     what = row.get("error") or (f"prefill {rate(row['prefill_tokens_per_second'])}, "
                                 f"decode {rate(row['decode_tokens_per_second'])} tok/s")
-    print(f"nfn bench: {row['weights']} prompt {row['prompt_tokens']}: {what}", file=sys.stderr, flush=True)
+    print(f"nfn bench: {row['weights']} batch {row['batch']} prompt {row['prompt_tokens']}: {what}", file=sys.stderr,
+          flush=True)
 
 
 def run(args):
     """The report of `nfn bench infer` for the parsed arguments."""
     lengths = parse_counts(args.prompt_lengths, "--prompt-lengths")
+    batches = parse_counts(args.batch, "--batch")
     if args.new_tokens < 1:
         raise UserError(f"--new-tokens must be at least 1 (got {args.new_tokens})")
     if args.repeats < 1:
@@ -146,17 +150,18 @@ def run(args):
     threads = args.threads or (host["cores"] if args.backend == "cpu" else 0)
     rows = []
     for fmt in formats:
-        for n in lengths:
-            cfg = {"checkpoint": path, "weights": fmt, "prompt_tokens": n, "new_tokens": args.new_tokens,
-                   "repeats": args.repeats, "backend": args.backend, "threads": threads,
-                   "context": context if family != "gpt" else 0, "seed": 0}
-            row = run_config(cfg, args.timeout)
-            row.pop("greedy_tokens", None)
-            rows.append(row)
-            progress(row)
+        for batch in batches:
+            for n in lengths:
+                cfg = {"checkpoint": path, "weights": fmt, "batch": batch, "prompt_tokens": n,
+                       "new_tokens": args.new_tokens, "repeats": args.repeats, "backend": args.backend,
+                       "threads": threads, "context": context if family != "gpt" else 0, "seed": 0}
+                row = run_config(cfg, args.timeout)
+                row.pop("greedy_tokens", None)
+                rows.append(row)
+                progress(row)
     return {"checkpoint": path, "family": family, "parameters": parameters, "geometry": geom,
             "backend": args.backend, "host": host, "threads": threads if args.backend == "cpu" else None,
-            "context": context, "batch": 1, "batch_note": BATCH_NOTE, "new_tokens": args.new_tokens,
+            "context": context, "batch": batches, "batch_note": BATCH_NOTE, "new_tokens": args.new_tokens,
             "repeats": args.repeats, "rows": rows}
 
 
@@ -179,17 +184,21 @@ def format_table(report):
     params = f", {report['parameters']:,} parameters" if report["parameters"] else ""
     lines = [f"checkpoint {report['checkpoint']} ({report['family']}{params})", where,
              f"context {report['context']}, {report['new_tokens']} new tokens, median of {report['repeats']}; "
-             f"{report['batch_note']}",
-             ""]
+             f"{report['batch_note']}"]
+    matmul = {r["matmul"] for r in report["rows"] if r.get("weights") == "bf16" and "matmul" in r}
+    if matmul:
+        lines.append(f"GEMMs of the bf16 rows: {', '.join(sorted(matmul))}")
+    lines.append("")
     memory = ("device MB", "") if report["backend"] == "cuda" else ("peak RSS MB", "end RSS MB")
-    lines.append(f"{'weights':8s} {'prompt':>6s} {'prefill tok/s':>13s} {'decode tok/s':>12s} "
+    lines.append(f"{'weights':8s} {'batch':>5s} {'prompt':>6s} {'prefill tok/s':>13s} {'decode tok/s':>12s} "
                  f"{'weights MB':>10s} {memory[0]:>11s} {memory[1]:>10s}".rstrip())
     for r in report["rows"]:
         if "error" in r:
-            lines.append(f"{r['weights']:8s} {r['prompt_tokens']:6d}  error: {r['error']}")
+            lines.append(f"{r['weights']:8s} {r['batch']:5d} {r['prompt_tokens']:6d}  error: {r['error']}")
             continue
         used = (r["device_bytes"], None) if report["backend"] == "cuda" else (r["peak_rss_bytes"], r["end_rss_bytes"])
-        lines.append(f"{r['weights']:8s} {r['prompt_tokens']:6d} {rate(r['prefill_tokens_per_second']):>13s} "
+        lines.append(f"{r['weights']:8s} {r['batch']:5d} {r['prompt_tokens']:6d} "
+                     f"{rate(r['prefill_tokens_per_second']):>13s} "
                      f"{rate(r['decode_tokens_per_second']):>12s} {mb(r['weight_bytes']):>10s} {mb(used[0]):>11s} "
                      f"{mb(used[1]) if used[1] is not None else '':>10s}".rstrip())
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """One configuration of `nfn bench infer`, in a process of its own so that its peak memory is
 its own: open the engine on the checkpoint (weights format, context, threads, backend), run one
-untimed generation, then `repeats` timed ones, and print one JSON line with the medians, every
-run, the engine's weight bytes and the process's memory.
+untimed generation, then `repeats` timed ones (of `batch` prompts together where batch > 1), and
+print one JSON line with the medians, every run, the engine's weight bytes and the process's
+memory.
 
 Started by nfn.bench.infer.run_config (never by a user); its argument is the configuration as
 JSON. Memory: VmHWM (peak resident set) and VmRSS from /proc/self/status; on CUDA also the
@@ -62,7 +63,7 @@ def device_used_bytes():
 
 def measure(cfg):
     """The configuration's result: a dict for one row of the table."""
-    from nfn.bench.infer import prompt_tokens
+    from nfn.bench.infer import batch_prompts
     from nfn.infer import model as infer_model
 
     quantize = "" if cfg["weights"] == "f32" else cfg["weights"]
@@ -74,24 +75,36 @@ def measure(cfg):
     engine, _ = infer_model.start_engine(loaded, backend=cfg["backend"], threads=cfg["threads"], quantize=quantize,
                                          context=cfg["context"])
     load_seconds = time.perf_counter() - t0
-    prompt = prompt_tokens(cfg["prompt_tokens"], loaded.geometry["vocab_size"], cfg["seed"])
+    batch = cfg.get("batch", 1)
+    prompts = batch_prompts(batch, cfg["prompt_tokens"], loaded.geometry["vocab_size"], cfg["seed"])
+    prompt = prompts[0]
     n = cfg["new_tokens"]
+
+    def generate(count):
+        """(prefill tok/s, decode tok/s or None, the first sequence's tokens) of one greedy run."""
+        if batch == 1:
+            r = engine.generate(prompt, count, temperature=0)
+            # count tokens take count - 1 forwards through the cache: the first comes from the prefill's logits.
+            fed, seqs = len(r["tokens"]) - 1, [r]
+        else:
+            r = engine.generate_batch(prompts, count, temperature=0)
+            fed, seqs = r["decoded_tokens"], r["sequences"]
+        rate = fed / r["decode_seconds"] if fed > 0 else None
+        return batch * len(prompt) / r["prefill_seconds"], rate, seqs[0]["tokens"]
     t0 = time.perf_counter()
-    engine.generate(prompt, min(n, 2), temperature=0)  # untimed: first touches, GEMM set-up at these shapes
+    generate(min(n, 2))  # untimed: first touches, GEMM set-up at these shapes
     warmup_seconds = time.perf_counter() - t0
     prefill, decode, tokens = [], [], None
     for _ in range(cfg["repeats"]):
-        r = engine.generate(prompt, n, temperature=0)
-        prefill.append(len(prompt) / r["prefill_seconds"])
-        # n tokens take n - 1 forwards through the cache: the first comes from the prefill's logits.
-        if len(r["tokens"]) > 1:
-            decode.append((len(r["tokens"]) - 1) / r["decode_seconds"])
-        tokens = r["tokens"]
+        p, d, tokens = generate(n)
+        prefill.append(p)
+        if d is not None:
+            decode.append(d)
     device_after = device_used_bytes() if cfg["backend"] == "cuda" else None
     end_rss = proc_status_bytes("VmRSS")
     return {
-        "weights": cfg["weights"], "prompt_tokens": len(prompt), "new_tokens": n,
-        "backend": engine.backend, "context": engine.max_seq_len, "weight_bytes": engine.weight_bytes,
+        "weights": cfg["weights"], "batch": batch, "prompt_tokens": len(prompt), "new_tokens": n,
+        "backend": engine.backend, "matmul": engine.matmul, "context": engine.max_seq_len, "weight_bytes": engine.weight_bytes,
         "load_seconds": load_seconds, "warmup_seconds": warmup_seconds,
         "prefill_tokens_per_second": statistics.median(prefill),
         "decode_tokens_per_second": statistics.median(decode) if decode else None,
@@ -108,7 +121,8 @@ def main(cfg):
     try:
         result = measure(cfg)
     except UserError as e:
-        result = {"weights": cfg["weights"], "prompt_tokens": cfg["prompt_tokens"], "error": str(e)}
+        result = {"weights": cfg["weights"], "batch": cfg.get("batch", 1), "prompt_tokens": cfg["prompt_tokens"],
+                  "error": str(e)}
     print(json.dumps(result), flush=True)
 
 

@@ -1,30 +1,33 @@
 """Measure nfn's engines on this machine.
 
   nfn bench infer --checkpoint C   prefill and decode tokens/s, weight bytes and peak memory of
-                                   the KV-cached engine over weight formats and prompt lengths
+                                   the KV-cached engine over weight formats, batch sizes and
+                                   prompt lengths
 """
 import argparse
 
 from nfn.cli.common import add_command
 
 INFER_DOC = """\
-Prefill and decode tokens/s of the KV-cached engine, over weight formats and prompt lengths.
+Prefill and decode tokens/s of the KV-cached engine, over weight formats, batch sizes and prompt
+lengths.
 
-Each configuration (weights format, prompt length) runs in a process of its own, so the peak
+Each configuration (weights format, batch, prompt length) runs in a process of its own, so the peak
 memory it reports (resident set on the CPU, from /proc/self/status VmHWM; device memory in use
 on CUDA) is its own. It opens the engine, runs one untimed generation, then --repeats greedy
-generations of --new-tokens tokens after a prompt of random token ids, and reports the medians:
-prefill tokens/s (the prompt over its one forward) and decode tokens/s (the tokens fed back
-through the cache over the decode time), the engine's weight bytes and the memory. The host's
-CPU model and GEMM features (and the GPU on CUDA) head the table.
+generations of --new-tokens tokens after prompts of random token ids, and reports the medians:
+prefill tokens/s (the prompts over their one forward) and decode tokens/s (the tokens fed back
+through the caches over the decode time, every sequence's counted), the engine's weight bytes
+and the memory. The host's CPU model and GEMM features (and the GPU on CUDA) head the table.
 
-Every row is batch 1: the engine decodes one sequence at a time (there is no batched decode).
-Weights: f32, or q8_0, q4_1 and nf4 (a nanochat or llama model's block matrices kept
-quantized); the engine has no bf16 weights. A dense GPT checkpoint runs f32 only.
+Batch B: B prompts of the length (different ids) generated together, one cache slot each, each
+decode step one forward of B rows. Weights: f32, bf16 (a nanochat or llama model's block
+matrices in bf16; bf16 GEMMs on a CPU that has them), or q8_0, q4_1 and nf4 (those matrices
+kept quantized). A dense GPT checkpoint runs f32 only.
 
 examples:
   nfn bench infer --checkpoint smollm2
-  nfn bench infer --checkpoint smollm2 --weights f32,q4_1 --prompt-lengths 16,512 --json
+  nfn bench infer --checkpoint smollm2 --weights f32,bf16 --batch 1,4,16 --prompt-lengths 16,512 --json
 """
 
 
@@ -38,9 +41,11 @@ def register(sub):
                      help="checkpoint directory, weights or model file, HF directory, or artifact name")
     inf.add_argument("--prompt-lengths", default="16,128,512", metavar="N,N,...",
                      help="prompt lengths in tokens (default: 16,128,512)")
+    inf.add_argument("--batch", default="1", metavar="B,B,...",
+                     help="batch sizes: sequences generated together (default: 1)")
     inf.add_argument("--new-tokens", type=int, default=64, help="tokens generated a run (default: 64)")
     inf.add_argument("--weights", metavar="F,F,...",
-                     help="weight formats among f32,q8_0,q4_1,nf4 (default: all four; f32 for a dense GPT)")
+                     help="weight formats among f32,bf16,q8_0,q4_1,nf4 (default: all five; f32 for a dense GPT)")
     inf.add_argument("--repeats", type=int, default=3, help="timed generations a configuration (default: 3)")
     inf.add_argument("--backend", choices=["cpu", "cuda"], default="cpu", help="op library (default: cpu)")
     inf.add_argument("--threads", type=int, default=0,

@@ -22,8 +22,9 @@ def register(sub):
     p.add_argument("--weights", help="weights file overriding the checkpoint's")
     p.add_argument("--tokenizer", help="tokenizer overriding the manifest's (for files without one)")
     p.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto")
-    p.add_argument("--quantize", choices=["q8_0", "q4_1", "nf4"],
-                   help="keep a nanochat or llama model's block matrices quantized (weights near 1/4 the size)")
+    p.add_argument("--quantize", choices=["q8_0", "q4_1", "nf4", "bf16"],
+                   help="keep a nanochat or llama model's block matrices quantized (weights near 1/4 the "
+                        "size) or in bf16 (half; bf16 GEMMs on a CPU that has them)")
     p.add_argument("--context", type=int, default=0,
                    help="positions the KV cache holds, at most the model's (default: the model's; nanochat and llama)")
     p.add_argument("--json", action="store_true", help="print loss, perplexity, bits_per_byte, tokens")

@@ -122,7 +122,7 @@ def cuda_library():
 def start_engine(model, backend="auto", threads=0, quantize=None, context=0):
     """(engine, backend note). cpu: the CPU ops linked into nfn._native; cuda: the CUDA op
     library, loaded at run time; auto: CUDA when it loads and runs every op needed, else CPU.
-    quantize (q8_0, q4_1, nf4): a decoder's block matrices stay quantized; context > 0: the
+    quantize (q8_0, q4_1, nf4, bf16): a decoder's block matrices stay so; context > 0: the
     positions a decoder's cache holds (at most the model's)."""
     for flag, value in (("--quantize", quantize), ("--context", context)):
         if value and model.family == "gpt":

@@ -1,7 +1,8 @@
 // nfn::cpu::gemm against a naive double product: every combination of transposed operands,
 // bias, accumulation and alpha, with padded row strides, at shapes that run on one thread and
 // shapes split over threads by rows and by columns (including blocks that do not divide
-// evenly), the single-threaded entry point, and the oneDNN path that matmul=bf16 uses, run
+// evenly), one-row products (the sgemv path of a decode step, alone and split by columns), the
+// single-threaded entry point, and the oneDNN path that matmul=bf16 uses, run
 // with f32 operands (its packing, descriptors and primitive cache; one context for every
 // case, so a cache key that misses a layout difference fails here).
 #include <omp.h>
@@ -72,7 +73,7 @@ int main() {
   omp_set_num_threads(3);  // an odd thread count: blocks that do not divide evenly
   nfn_ctx* ctx = nullptr;
   EXPECT(nfn_ctx_create(0, &ctx) == NFN_OK, "ctx");
-  const int64_t shapes[][3] = {{5, 7, 3}, {301, 70, 40}, {70, 301, 40}, {64, 64, 513}};
+  const int64_t shapes[][3] = {{5, 7, 3}, {301, 70, 40}, {70, 301, 40}, {64, 64, 513}, {1, 7, 5}, {1, 2000, 300}};
   for (const auto& s : shapes)
     for (int flags = 0; flags < 16; ++flags) {
       const bool ta = flags & 1, tb = flags & 2, bias = flags & 4, acc = flags & 8;

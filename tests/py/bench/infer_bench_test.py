@@ -1,7 +1,8 @@
 """`nfn bench infer` on a tiny llama weights file: one repeat of every weights format at two
-prompt lengths, each configuration in its own process; the JSON's shape, positive rates and
-memory, weight bytes that shrink with the format, the text table, the help path's imports, and
-bad input in one line."""
+prompt lengths, and of two formats at two batch sizes, each configuration in its own process;
+the JSON's shape, positive rates and memory, weight bytes that shrink with the format, batched
+rows that generate what batch 1 does, the text table, the help path's imports, and bad input in
+one line."""
 import json
 import os
 import tempfile
@@ -52,13 +53,13 @@ class InferBenchTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         report = json.loads(out)
         self.assertEqual(report["family"], "llama")
-        self.assertEqual((report["backend"], report["batch"], report["threads"]), ("cpu", 1, 1))
+        self.assertEqual((report["backend"], report["batch"], report["threads"]), ("cpu", [1], 1))
         self.assertEqual(report["context"], 12)  # the longest prompt plus the new tokens
         self.assertIsInstance(report["host"]["cpu"]["model"], str)
         self.assertIsInstance(report["host"]["cpu"]["features"], list)
         rows = report["rows"]
-        self.assertEqual([(r["weights"], r["prompt_tokens"]) for r in rows],
-                         [(f, n) for f in ("f32", "q8_0", "q4_1", "nf4") for n in (4, 8)])
+        self.assertEqual([(r["weights"], r["batch"], r["prompt_tokens"]) for r in rows],
+                         [(f, 1, n) for f in ("f32", "bf16", "q8_0", "q4_1", "nf4") for n in (4, 8)])
         for r in rows:
             with self.subTest(weights=r["weights"], prompt=r["prompt_tokens"]):
                 self.assertNotIn("error", r)
@@ -71,14 +72,33 @@ class InferBenchTest(unittest.TestCase):
                 self.assertIsNone(r["device_bytes"])
                 self.assertNotIn("greedy_tokens", r)
         size = {r["weights"]: r["weight_bytes"] for r in rows}
-        self.assertGreater(size["f32"], size["q8_0"])
+        self.assertGreater(size["f32"], size["bf16"])
+        self.assertGreater(size["bf16"], size["q8_0"])
         self.assertGreater(size["q8_0"], size["q4_1"])
         self.assertGreater(size["q4_1"], size["nf4"])
         table = format_table(report)
-        self.assertIn("batch 1", table)
+        self.assertIn(report["batch_note"], table)
         self.assertIn(report["host"]["cpu"]["model"], table)
-        self.assertEqual(len([line for line in table.splitlines() if line.startswith(("f32 ", "q8_0", "q4_1", "nf4"))]),
-                         8)
+        self.assertEqual(len([line for line in table.splitlines()
+                              if line.startswith(("f32 ", "bf16 ", "q8_0", "q4_1", "nf4"))]), 10)
+        self.assertIn("GEMMs of the bf16 rows: ", table)
+
+    def test_batched_rows(self):
+        code, out, err, _ = run_nfn(["bench", "infer", "--checkpoint", self.path, "--prompt-lengths", "5",
+                                     "--new-tokens", "4", "--repeats", "1", "--threads", "1", "--weights", "f32,bf16",
+                                     "--batch", "3,1", "--json"])
+        self.assertEqual(code, 0, err)
+        report = json.loads(out)
+        self.assertEqual(report["batch"], [1, 3])
+        rows = report["rows"]
+        self.assertEqual([(r["weights"], r["batch"]) for r in rows], [("f32", 1), ("f32", 3), ("bf16", 1), ("bf16", 3)])
+        for r in rows:
+            self.assertNotIn("error", r)
+            self.assertGreater(r["prefill_tokens_per_second"], 0)
+            self.assertGreater(r["decode_tokens_per_second"], 0)
+        lines = format_table(report).splitlines()
+        self.assertEqual([line.split()[:3] for line in lines if line.startswith(("f32 ", "bf16 "))],
+                         [["f32", "1", "5"], ["f32", "3", "5"], ["bf16", "1", "5"], ["bf16", "3", "5"]])
 
     def test_a_dense_gpt_runs_f32_only(self):
         path = os.path.join(self.dir.name, "gpt.bin")
@@ -96,19 +116,19 @@ class InferBenchTest(unittest.TestCase):
         self.assertIn("--weights q4_1: a dense GPT checkpoint runs in f32 only", err)
 
     def test_the_cuda_table_shows_device_memory(self):
-        row = {"weights": "f32", "prompt_tokens": 16, "prefill_tokens_per_second": 1000.0,
+        row = {"weights": "f32", "batch": 1, "prompt_tokens": 16, "prefill_tokens_per_second": 1000.0,
                "decode_tokens_per_second": 100.0, "weight_bytes": 538_060_032, "device_bytes": 600_000_000,
                "peak_rss_bytes": 1, "end_rss_bytes": 1}
         report = {"checkpoint": "c", "family": "llama", "parameters": 10, "backend": "cuda", "threads": None,
                   "host": {"cpu": {"model": "X", "features": []}, "cores": 2,
                            "gpu": {"devices": [{"name": "NVIDIA H200", "memory": None}]}},
                   "context": 80, "new_tokens": 64, "repeats": 3, "batch_note": "batch 1",
-                  "rows": [row, {"weights": "q4_1", "prompt_tokens": 16, "error": "ran past 600 s"}]}
+                  "rows": [row, {"weights": "q4_1", "batch": 4, "prompt_tokens": 16, "error": "ran past 600 s"}]}
         lines = format_table(report).splitlines()
         self.assertTrue(lines[1].startswith("cuda: gpu NVIDIA H200; cpu X"), lines[1])
         self.assertIn("device MB", lines[4])
-        self.assertEqual(lines[5].split(), ["f32", "16", "1000.0", "100.0", "538.1", "600.0"])
-        self.assertEqual(lines[6].split(), ["q4_1", "16", "error:", "ran", "past", "600", "s"])
+        self.assertEqual(lines[5].split(), ["f32", "1", "16", "1000.0", "100.0", "538.1", "600.0"])
+        self.assertEqual(lines[6].split(), ["q4_1", "4", "16", "error:", "ran", "past", "600", "s"])
 
     def test_help_imports_only_the_standard_library(self):
         for args in (["bench", "--help"], ["bench", "infer", "--help"]):
@@ -122,9 +142,8 @@ class InferBenchTest(unittest.TestCase):
 
     def test_bad_input_is_one_line(self):
         cases = [
-            (["--weights", "bf16"], "--weights bf16: the engine keeps weights in f32 or block-quantized (q8_0, "
-                                    "q4_1, nf4) and computes in f32; it has no bf16 weights"),
-            (["--weights", "int8"], "--weights int8: expected some of f32, q8_0, q4_1, nf4"),
+            (["--weights", "int8"], "--weights int8: expected some of f32, bf16, q8_0, q4_1, nf4"),
+            (["--batch", "0,4"], "--batch '0,4': expected one or more counts of at least 1"),
             (["--prompt-lengths", "0"], "--prompt-lengths '0': expected one or more counts of at least 1"),
             (["--prompt-lengths", "30"], "the longest prompt (30) plus --new-tokens (64) is 94 positions, more than "
                                          "the 32 the cache holds"),

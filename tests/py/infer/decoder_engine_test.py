@@ -44,14 +44,18 @@ def write_weights(path, cfg, layout, flat, metadata=None):
     save_file(tensors, path, metadata=meta if metadata is None else metadata)
 
 
+def op_libraries():
+    """The op libraries to run on: the linked CPU one (""), and the emulated CUDA one where
+    NFN_EMULATED_CUDA_OPS_LIB names it."""
+    emulated = os.environ.get("NFN_EMULATED_CUDA_OPS_LIB")
+    return [""] + ([os.path.abspath(emulated)] if emulated else [])
+
+
 class DecoderEngineTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.addCleanup(self.dir.cleanup)
-        self.libraries = [""]
-        emulated = os.environ.get("NFN_EMULATED_CUDA_OPS_LIB")
-        if emulated:
-            self.libraries.append(os.path.abspath(emulated))
+        self.libraries = op_libraries()
 
     def model(self, cfg, seed):
         rng = np.random.default_rng(seed)

@@ -107,7 +107,7 @@ class QuantizedEngineTest(unittest.TestCase):
                     f32.reset()
                     self.assertEqual(quantized.weight_bytes, f32.weight_bytes - matrix_bytes)
                     self.assertGreater(matrix_bytes, 0)
-            with self.assertRaisesRegex(ValueError, "quantize: 'int8' is not q8_0, q4_1 or nf4"):
+            with self.assertRaisesRegex(ValueError, "quantize: 'int8' is not q8_0, q4_1, nf4 or bf16"):
                 _native.InferenceEngine(weights_file=path, quantize="int8")
 
 
