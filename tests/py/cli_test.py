@@ -13,6 +13,7 @@ HELP_PATHS = [
     ["train", "--help"],
     ["infer", "--help"],
     ["eval", "--help"],
+    ["report", "--help"],
     ["import", "--help"],
     ["kernels", "--help"],
     ["kernels", "bench", "--help"],
