@@ -12,7 +12,8 @@
 #      for bit, and the step time against op by op (skipped, and said so, when
 #      .device/bin/nfn_gpt_native_train is absent); (2b) nanochat and llama (GQA, nanochat's
 #      sliding window, value embeddings, Muon) on cuda f32 and bf16 against cpu, and with
-#      --graphs on against op by op
+#      --graphs on against op by op; (2c) QLoRA adapters over that llama (a q8_0 base) on cuda
+#      against cpu
 #   3. bench_ops: each op's time at GPT-2 124M's geometry (bf16, seq 1024, micro-batch 16),
 #      again with gemm_tune=on, attention on all four paths (and cudnn with deterministic=off),
 #      the linear backwards with overlap=on, and the LM head at four chunk sizes: where a
@@ -156,6 +157,23 @@ for family in nanochat llama; do
   summary_row "train $family graphs vs op by op" same "$logs/train_${family}_bf16_graphs_off.json" \
     "$logs/train_${family}_bf16_graphs_on.json"
 done
+# 2c. QLoRA: rank-4 adapters over the cpu llama run above (its base quantized to q8_0, dequantized
+# before each GEMM) on cuda f32 and bf16 against cpu (the emulated library passes both).
+if [ -x "$work/bin/nfn_llama_native_train" ] && [ -d "/tmp/nfn-llama-cpu" ]; then
+  lcommon=(--init-from /tmp/nfn-llama-cpu --lora-rank 4 --quantize-base q8_0 --train-data "$data" --train-seq-len 64
+           --batch-size 8 --max-steps 20 --eval-every-steps 20 --eval-batches 2 --seed 1337 --sample-tokens 8 --json)
+  timeout 60 "$work/bin/nfn_llama_native_train" "${lcommon[@]}" --backend cpu --tile-ops-lib "$cpu_lib" --matmul f32 \
+    --output-dir /tmp/nfn-qlora-cpu > "$logs/train_qlora_cpu.json" 2> "$logs/train_qlora_cpu.err"
+  for dt in f32 bf16; do
+    timeout 30 "$work/bin/nfn_llama_native_train" "${lcommon[@]}" --backend cuda --tile-ops-lib "$cuda_lib" \
+      --dtype "$dt" --output-dir "/tmp/nfn-qlora-$dt" > "$logs/train_qlora_$dt.json" 2> "$logs/train_qlora_$dt.err"
+    status=$?
+    summary_row "train llama QLoRA cuda $dt vs cpu" train "$logs/train_qlora_cpu.json" "$logs/train_qlora_$dt.json" \
+      "$([ "$dt" = f32 ] && echo 0.002 || echo 0.03)" "$status"
+  done
+else
+  row "train llama QLoRA cuda vs cpu" "SKIP" "no llama cpu run to adapt"
+fi
 
 if [ -n "$quick" ]; then
   echo

@@ -6,5 +6,5 @@ int main(int argc, char** argv) {
                            "Train a dense GPT-2/GPT-3-style model on llm.c token shards with a native op library\n"
                            "(CPU or CUDA), writing llm.c-format checkpoints, a manifest and a JSON report.\n"
                            "With no geometry or template it trains the small CPU demo model.",
-                           {"gpt", "gpt2", "gpt3"}, argc, argv);
+                           {"gpt", "gpt2", "gpt3", "nanogpt"}, argc, argv);
 }

@@ -1,17 +1,19 @@
 // nfn_native_train: runs the trainer of the model family that --model-family (or its other
-// spelling --base-model) names, else the --graph-file manifest's, else gpt; and lists the
-// families with an honest status.
+// spelling --base-model) names, else the --graph-file manifest's, else the --init-from
+// checkpoint's, else gpt; and lists the families with an honest status.
 // The checkpoint queries (--inspect-checkpoint, --inspect-geometry: cc/train/checkpoint_query.h)
 // go to the family's trainer the same way, gpt's by default: a checkpoint's format and which
 // one a resume continues are the trainer's.
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "cc/util/artifacts.h"
 #include "cc/util/files.h"
 #include "cc/util/json.h"
 
@@ -30,7 +32,8 @@ constexpr Family kFamilies[] = {
     {"gpt3", "nfn_gpt_native_train", "ready", "the dense GPT trainer; 2048 context by default"},
     {"nanochat", "nfn_nanochat_native_train", "ready", "nanochat's model with Muon; --depth sizes it"},
     {"llama", "nfn_llama_native_train", "ready", "llama architecture (RMSNorm, SwiGLU, rotary, GQA)"},
-    {"nanogpt", "", "missing", "no trainer yet: importing nanoGPT checkpoints into the dense GPT is planned"},
+    {"nanogpt", "nfn_gpt_native_train", "ready",
+     "nanoGPT checkpoints import into the dense GPT (nfn import --nanogpt)"},
     {"embedding", "", "missing", "no trainer yet: sentence-embedding models are planned"},
 };
 
@@ -91,10 +94,43 @@ std::string graph_family(const std::string& path) {
   return family != nullptr && family->is_string() ? family->as_string() : "";
 }
 
+// The family of a --init-from checkpoint: a directory's manifest.json names it; a model file
+// says it itself (llm.c's magic: gpt; a safetensors header: its __metadata__ model_family).
+// "" where neither tells (the trainer then reports the checkpoint).
+std::string init_family(const std::string& spec) {
+  if (spec.empty()) return "";
+  if (nfn::is_directory(spec)) return graph_family(nfn::join_path(spec, "manifest.json"));
+  const std::string named = nfn::join_path(nfn::artifacts_dir(), spec);  // a name under the artifacts directory
+  if (spec.find('/') == std::string::npos && !nfn::path_exists(spec) && nfn::is_directory(named))
+    return graph_family(nfn::join_path(named, "manifest.json"));
+  FILE* f = std::fopen(spec.c_str(), "rb");
+  if (f == nullptr) return "";
+  unsigned char head[8] = {0};
+  std::string family;
+  if (std::fread(head, 1, 8, f) == 8) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | head[i];
+    if ((n & 0xffffffffu) == 20240326u) {
+      family = "gpt";
+    } else if (n > 0 && n < (100u << 20)) {
+      std::string text(n, '\0');
+      nfn::Json j;
+      std::string error;
+      if (std::fread(text.data(), 1, n, f) == n && nfn::Json::parse(text, &j, &error) && j.is_object()) {
+        const nfn::Json* meta = j.find("__metadata__");
+        const nfn::Json* name = meta != nullptr && meta->is_object() ? meta->find("model_family") : nullptr;
+        if (name != nullptr && name->is_string()) family = name->as_string();
+      }
+    }
+  }
+  std::fclose(f);
+  return family;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string base, graph;
+  std::string base, graph, init;
   bool list = false, json = false, help = false, query = false;
   std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
@@ -111,6 +147,11 @@ int main(int argc, char** argv) {
     } else {
       if (flag_value(argc, argv, &i, {"graph-file", "graph"}, &spelled, &value)) {
         graph = value;
+        rest.push_back(spelled + "=" + value);
+        continue;
+      }
+      if (flag_value(argc, argv, &i, {"init-from"}, &spelled, &value)) {
+        init = value;
         rest.push_back(spelled + "=" + value);
         continue;
       }
@@ -146,12 +187,16 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  // The family named, else the model's (a --graph-file manifest's), else gpt: the same
-  // family the trainer resolves, which refuses a named one its manifest contradicts.
+  // The family named, else the model's (a --graph-file manifest's, a --init-from checkpoint's),
+  // else gpt: the same family the trainer resolves, which refuses a named one its manifest or
+  // checkpoint contradicts.
   const bool named = !base.empty();
   if (!named) base = graph_family(graph);
+  const bool from_init = !named && base.empty() && !(base = init_family(init)).empty();
   if (base.empty()) base = "gpt";
-  const std::string where = named ? "--model-family " + base : graph + ": model_family " + base;
+  const std::string where = named       ? "--model-family " + base
+                            : from_init ? "--init-from " + init + ": model_family " + base
+                                        : graph + ": model_family " + base;
   const Family* f = find_family(base);
   if (f == nullptr) {
     std::fprintf(stderr, "nfn_native_train: error: %s: unknown (see --list-models)\n", where.c_str());

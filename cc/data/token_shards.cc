@@ -127,7 +127,8 @@ bool read_shard_header(const std::string& path, TokenShard* out, std::string* er
       return fail(error, path, "unsupported version " + std::to_string(header[1]) + " for magic 20240801 (expected 7)");
   } else {
     return fail(error, path, "bad magic " + std::to_string(header[0]) +
-                                 " (expected 20240520 for uint16 or 20240801 for uint32 tokens)");
+                                 " (expected 20240520 for uint16 or 20240801 for uint32 tokens; masked-row shards "
+                                 "have 20261215)");
   }
   int64_t ntok = header[2];
   if (ntok < 0) return fail(error, path, "negative token count " + std::to_string(ntok) + " in header");
@@ -143,26 +144,34 @@ bool read_shard_header(const std::string& path, TokenShard* out, std::string* er
   return true;
 }
 
-bool find_shards(const std::string& dir_or_file, const std::string& split,
-                 std::vector<TokenShard>* out, std::string* error) {
+bool list_shard_files(const std::string& dir_or_file, const std::string& split, std::vector<std::string>* paths,
+                      std::string* error) {
   struct stat st;
   if (stat(dir_or_file.c_str(), &st) != 0)
     return fail(error, dir_or_file, std::string("cannot open: ") + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return read_all_headers(dir_or_file, {dir_or_file}, out, error);
+  paths->clear();
+  if (!S_ISDIR(st.st_mode)) {
+    paths->push_back(dir_or_file);
+    return true;
+  }
   std::vector<std::string> names;
   if (!list_dir(dir_or_file, &names, error)) return false;
-  std::vector<std::string> paths;
   const std::string middle = "_" + split + "_", tail = "_" + split + ".bin";
   for (const auto& name : names) {
     if (ends_with(name, ".bin") && (name.find(middle) != std::string::npos || ends_with(name, tail)))
-      paths.push_back(join(dir_or_file, name));
+      paths->push_back(join(dir_or_file, name));
   }
-  if (paths.empty()) return fail(error, dir_or_file, "no *_" + split + "_*.bin shards found");
-  return read_all_headers(dir_or_file, paths, out, error);
+  if (paths->empty()) return fail(error, dir_or_file, "no *_" + split + "_*.bin shards found");
+  return true;
 }
 
-bool find_validation_siblings(const std::string& train_path, std::vector<TokenShard>* out,
-                              std::string* error) {
+bool find_shards(const std::string& dir_or_file, const std::string& split,
+                 std::vector<TokenShard>* out, std::string* error) {
+  std::vector<std::string> paths;
+  return list_shard_files(dir_or_file, split, &paths, error) && read_all_headers(dir_or_file, paths, out, error);
+}
+
+bool validation_sibling_files(const std::string& train_path, std::vector<std::string>* paths, std::string* error) {
   const std::string name = base_name(train_path), dir = dir_name(train_path);
   size_t at = name.rfind("_train");
   if (at == std::string::npos || !ends_with(name, ".bin"))
@@ -170,14 +179,22 @@ bool find_validation_siblings(const std::string& train_path, std::vector<TokenSh
   const std::string prefix = name.substr(0, at) + "_val";
   std::vector<std::string> names;
   if (!list_dir(dir, &names, error)) return false;
-  std::vector<std::string> paths;
+  paths->clear();
   for (const auto& n : names) {
     if (!starts_with(n, prefix) || !ends_with(n, ".bin")) continue;
     char after = n[prefix.size()];  // "_val_000000.bin" or "_val.bin", not "_valley.bin"
-    if (after == '_' || after == '.') paths.push_back(join(dir, n));
+    if (after == '_' || after == '.') paths->push_back(join(dir, n));
   }
-  if (paths.empty()) return fail(error, train_path, "no validation shard beside it (looked for " + prefix + "*.bin in " + dir + ")");
-  return read_all_headers(dir, paths, out, error);
+  if (paths->empty())
+    return fail(error, train_path, "no validation shard beside it (looked for " + prefix + "*.bin in " + dir + ")");
+  return true;
+}
+
+bool find_validation_siblings(const std::string& train_path, std::vector<TokenShard>* out,
+                              std::string* error) {
+  std::vector<std::string> paths;
+  return validation_sibling_files(train_path, &paths, error) &&
+         read_all_headers(dir_name(train_path), paths, out, error);
 }
 
 int64_t total_tokens(const std::vector<TokenShard>& shards) {

@@ -28,6 +28,14 @@ struct TokenShard {
 // Reads and validates one shard's header and exact file size.
 bool read_shard_header(const std::string& path, TokenShard* out, std::string* error);
 
+// The files a split names: a directory's *_<split>_*.bin and *_<split>.bin (sorted by name), or
+// the one file given (split ignored). Not read; false + error where the path cannot be opened
+// or a directory holds none.
+bool list_shard_files(const std::string& dir_or_file, const std::string& split, std::vector<std::string>* paths,
+                      std::string* error);
+// The *_val*.bin files beside a *_train*.bin one (see find_validation_siblings), not read.
+bool validation_sibling_files(const std::string& train_path, std::vector<std::string>* paths, std::string* error);
+
 // A directory (every *_<split>_*.bin or *_<split>.bin inside, sorted by name) or one shard
 // file (split ignored). Validates each header and exact file size (1024 + token_bytes*ntok);
 // token counts come from headers. false + *error = "<path>: <what is wrong>" on any problem

@@ -17,6 +17,9 @@ class CachedLM {
   virtual int max_seq_len() const = 0;
   virtual int position() const = 0;
   virtual void reset() = 0;
+  // Keeps the first `position` positions of the cache and drops the rest (0 <= position <=
+  // position()): a scorer prefills a shared context once, then each continuation from there.
+  virtual bool truncate(int position, std::string* error) = 0;
   // Token ids must be in [0, vocab_size); the block must fit in the context.
   virtual bool forward(const int32_t* tokens, int n, std::string* error) = 0;
   // Logits (vocab_size floats per row, as the loss sees them) of the last forward: its last
@@ -25,6 +28,18 @@ class CachedLM {
   // Cross-entropy (nats) of each row of the last forward against targets (n ids).
   virtual bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) = 0;
 };
+
+// truncate() for models whose cache needs nothing more than its position moved back.
+inline bool cut(int position, int* pos, int* rows, std::string* error) {
+  if (position < 0 || position > *pos) {
+    *error = "truncate: position " + std::to_string(position) + " is outside the cache's [0, " + std::to_string(*pos) +
+             "]";
+    return false;
+  }
+  *pos = position;
+  *rows = 0;  // the last forward's rows are gone with it
+  return true;
+}
 
 // One line for a forward block that cannot run: empty, past the context, or holding an id
 // outside the vocabulary; "" when it can.

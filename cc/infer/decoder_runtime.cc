@@ -20,7 +20,7 @@ void DecoderRuntime::release() {
   }
   weights_.release();
   act_block_ = state_ = nullptr;
-  k_cache_ = v_cache_ = prev_ = nullptr;
+  k_cache_ = v_cache_ = embs_ = nullptr;
   logits_.release();
   cap_rows_ = 0;
 }
@@ -59,11 +59,12 @@ bool DecoderRuntime::init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderCo
   const size_t KD = static_cast<size_t>(config.num_kv_heads) * config.head_dim;
   const size_t cache = static_cast<size_t>(config.num_layers) * context_ * KD;
   if (!weights_.upload(ops_, ctx_, config, params, kF32, quant, error) ||
-      !check(ops_->alloc(ctx_, (2 * cache + config.channels) * 4, &state_), "allocating the KV cache", error))
+      !check(ops_->alloc(ctx_, (2 * cache + (config.nanochat() ? static_cast<size_t>(context_) * config.channels : 0)) * 4,
+                         &state_), "allocating the KV cache", error))
     return false;
   k_cache_ = static_cast<float*>(state_);
   v_cache_ = k_cache_ + cache;
-  prev_ = v_cache_ + cache;
+  embs_ = v_cache_ + cache;
   // Ask the backend for the cached attention once, on the cache itself, so a library that
   // lacks it (or this geometry) is named before any output is produced.
   if (!ensure_rows(1, false, error)) return false;
@@ -120,8 +121,8 @@ bool DecoderRuntime::ensure_rows(int n, bool logits_all, std::string* error) {
 }
 
 // The token embedding into x; nanochat's is normed and smeared: x0[t] = e[t] + lam sigmoid(
-// e[t,:24] . w) e[t-1], where the row before the block's first is the previous forward's
-// last (kept in prev_), or zeros at position 0.
+// e[t,:24] . w) e[t-1], where the row before the block's first is the cached position's before
+// it (embs_ keeps every cached position's), or zeros at position 0.
 bool DecoderRuntime::embed(int n, std::string* error) {
   const nfn_op_table& o = *ops_;
   const int C = config_.channels;
@@ -135,12 +136,14 @@ bool DecoderRuntime::embed(int n, std::string* error) {
          check(o.rmsnorm_forward(ctx_, en_ + C, rstd_, emb_, nullptr, n, C, config_.norm_eps, kF32),
                "rmsnorm_forward (embedding)", error) &&
          check(first ? o.fill(ctx_, en_, kF32, 0.f, C)
-                     : o.copy(ctx_, en_, prev_, static_cast<size_t>(C) * 4, NFN_DEVICE_TO_DEVICE),
+                     : o.copy(ctx_, en_, embs_ + static_cast<size_t>(pos_ - 1) * C, static_cast<size_t>(C) * 4,
+                              NFN_DEVICE_TO_DEVICE),
                "the previous embedding", error) &&
          check(o.copy(ctx_, x0_, en_, (NC + C) * 4, NFN_DEVICE_TO_DEVICE), "copy", error) &&
          check(o.gated_add_forward(ctx_, x0_, en_, p(off_.smear_gate), p(off_.smear_lambda), en_, n + 1, n + 1, 1, C,
                                    kSmearGateChannels, 1, C, C, C, 1.f, kF32), "gated_add_forward (smear)", error) &&
-         check(o.copy(ctx_, prev_, en_ + NC, static_cast<size_t>(C) * 4, NFN_DEVICE_TO_DEVICE), "copy", error) &&
+         check(o.copy(ctx_, embs_ + static_cast<size_t>(pos_) * C, en_ + C, NC * 4, NFN_DEVICE_TO_DEVICE), "copy",
+               error) &&
          check(o.copy(ctx_, x_, x0_ + C, NC * 4, NFN_DEVICE_TO_DEVICE), "copy", error);
 }
 

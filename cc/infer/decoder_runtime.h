@@ -2,8 +2,8 @@
 // parameters and a KV cache of (maxT, NKV*HD) per layer on the backend, nothing for training.
 // A CachedLM: forward() runs the same op sequence as the training forward (cc/model/decoder.cc)
 // on the new positions, with rotary at their absolute positions, each layer's window over the
-// cache, and nanochat's smear fed the previous position's normed embedding, which is kept
-// between forwards. logits() are soft-capped as nanochat's loss sees them.
+// cache, and nanochat's smear fed the previous position's normed embedding (every cached
+// position's is kept, so the cache can be cut back). logits() are soft-capped as nanochat's loss sees them.
 //
 // With a quantization type (cc/util/quant.h: q8_0, q4_1, nf4) the blocks' linear weights (the
 // fused qkv, the attention output, the MLP's up and down) stay block-quantized on the backend
@@ -43,6 +43,7 @@ class DecoderRuntime : public CachedLM {
   int max_seq_len() const override { return context_; }
   int position() const override { return pos_; }
   void reset() override { pos_ = 0; rows_ = 0; }
+  bool truncate(int position, std::string* error) override { return cut(position, &pos_, &rows_, error); }
   bool forward(const int32_t* tokens, int n, std::string* error) override;
   bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
   bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;
@@ -64,9 +65,9 @@ class DecoderRuntime : public CachedLM {
   DecoderOffsets off_;
   std::vector<int> windows_;
   FrozenWeights weights_;
-  void* state_ = nullptr;                   // one allocation: the caches and prev_
+  void* state_ = nullptr;                   // one allocation: the caches and embs_
   float *k_cache_ = nullptr, *v_cache_ = nullptr;  // (L, maxT, NKV*HD) each
-  float* prev_ = nullptr;  // (C) nanochat: the normed embedding of position pos_-1
+  float* embs_ = nullptr;  // (context, C) nanochat: each cached position's normed embedding
   int context_ = 0;  // positions the cache holds
   int pos_ = 0;   // positions in the cache
   int rows_ = 0;  // rows of the last forward

@@ -31,6 +31,7 @@ class GPTDecoder : public CachedLM {
   int max_seq_len() const override { return config_.max_seq_len; }
   int position() const override { return pos_; }
   void reset() override { pos_ = 0; rows_ = 0; }
+  bool truncate(int position, std::string* error) override { return cut(position, &pos_, &rows_, error); }
   bool forward(const int32_t* tokens, int n, std::string* error) override;
   bool logits(bool all_rows, std::vector<float>* out, std::string* error) override;
   bool losses(const int32_t* targets, std::vector<float>* out, std::string* error) override;

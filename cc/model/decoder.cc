@@ -6,6 +6,7 @@
 #include "cc/ops/arena.h"
 #include "cc/model/token_upload.h"
 #include "cc/ops/op_error.h"
+#include "cc/util/quant.h"
 #include "cc/util/rng.h"
 
 namespace nfn {
@@ -127,12 +128,24 @@ std::vector<ArenaSlot> Decoder::activation_plan(const DecoderConfig& c, const Lo
   };
 }
 
-size_t Decoder::memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B, int T) {
+size_t Decoder::memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B, int T, const LoraSpec& lora) {
+  const size_t e = dtype == NFN_F32 ? 4 : 2;
   ParamState state;
-  state.bind(nullptr, nullptr, dtype, decoder_num_parameters(config));
+  state.bind(nullptr, nullptr, dtype, lora.on() ? lora_num_parameters(config, lora) : decoder_num_parameters(config));
   size_t bytes = arena_bytes(state.plan());
+  if (lora.on()) {  // the base: its block matrices quantized or in the op dtype, the rest in the op dtype
+    size_t in_matrices = 0, quantized = 0;
+    for (const DecoderOffsets::Layer& w : decoder_offsets(config).layers)
+      for (const DecoderMatrix& m : layer_matrices(config, w)) {
+        const size_t n = static_cast<size_t>(m.rows) * m.cols;
+        if (lora.quant < 0 || m.cols % quant::kBlock != 0) continue;
+        in_matrices += n;
+        quantized += quant::bytes_of(lora.quant, n);
+      }
+    bytes += (decoder_num_parameters(config) - in_matrices) * e + quantized;
+  }
   Acts acts;
-  if (B > 0 && T > 0) bytes += arena_bytes(activation_plan(config, LoraSpec{}, B, T, dtype == NFN_F32 ? 4 : 2, &acts));
+  if (B > 0 && T > 0) bytes += arena_bytes(activation_plan(config, lora, B, T, e, &acts));
   return bytes;
 }
 
@@ -675,8 +688,8 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
   if (!recipe_.muon) {
     for (const DecoderTensor& t : layout_)
       groups.push_back(group(t, t.role() == TensorRole::kNormWeight ? 0.f : s.weight_decay));
-    return check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step, s.lr, s.beta1,
-                                       s.beta2, s.eps, state_.grad_sumsq(), s.max_grad_norm, dtype_),
+    return check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step + s.moment_steps,
+                                       s.lr, s.beta1, s.beta2, s.eps, state_.grad_sumsq(), s.max_grad_norm, dtype_),
                  "adamw_step_many", error);
   }
   for (const Kind& k : kinds) {
@@ -684,8 +697,8 @@ bool Decoder::adamw_groups(const OptimizerStep& s, std::string* error) {
     for (const DecoderTensor& t : layout_)
       if (t.role() == k.role) groups.push_back(group(t, k.weight_decay));
     if (groups.empty()) continue;
-    if (!check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step, k.lr, k.beta1,
-                                     k.beta2, kAdamEps, state_.grad_sumsq(), 0.f, dtype_),
+    if (!check(ops_->adamw_step_many(ctx_, groups.data(), static_cast<int>(groups.size()), s.step + s.moment_steps,
+                                     k.lr, k.beta1, k.beta2, kAdamEps, state_.grad_sumsq(), 0.f, dtype_),
                "adamw_step_many", error))
       return false;
   }

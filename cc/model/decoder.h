@@ -47,9 +47,11 @@ class Decoder : public TrainableModel {
   bool init(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderConfig& config, nfn_dtype dtype,
             const DecoderRecipe& recipe, std::string* error, int B = 0, int T = 0);
   const DecoderConfig& config() const { return config_; }
+  const LoraSpec& lora_spec() const { return recipe_.lora; }
   const std::vector<DecoderTensor>& layout() const { return layout_; }
   size_t num_parameters() const override { return state_.size(); }
-  static size_t memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B, int T);
+  // Backend bytes of the state, a (B, T) micro-batch's activations and, under LoRA, the base.
+  static size_t memory_bytes(const DecoderConfig& config, nfn_dtype dtype, int B, int T, const LoraSpec& lora = {});
   // Training FLOPs per token: 6 per matmul weight (not the embeddings' lookups) plus the
   // attention scores, 12 x heads x head_dim x each layer's attended context.
   static double flops_per_token(const DecoderConfig& config, int T);

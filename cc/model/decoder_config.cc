@@ -153,4 +153,10 @@ DecoderOffsets decoder_offsets(const DecoderConfig& c) {
   return o;
 }
 
+std::array<DecoderMatrix, kMatrixKinds> layer_matrices(const DecoderConfig& c, const DecoderOffsets::Layer& w) {
+  const int C = c.channels, QD = c.num_heads * c.head_dim, QKV = QD + 2 * c.num_kv_heads * c.head_dim,
+            H = c.hidden, Hf = c.nanochat() ? H : 2 * H;
+  return {{{w.qkv, QKV, C}, {w.o, C, QD}, {w.fc, Hf, C}, {w.proj, C, H}}};
+}
+
 }  // namespace nfn

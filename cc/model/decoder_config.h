@@ -5,6 +5,7 @@
 // names each tensor as the family's own checkpoints do, so safetensors files interchange.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -85,6 +86,16 @@ struct DecoderOffsets {
   size_t wte = 0, head = 0, final_norm = 0, resid = 0, x0l = 0, smear_gate = 0, smear_lambda = 0, backout = 0;
 };
 DecoderOffsets decoder_offsets(const DecoderConfig& c);
+
+// A layer's four linear weights as its forward multiplies them (what quantized bases and LoRA
+// adapters act on): the fused qkv, the attention output, the MLP's up (llama's gate then up
+// rows) and its down; each (rows, cols) = (out, in) from `offset`.
+struct DecoderMatrix {
+  size_t offset;
+  int rows, cols;
+};
+enum DecoderMatrixKind { kQkvMatrix, kOutMatrix, kUpMatrix, kDownMatrix, kMatrixKinds };
+std::array<DecoderMatrix, kMatrixKinds> layer_matrices(const DecoderConfig& c, const DecoderOffsets::Layer& w);
 
 // Every tensor in memory order. Within layer l, q, k and v are adjacent (one fused qkv GEMM)
 // and so are llama's gate and up (one fused SwiGLU GEMM).

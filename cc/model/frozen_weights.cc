@@ -34,20 +34,14 @@ bool FrozenWeights::upload(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderC
     *error = op_error(*ops_, ctx_, what);
     return false;
   };
-  struct Matrix {
-    size_t offset, rows, cols;
-  };
-  std::vector<Matrix> matrices;
-  const size_t C = c.channels, QD = static_cast<size_t>(c.num_heads) * c.head_dim,
-               QKV = QD + 2 * static_cast<size_t>(c.num_kv_heads) * c.head_dim, H = c.hidden,
-               Hf = c.nanochat() ? H : 2 * H;
+  std::vector<DecoderMatrix> matrices;
   if (quant >= 0)
     for (const DecoderOffsets::Layer& w : decoder_offsets(c).layers)
-      for (const Matrix& m : {Matrix{w.qkv, QKV, C}, Matrix{w.o, C, QD}, Matrix{w.fc, Hf, C}, Matrix{w.proj, C, H}})
+      for (const DecoderMatrix& m : layer_matrices(c, w))
         if (m.cols % quant::kBlock == 0) matrices.push_back(m);
   auto in_matrix = [&](size_t offset) {
-    for (const Matrix& m : matrices)
-      if (offset >= m.offset && offset < m.offset + m.rows * m.cols) return true;
+    for (const DecoderMatrix& m : matrices)
+      if (offset >= m.offset && offset < m.offset + static_cast<size_t>(m.rows) * m.cols) return true;
     return false;
   };
   std::vector<uint8_t> packed;  // the unquantized tensors, in the op dtype
@@ -69,8 +63,8 @@ bool FrozenWeights::upload(const nfn_op_table* ops, nfn_ctx* ctx, const DecoderC
   }
   std::vector<uint8_t> blob;
   size_t largest = 0;
-  for (const Matrix& m : matrices) {
-    const size_t n = m.rows * m.cols;
+  for (const DecoderMatrix& m : matrices) {
+    const size_t n = static_cast<size_t>(m.rows) * m.cols;
     quantized_[m.offset] = {blob.size(), n};
     blob.resize(blob.size() + quant::bytes_of(quant, n));
     quant::quantize(quant, params.data() + m.offset, n, blob.data() + quantized_[m.offset].byte);

@@ -506,8 +506,8 @@ bool GPT::optimizer_step(const OptimizerStep& s, std::string* error) {
   }
   if (!check(ops_->sum_squares_many(ctx_, bufs, counts, kNumParamTensors, dtype_, state_.grad_sumsq()),
              "sum_squares_many", error) ||
-      !check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, s.step, s.lr, s.beta1, s.beta2, s.eps,
-                                   state_.grad_sumsq(), s.max_grad_norm, dtype_), "adamw_step_many", error))
+      !check(ops_->adamw_step_many(ctx_, groups, kNumParamTensors, s.step + s.moment_steps, s.lr, s.beta1, s.beta2,
+                                   s.eps, state_.grad_sumsq(), s.max_grad_norm, dtype_), "adamw_step_many", error))
     return false;
   mark(Stage::kOptimizer);
   return true;

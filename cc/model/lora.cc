@@ -2,28 +2,18 @@
 
 #include <cmath>
 
+#include "cc/util/quant.h"
 #include "cc/util/rng.h"
 
 namespace nfn {
 
 namespace {
 
-// A layer's adaptable matrices: name (the family's, for the fused ones a name of their own),
-// base offset, in, out.
-struct Matrix {
-  const char* name;
-  size_t base;
-  int in, out;
-};
-
-std::array<Matrix, kLoraMatrices> layer_matrices(const DecoderConfig& c, const DecoderOffsets::Layer& w) {
-  const int C = c.channels, QD = c.num_heads * c.head_dim, QKV = QD + 2 * c.num_kv_heads * c.head_dim,
-            H = c.hidden, Hf = c.nanochat() ? H : 2 * H;
-  if (c.nanochat())
-    return {{{"attn.c_qkv", w.qkv, C, QKV}, {"attn.c_proj", w.o, QD, C}, {"mlp.c_fc", w.fc, C, Hf},
-             {"mlp.c_proj", w.proj, H, C}}};
-  return {{{"self_attn.qkv_proj", w.qkv, C, QKV}, {"self_attn.o_proj", w.o, QD, C}, {"mlp.gate_up_proj", w.fc, C, Hf},
-           {"mlp.down_proj", w.proj, H, C}}};
+// The names of a layer's adaptable matrices (the family's, for the fused ones a name of their
+// own), in DecoderMatrixKind order.
+std::array<const char*, kLoraMatrices> matrix_names(const DecoderConfig& c) {
+  if (c.nanochat()) return {"attn.c_qkv", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  return {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"};
 }
 
 bool wanted(const LoraSpec& s, int m) { return m == kLoraQkv || m == kLoraOut ? s.attention : s.mlp; }
@@ -44,12 +34,12 @@ std::vector<std::array<LoraTarget, kLoraMatrices>> lora_targets(const DecoderCon
     std::array<LoraTarget, kLoraMatrices> t{};
     const auto m = layer_matrices(c, w);
     for (int k = 0; k < kLoraMatrices; ++k) {
-      t[k] = LoraTarget{wanted(s, k), m[k].base, m[k].in, m[k].out, 0, 0};
+      t[k] = LoraTarget{wanted(s, k), m[k].offset, m[k].cols, m[k].rows, 0, 0};
       if (!t[k].on) continue;
       t[k].a = at;
-      at += static_cast<size_t>(s.rank) * m[k].in;
+      at += static_cast<size_t>(s.rank) * t[k].in;
       t[k].b = at;
-      at += static_cast<size_t>(m[k].out) * s.rank;
+      at += static_cast<size_t>(t[k].out) * s.rank;
     }
     out.push_back(t);
   }
@@ -59,16 +49,15 @@ std::vector<std::array<LoraTarget, kLoraMatrices>> lora_targets(const DecoderCon
 std::vector<DecoderTensor> lora_layout(const DecoderConfig& c, const LoraSpec& s) {
   std::vector<DecoderTensor> out;
   const auto targets = lora_targets(c, s);
-  const auto offsets = decoder_offsets(c);
+  const auto names = matrix_names(c);
   for (int l = 0; l < c.num_layers; ++l) {
-    const auto m = layer_matrices(c, offsets.layers[l]);
     const std::string p = (c.nanochat() ? "transformer.h." : "model.layers.") + std::to_string(l) + ".";
     for (int k = 0; k < kLoraMatrices; ++k) {
       const LoraTarget& t = targets[l][k];
       if (!t.on) continue;
-      out.push_back({p + m[k].name + ".lora_A.weight", static_cast<size_t>(s.rank), static_cast<size_t>(t.in), t.a, l,
+      out.push_back({p + names[k] + ".lora_A.weight", static_cast<size_t>(s.rank), static_cast<size_t>(t.in), t.a, l,
                      TensorSlot::kLoraA});
-      out.push_back({p + m[k].name + ".lora_B.weight", static_cast<size_t>(t.out), static_cast<size_t>(s.rank), t.b, l,
+      out.push_back({p + names[k] + ".lora_B.weight", static_cast<size_t>(t.out), static_cast<size_t>(s.rank), t.b, l,
                      TensorSlot::kLoraB});
     }
   }
@@ -89,6 +78,33 @@ std::vector<float> lora_random_parameters(const DecoderConfig& c, const LoraSpec
     for (size_t i = 0; i < t.count(); ++i) w[t.offset + i] = bound * (2.f * rng.uniform() - 1.f);
   }
   return w;
+}
+
+std::vector<float> lora_merged(const DecoderConfig& c, const LoraSpec& s, std::vector<float> base,
+                              const std::vector<float>& adapters) {
+  if (s.quant >= 0)  // the base as a QLoRA run holds it
+    for (const DecoderOffsets::Layer& w : decoder_offsets(c).layers)
+      for (const DecoderMatrix& m : layer_matrices(c, w)) {
+        if (m.cols % quant::kBlock != 0) continue;
+        const size_t n = static_cast<size_t>(m.rows) * m.cols;
+        std::vector<uint8_t> blocks(quant::bytes_of(s.quant, n));
+        quant::quantize(s.quant, base.data() + m.offset, n, blocks.data());
+        quant::dequantize(s.quant, blocks.data(), n, base.data() + m.offset);
+      }
+  const float scale = s.scale();
+  for (const auto& layer : lora_targets(c, s))
+    for (const LoraTarget& t : layer) {
+      if (!t.on) continue;
+      const float* A = adapters.data() + t.a;  // (rank, in)
+      const float* B = adapters.data() + t.b;  // (out, rank)
+      for (int i = 0; i < t.out; ++i)
+        for (int j = 0; j < t.in; ++j) {
+          double sum = 0;
+          for (int k = 0; k < s.rank; ++k) sum += static_cast<double>(B[i * s.rank + k]) * A[k * t.in + j];
+          base[t.base + static_cast<size_t>(i) * t.in + j] += static_cast<float>(scale * sum);
+        }
+    }
+  return base;
 }
 
 nfn_status lora_forward(const nfn_op_table& o, nfn_ctx* ctx, void* y, void* us, const void* x, const void* A,

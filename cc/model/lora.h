@@ -25,7 +25,8 @@ struct LoraSpec {
 };
 
 // A layer's four adaptable matrices, in this order.
-enum LoraMatrix { kLoraQkv, kLoraOut, kLoraUp, kLoraDown, kLoraMatrices };
+enum LoraMatrix { kLoraQkv = kQkvMatrix, kLoraOut = kOutMatrix, kLoraUp = kUpMatrix, kLoraDown = kDownMatrix,
+                  kLoraMatrices = kMatrixKinds };
 
 struct LoraTarget {
   bool on = false;
@@ -43,6 +44,11 @@ std::vector<std::array<LoraTarget, kLoraMatrices>> lora_targets(const DecoderCon
 std::vector<float> lora_random_parameters(const DecoderConfig& c, const LoraSpec& spec, uint64_t seed);
 // "" when usable, else one line naming the field.
 std::string validate_lora(const LoraSpec& spec);
+// The whole model the adapters make with their base (decoder_layout's f32 values): each adapted
+// matrix W + (alpha/rank) B A, over the base a QLoRA run holds (its block matrices rounded
+// through the quantizer) when the spec quantizes it.
+std::vector<float> lora_merged(const DecoderConfig& c, const LoraSpec& spec, std::vector<float> base,
+                               const std::vector<float>& adapters);
 
 // y (N, out) += scale (x A^T) B^T, keeping us = scale x A^T (N, rank) for the backward.
 nfn_status lora_forward(const nfn_op_table& o, nfn_ctx* ctx, void* y, void* us, const void* x, const void* A,

@@ -20,6 +20,10 @@ struct OptimizerStep {
   // lr over the peak learning rate: the schedule's multiplier, which a model whose groups
   // have learning rates of their own (decoder.h's recipe) applies to each.
   float lr_factor = 1.f;
+  // Steps the moments already held when this run began (a warm start that restored them):
+  // AdamW's bias correction counts step + moment_steps, as a restored PyTorch optimizer's
+  // state['step'] goes on; schedules (Muon's momentum warmup) count `step`.
+  int moment_steps = 0;
 };
 
 class TrainableModel {

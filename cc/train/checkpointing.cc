@@ -83,4 +83,21 @@ bool load_checkpoint(const Start& start, ModelFamily& family, std::string* error
           read_state_master(start.state_path, start.state, into_model(model, Stored::kMaster), error));
 }
 
+bool load_init_optimizer(const std::string& state_path, ModelFamily& family, int* moment_steps, std::string* error) {
+  TrainState st;
+  if (!read_state_header(state_path, &st, error)) return false;
+  if (st.num_parameters != family.num_parameters()) {
+    *error = state_path + ": holds the moments of " + std::to_string(st.num_parameters) + " parameters, the model has " +
+             std::to_string(family.num_parameters());
+    return false;
+  }
+  TrainableModel& model = family.model();
+  if (!read_state_moments(state_path, st, into_model(model, Stored::kFirstMoment),
+                          into_model(model, Stored::kSecondMoment), error) ||
+      (st.has_master && !read_state_master(state_path, st, into_model(model, Stored::kMaster), error)))
+    return false;
+  *moment_steps = st.step + read_marker(dir_name(state_path), st.step).moment_steps;
+  return true;
+}
+
 }  // namespace nfn

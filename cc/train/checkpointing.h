@@ -19,4 +19,10 @@ bool save_checkpoint(const TrainConfig& c, ModelFamily& family, int step, const 
 // weights, loaded into the model.
 bool load_checkpoint(const Start& start, ModelFamily& family, std::string* error);
 
+// A warm start's optimizer (--init-optimizer): the AdamW moments of `state_path` and, where it
+// keeps them, its f32 master weights (the exact weights its bf16 model file rounds), loaded into
+// the model; *moment_steps: the steps those moments hold (its step, plus those its own run
+// began with, as its marker says).
+bool load_init_optimizer(const std::string& state_path, ModelFamily& family, int* moment_steps, std::string* error);
+
 }  // namespace nfn

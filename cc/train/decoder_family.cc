@@ -1,6 +1,8 @@
 // The decoder families (nanochat, llama): the Decoder model, its initialisation, its weights
 // file (safetensors under the checkpoint's model_%08d.bin name, the tensors named as the
 // family's own checkpoints name them, the geometry in __metadata__), and samples.
+#include <stdlib.h>
+
 #include <algorithm>
 
 #include "cc/ckpt/safetensors.h"
@@ -24,11 +26,15 @@ class DecoderModelFamily : public ModelFamily {
     recipe_.unembedding_lr = static_cast<float>(c.unembedding_lr);
     recipe_.scalar_lr = static_cast<float>(c.scalar_lr);
     recipe_.muon_weight_decay = static_cast<float>(c.weight_decay);
+    recipe_.lora = c.lora;
   }
 
-  size_t num_parameters() const override { return decoder_num_parameters(c_.decoder); }
+  // Under LoRA the parameters (what trains, checkpoints and resumes) are the adapters.
+  size_t num_parameters() const override {
+    return c_.lora.on() ? lora_num_parameters(c_.decoder, c_.lora) : decoder_num_parameters(c_.decoder);
+  }
   size_t memory_bytes(nfn_dtype dtype, int B, int T) const override {
-    return Decoder::memory_bytes(c_.decoder, dtype, B, T);
+    return Decoder::memory_bytes(c_.decoder, dtype, B, T, c_.lora);
   }
   double flops_per_token(int T) const override { return Decoder::flops_per_token(c_.decoder, T); }
 
@@ -43,9 +49,17 @@ class DecoderModelFamily : public ModelFamily {
       auto it = info.metadata.find(key);
       return it == info.metadata.end() ? std::string() : it->second;
     };
-    if (meta("format") != kDecoderWeightsFormat) {
-      *error = path + ": " + what + " is not an nfn decoder weights file (its __metadata__ format is \"" +
-               meta("format") + "\", not \"" + kDecoderWeightsFormat + "\")";
+    // A LoRA run resumes from its adapters' checkpoint; anything else is the whole model's.
+    const bool adapters = c_.lora.on() && std::string(what) == "checkpoint";
+    const char* format = adapters ? kLoraWeightsFormat : kDecoderWeightsFormat;
+    if (meta("format") != format) {
+      *error = path + ": " + what + " is not an nfn " + (adapters ? "LoRA checkpoint" : "decoder weights file") +
+               " (its __metadata__ format is \"" + meta("format") + "\", not \"" + format + "\")";
+      return false;
+    }
+    if (adapters && (meta("lora") != lora_json(c_.lora).dump() || meta("base") != base_path())) {
+      *error = path + ": " + what + " holds adapters " + meta("lora") + " over " + meta("base") + ", not " +
+               lora_json(c_.lora).dump() + " over " + base_path();
       return false;
     }
     if (meta("model_family") != c_.model_family) {
@@ -63,11 +77,13 @@ class DecoderModelFamily : public ModelFamily {
   bool create(const nfn_op_table* ops, nfn_ctx* ctx, nfn_dtype dtype, int B, int T, std::string* error) override {
     ops_ = ops;
     ctx_ = ctx;
-    return model_.init(ops, ctx, c_.decoder, dtype, recipe_, error, B, T);
+    if (!model_.init(ops, ctx, c_.decoder, dtype, recipe_, error, B, T)) return false;
+    return !c_.lora.on() || load_base(error);
   }
   TrainableModel& model() override { return model_; }
 
   bool initialize(std::string* error) override {
+    if (c_.lora.on()) return model_.set_parameters(lora_random_parameters(c_.decoder, c_.lora, c_.seed), error);
     if (c_.weights.empty()) return model_.set_parameters(Decoder::random_parameters(c_.decoder, c_.seed), error);
     return check_weights_file(c_.weights, "weights", error) && read_weights(c_.weights, error);
   }
@@ -77,7 +93,8 @@ class DecoderModelFamily : public ModelFamily {
     for (const DecoderTensor& t : model_.layout())
       tensors.push_back({t.name, t.rows == 1 ? std::vector<size_t>{t.cols} : std::vector<size_t>{t.rows, t.cols},
                          t.offset});
-    const std::vector<std::pair<std::string, std::string>> metadata = decoder_weights_metadata(c_.decoder);
+    const std::vector<std::pair<std::string, std::string>> metadata =
+        c_.lora.on() ? lora_weights_metadata(c_.decoder, c_.lora, base_path()) : decoder_weights_metadata(c_.decoder);
     const FloatSource master = [this](size_t offset, size_t count, float* dst, std::string* why) {
       return model_.download(TrainableModel::Stored::kMaster, offset, count, dst, why);
     };
@@ -102,7 +119,9 @@ class DecoderModelFamily : public ModelFamily {
   bool sample(int start, int tokens, uint64_t seed, std::vector<int>* out, std::string* error) override {
     std::vector<float> params;
     DecoderRuntime runtime;
-    if (!model_.get_parameters(&params, error) || !runtime.init(ops_, ctx_, c_.decoder, params, error)) return false;
+    if (!model_.get_parameters(&params, error)) return false;
+    if (c_.lora.on()) params = lora_merged(c_.decoder, c_.lora, base_, params);
+    if (!runtime.init(ops_, ctx_, c_.decoder, params, error)) return false;
     SamplingConfig sampling;
     sampling.seed = seed;
     GenerationResult result;
@@ -114,8 +133,29 @@ class DecoderModelFamily : public ModelFamily {
   }
 
  private:
+  // The LoRA base: the --init-from model (a LoRA checkpoint's merged model too), its geometry
+  // the run's; kept on the host for the sample's merged model.
+  bool load_base(std::string* error) {
+    DecoderConfig c;
+    if (!read_decoder_weights(c_.weights, &c, &base_, error)) return false;
+    if (decoder_geometry_json(c).dump() != decoder_geometry_json(c_.decoder).dump() ||
+        c.family != c_.decoder.family) {
+      *error = c_.weights + ": the LoRA base's geometry is not the run's";
+      return false;
+    }
+    return model_.set_base(base_, error);
+  }
+  // The base as a LoRA checkpoint names it: an absolute path.
+  std::string base_path() const {
+    char* real = realpath(c_.weights.c_str(), nullptr);
+    const std::string out = real != nullptr ? real : c_.weights;
+    free(real);
+    return out;
+  }
+
   const TrainConfig& c_;
   DecoderRecipe recipe_;
+  std::vector<float> base_;
   const nfn_op_table* ops_ = nullptr;
   nfn_ctx* ctx_ = nullptr;
   Decoder model_;

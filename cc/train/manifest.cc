@@ -22,6 +22,7 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
   m.set("model_family", c.model_family);
   m.set("template", c.template_name);
   m.set("geometry", decoder ? decoder_geometry_json(c.decoder) : geometry_json(c.model));
+  if (c.lora.on()) m.set("lora", lora_json(c.lora));  // the parameters are the adapters
   m.set("parameters", static_cast<uint64_t>(parameters));
   m.set("tokenizer", c.tokenizer);
   m.set("eot_token", c.eot_token);
@@ -51,6 +52,13 @@ Json manifest_json(const TrainConfig& c, const std::string& weights_file, int st
     training.set("packing", c.packing);
     training.set("packing_buffer", c.packing_buffer);
   }
+  // A warm start's checkpoint, and the steps its restored moments held (AdamW's bias
+  // correction counts them, and a resume must go on counting them): only where there is one.
+  if (!c.init_from.empty()) {
+    training.set("init_from", c.init_from);
+    training.set("init_optimizer", !c.init_state.empty());
+  }
+  if (c.moment_steps > 0) training.set("moment_steps", c.moment_steps);
   m.set("training", training);
   return m;
 }
@@ -111,6 +119,9 @@ Marker read_marker(const std::string& dir, int step) {
   }
   if (const Json* t = m.is_object() ? m.find("training") : nullptr; t != nullptr && t->is_object()) out.training = *t;
   if (const Json* p = field("training", "packing"); p != nullptr && p->is_string()) out.packing = p->as_string();
+  if (const Json* m = field("training", "moment_steps"); m != nullptr && m->is_integer() && m->as_integer() > 0 &&
+                                                           m->as_integer() <= INT32_MAX)
+    out.moment_steps = static_cast<int>(m->as_integer());
   if (const Json* b = field("training", "packing_buffer"); b != nullptr && b->is_integer() && b->as_integer() > 0 &&
                                                              b->as_integer() <= INT32_MAX)
     out.packing_buffer = static_cast<int>(b->as_integer());

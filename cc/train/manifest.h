@@ -37,6 +37,7 @@ struct Marker {
   Json training;          // its "training" object (the schedule it ran), null where it has none
   std::string packing = "contiguous";  // how its rows were cut (a marker naming none: contiguous)
   int packing_buffer = 0;              // best fit's buffer in documents (0 where it names none)
+  int moment_steps = 0;                // steps its warm start's moments held (0 where it names none)
   Json manifest;          // the whole marker, null where it is empty (from before run ids)
 };
 Marker read_marker(const std::string& dir, int step);

@@ -102,6 +102,7 @@ bool resolve_resume(const TrainConfig& c, const ModelFamily& family, Start* s, s
   s->shards = marker.shards;
   s->has_seed = marker.has_seed;
   s->seed = marker.seed;
+  s->moment_steps = marker.moment_steps;
   s->schedule_changes = schedule_differences(marker.training, c);
   s->from = model_path;
   return read_packing(marker, dir, step, s, error);

@@ -27,6 +27,7 @@ struct Start {
   int packing_buffer = 0;              // and best fit's buffer (0 where the marker names none)
   std::string packing_path;            // a best-fit checkpoint's packing state file
   PackingState packing_state;          // and what it holds
+  int moment_steps = 0;  // steps the moments held before its run began (a warm start's; marker)
   std::string schedule_changes;  // how its run's schedule differs from this run's ("" when not)
 };
 

@@ -4,12 +4,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "cc/ckpt/checkpoint.h"
+#include "cc/ckpt/safetensors.h"
 #include "cc/model/decoder.h"
 #include "cc/model/gpt.h"
+#include "cc/train/family.h"
+#include "cc/train/find_checkpoint.h"
 #include "cc/train/manifest.h"
 #include "cc/train/resolve_decoder.h"
 #include "cc/train/schedule.h"
+#include "cc/util/artifacts.h"
+#include "cc/util/quant.h"
+#include "cc/util/files.h"
 
 namespace nfn {
 
@@ -82,16 +91,8 @@ void read_float(const Flags& f, const char* name, double* out) {
   if (f.has(name)) *out = f.get_double(name);
 }
 
-// The family's folder of the artifacts directory ($NFN_ARTIFACTS_DIR, or its older name
-// $NEURALFN_ARTIFACTS_DIR, else ~/NeuralFn/artifacts).
-std::string default_output_dir(const std::string& family) {
-  for (const char* name : {"NFN_ARTIFACTS_DIR", "NEURALFN_ARTIFACTS_DIR"}) {
-    const char* env = std::getenv(name);  // blank is unset, as nfn's Python reads it
-    if (env != nullptr && env[std::strspn(env, " \t\n")] != '\0') return std::string(env) + "/" + family;
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/NeuralFn/artifacts/" + family;
-}
+// The family's folder of the artifacts directory.
+std::string default_output_dir(const std::string& family) { return artifacts_dir() + "/" + family; }
 
 // The architecture from a --graph-file manifest; whether its template has a GPT-2/3 recipe.
 bool model_from_graph(const Flags& f, TrainConfig* c, bool* recipe, std::string* error) {
@@ -142,6 +143,110 @@ bool model_from_flags(const Flags& f, TrainConfig* c, bool* recipe, std::string*
   return true;
 }
 
+// The geometry flags a --init-from checkpoint's geometry answers: each given must agree.
+bool geometry_flags_agree(const Flags& f, const TrainConfig& c, const std::string& path, std::string* error) {
+  const bool decoder = decoder_family(c.model_family);
+  std::vector<std::pair<const char*, int>> ints = {{"num-layers", c.model.num_layers},
+                                                   {"num-heads", c.model.num_heads},
+                                                   {"model-dim", c.model.channels},
+                                                   {"vocab-size", c.model.vocab_size}};
+  if (decoder) {
+    ints.push_back({"num-kv-heads", c.decoder.num_kv_heads});
+    ints.push_back({"mlp-hidden", c.decoder.hidden});
+  }
+  auto contradicts = [&](const std::string& flag, const std::string& given, const std::string& have) {
+    *error = "--" + flag + " " + given + " contradicts the --init-from checkpoint's " + have + " (" + path +
+             "; leave the flag out: the geometry is the checkpoint's)";
+    return false;
+  };
+  for (const auto& [flag, have] : ints)
+    if (f.has(flag) && f.get_int(flag) != have) return contradicts(flag, f.get(flag), std::to_string(have));
+  if (!decoder) return true;
+  if (f.has("window-pattern") && f.get("window-pattern") != c.decoder.window_pattern)
+    return contradicts("window-pattern", f.get("window-pattern"), c.decoder.window_pattern);
+  if (f.has("rope-theta") && static_cast<float>(f.get_double("rope-theta")) != c.decoder.rope_theta)
+    return contradicts("rope-theta", f.get("rope-theta"), Json(static_cast<double>(c.decoder.rope_theta)).dump());
+  if (f.has("tie-embeddings") && !c.decoder.tied_head) return contradicts("tie-embeddings", "", "untied head");
+  return true;
+}
+
+// The architecture from a --init-from checkpoint (a trainer's directory or model file): its
+// family, which --model-family must name (the binary's own where none is given), its geometry,
+// and its manifest's template name, tokenizer and end-of-text id; the weights file and, with
+// --init-optimizer, the state file beside it.
+bool model_from_checkpoint(const Flags& f, TrainConfig* c, std::string* error) {
+  const std::string spec = f.get("init-from");
+  for (const char* name : {"weights", "graph-file", "template-name", "depth"})
+    if (f.has(name)) {
+      *error = std::string("--init-from takes the model from its checkpoint; drop --") + name;
+      return false;
+    }
+  const bool optimizer = f.has("init-optimizer");
+  FoundCheckpoint found;
+  if (!find_checkpoint(spec, optimizer, artifacts_dir(), &found, error)) {
+    *error = "--init-from: " + *error;
+    return false;
+  }
+  const std::string& path = found.path;
+  if (found.kind != "llmc") {
+    *error = "--init-from " + spec + ": a Hugging Face directory, not a checkpoint of nfn's trainers";
+    return false;
+  }
+  const std::string family = weights_family(path);
+  if (family.empty()) {
+    *error = "--init-from " + path + ": not a model file of nfn's trainers (an llm.c model file, or a safetensors "
+             "file whose __metadata__ names its model_family)";
+    return false;
+  }
+  if (decoder_family(family) ? family != c->model_family : !dense_gpt_family(c->model_family)) {
+    *error = "--init-from " + path + ": holds a " + family + " model, not " + c->model_family +
+             " (name --model-family " + family + ", or leave it out to nfn_native_train)";
+    return false;
+  }
+  if (decoder_family(family)) {
+    SafetensorsInfo info;
+    if (!read_safetensors_header(path, &info, error)) return false;
+    const auto geometry = info.metadata.find("geometry");
+    std::string why;
+    if (!decoder_config_from_json(family == "nanochat" ? DecoderFamily::kNanochat : DecoderFamily::kLlama,
+                                  geometry == info.metadata.end() ? "" : geometry->second, &c->decoder, &why)) {
+      *error = path + ": __metadata__ " + why;
+      return false;
+    }
+    const DecoderConfig& d = c->decoder;
+    c->model.max_seq_len = d.max_seq_len;
+    c->model.vocab_size = d.vocab_size;
+    c->model.padded_vocab_size = d.padded_vocab_size;
+    c->model.num_layers = d.num_layers;
+    c->model.num_heads = d.num_heads;
+    c->model.channels = d.channels;
+  } else {
+    int version = 0;
+    if (!read_model_header(path, &c->model, &version, error)) return false;
+  }
+  if (!geometry_flags_agree(f, *c, path, error)) return false;
+  const Json manifest = found.manifest.empty() ? Json() : read_object(found.manifest);
+  auto text = [&](const char* key) {
+    const Json* v = manifest.is_object() ? manifest.find(key) : nullptr;
+    return v != nullptr && v->is_string() ? v->as_string() : std::string();
+  };
+  c->template_name = text("template").empty() ? "custom" : text("template");
+  if (c->tokenizer.empty()) c->tokenizer = text("tokenizer");
+  const Json* eot = manifest.is_object() ? manifest.find("eot_token") : nullptr;
+  if (eot != nullptr && eot->is_integer() && c->eot_token < 0) c->eot_token = static_cast<int>(eot->as_integer());
+  c->weights = c->init_from = path;
+  if (optimizer) {
+    c->init_state = found.step < 0 ? "" : join_path(dir_name(path), state_file_name(found.step));
+    if (c->init_state.empty() || !path_exists(c->init_state)) {
+      *error = "--init-optimizer: " + path + " has no optimizer state beside it (" +
+               (found.step < 0 ? std::string("a trainer's model_%08d.bin has its state_%08d_00000.bin")
+                               : c->init_state + " is missing") + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
 // Family, architecture and sequence length; whether the schedule is a template's recipe.
 bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* error) {
   c->model_family = f.get("model-family");
@@ -154,7 +259,13 @@ bool resolve_model(const Flags& f, TrainConfig* c, bool* recipe, std::string* er
   c->eot_token = -1;
   c->graph_file = f.get("graph-file");
   *recipe = false;
-  if (decoder_family(c->model_family)) {
+  if (f.has("init-optimizer") && !f.has("init-from")) {
+    *error = "--init-optimizer restores the moments of the --init-from checkpoint: name it";
+    return false;
+  }
+  if (f.has("init-from")) {
+    if (!model_from_checkpoint(f, c, error)) return false;
+  } else if (decoder_family(c->model_family)) {
     preset_config("tiny", &c->model);  // the demo's vocabulary, unless --vocab-size
     if (!resolve_decoder_model(f, c, recipe, error)) return false;
   } else if (!(c->graph_file.empty() ? model_from_flags(f, c, recipe, error)
@@ -259,12 +370,54 @@ bool resolve_schedule(const Flags& f, bool recipe, TrainConfig* c, std::string* 
   return true;
 }
 
+// LoRA's flags: adapters over the --init-from model of a decoder family.
+bool resolve_lora(const Flags& f, TrainConfig* c, std::string* error) {
+  const bool on = f.has("lora-rank") && f.get_int("lora-rank") > 0;
+  for (const char* name : {"lora-alpha", "lora-targets", "quantize-base"})
+    if (f.has(name) && !on) {
+      *error = std::string("--") + name + " shapes LoRA adapters: give --lora-rank R too";
+      return false;
+    }
+  if (!on) return true;
+  if (!decoder_family(c->model_family)) {
+    *error = "--lora-rank: LoRA adapters train on nanochat and llama models, not " + c->model_family;
+    return false;
+  }
+  if (c->init_from.empty()) {
+    *error = "--lora-rank trains adapters over a trained model: name it with --init-from CHECKPOINT";
+    return false;
+  }
+  if (!c->init_state.empty()) {
+    *error = "--init-optimizer: a LoRA run's optimizer holds its adapters only, so the base's moments do not apply";
+    return false;
+  }
+  c->lora.rank = static_cast<int>(f.get_int("lora-rank"));
+  c->lora.alpha = f.has("lora-alpha") ? static_cast<float>(f.get_double("lora-alpha")) : static_cast<float>(c->lora.rank);
+  const std::string targets = f.has("lora-targets") ? f.get("lora-targets") : "all";
+  c->lora.attention = targets != "mlp";
+  c->lora.mlp = targets != "attn";
+  c->lora.quant = f.has("quantize-base") ? quant::parse_type(f.get("quantize-base")) : -1;
+  const std::string bad = validate_lora(c->lora);
+  if (!bad.empty()) {
+    *error = "--lora-alpha: " + bad;
+    return false;
+  }
+  for (const auto& layer : lora_targets(c->decoder, c->lora))
+    for (const LoraTarget& t : layer)
+      if (t.on && c->lora.rank > std::min(t.in, t.out)) {
+        *error = "--lora-rank " + std::to_string(c->lora.rank) + " exceeds an adapted matrix's smaller side (" +
+                 std::to_string(t.out) + " x " + std::to_string(t.in) + ")";
+        return false;
+      }
+  return true;
+}
+
 // Data, op library, checkpoints and output: the flags as given.
 bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->train_data = f.get("train-data");
   c->val_data = f.get("val-data");
   c->dataset_name = f.get("dataset-name");
-  c->weights = f.get("weights");
+  if (c->init_from.empty()) c->weights = f.get("weights");  // else --init-from's model file
   c->backend = f.get("backend");
   c->tile_ops_lib = f.get("tile-ops-lib");
   c->dtype = f.get("dtype");
@@ -276,6 +429,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
   c->overlap = f.get("overlap");
   c->pdl = f.get("pdl");
   c->lm_head_rows = f.get("lm-head-row-chunk-size");
+  if (!resolve_lora(f, c, error)) return false;
   c->recompute = f.get("recompute");
   if (decoder_family(c->model_family) && c->recompute != "none") {
     *error = "--recompute " + c->recompute + ": the " + c->model_family + " model keeps every activation (recompute "
@@ -309,7 +463,7 @@ bool resolve_run(const Flags& f, TrainConfig* c, std::string* error) {
 }  // namespace
 
 bool dense_gpt_family(const std::string& family) {
-  return family == "gpt" || family == "gpt2" || family == "gpt3";
+  return family == "gpt" || family == "gpt2" || family == "gpt3" || family == "nanogpt";
 }
 
 bool decoder_family(const std::string& family) { return family == "nanochat" || family == "llama"; }
@@ -398,6 +552,12 @@ Json plan_json(const TrainConfig& c) {
   p.set("op_library", lib);
   p.set("output_dir", c.output_dir);
   p.set("resume", c.resume);
+  if (!c.init_from.empty()) {  // a warm start's checkpoint (only then: other plans stay as they were)
+    Json init = Json::object();
+    init.set("model_file", c.init_from);
+    init.set("state_file", c.init_state.empty() ? Json() : Json(c.init_state));
+    p.set("init_from", init);
+  }
   p.set("seed", static_cast<int64_t>(c.seed));  // as --seed gave it (the manifest's too)
   return p;
 }

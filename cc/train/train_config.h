@@ -7,6 +7,7 @@
 
 #include "cc/model/decoder_config.h"
 #include "cc/model/gpt_config.h"
+#include "cc/model/lora.h"
 #include "cc/util/flags.h"
 #include "cc/util/json.h"
 
@@ -16,10 +17,16 @@ struct TrainConfig {
   std::string model_family = "gpt";  // gpt, gpt2, gpt3 (the dense GPT); nanochat, llama (the decoder)
   std::string template_name;         // a preset name, "custom", "depth-N", or the manifest's
   std::string graph_file, weights;
+  // --init-from's model file (weights holds it too) and, with --init-optimizer, its state file.
+  std::string init_from, init_state;
+  // Steps the optimizer's moments held before this run's first (a warm start's): AdamW's bias
+  // correction counts them. From the init checkpoint's state, or the resumed run's marker.
+  int moment_steps = 0;
   // The dense GPT's geometry; for the decoder families its shared fields (context, vocabulary,
   // layers, heads, channels) mirror `decoder`, which holds the whole of theirs.
   GPTConfig model;
   DecoderConfig decoder;
+  LoraSpec lora;  // rank 0: the whole model trains
 
   std::string train_data, val_data;  // shard directory or file; val inferred when empty
   std::string dataset_name, tokenizer;

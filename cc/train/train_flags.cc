@@ -50,6 +50,14 @@ std::vector<FlagSpec> model_flags() {
       text("graph-file", "model", "model manifest JSON whose geometry is the architecture's source of truth", "",
            "graph"),
       text("weights", "model", "model_%08d.bin to start from (its geometry must match)"),
+      text("init-from", "model",
+           "a checkpoint to start from (a warm start, as fine-tuning begins): a trainer's output directory (the "
+           "checkpoint --resume auto takes there) or a model_%08d.bin; the model's family and geometry are the "
+           "checkpoint's (a geometry flag given must agree), its weights the start; the step, schedule and data "
+           "start anew (a run resumed from its own checkpoint takes that one's weights)"),
+      toggle("init-optimizer", "model",
+             "with --init-from: the optimizer's moments from the checkpoint's state file too, AdamW's bias "
+             "correction counting its steps (as a restored PyTorch optimizer's); the learning rates stay this run's"),
       integer("num-layers", "model", "transformer blocks", 1),
       integer("num-heads", "model", "attention heads", 1),
       integer("model-dim", "model", "channels", 1),
@@ -67,6 +75,16 @@ std::vector<FlagSpec> model_flags() {
            "layer is always long (nanochat: SSSL; llama: L)"),
       number("rope-theta", "model", "rotary base (nanochat: 100000; llama: 10000)"),
       toggle("tie-embeddings", "model", "llama: the LM head is the token embedding"),
+      integer("lora-rank", "model",
+              "train rank-R LoRA adapters on each layer's qkv, output, up and down matrices over the frozen "
+              "--init-from model (nanochat, llama): the checkpoints hold the adapters alone (without it the "
+              "whole model trains)",
+              1),
+      number("lora-alpha", "model", "the adapters' update is scaled by alpha / rank (default: the rank, a scale of 1)"),
+      choice("lora-targets", "model", "which matrices get adapters: all, attn (qkv and output) or mlp (up and down)",
+             "all attn mlp"),
+      choice("quantize-base", "model",
+             "QLoRA: keep the frozen base's block matrices quantized (dequantized for each GEMM)", "q8_0 q4_1 nf4"),
   };
 }
 

@@ -58,7 +58,7 @@ bool TrainLog::write_line(const Json& line, std::string* error) {
 }
 
 bool TrainLog::train(int step, double loss, double lr, double grad_norm, double seconds, double tokens_per_s,
-                     std::string* error) {
+                     int64_t targets, std::string* error) {
   Json j = Json::object();
   j.set("step", step);
   j.set("train_loss", loss);
@@ -66,6 +66,7 @@ bool TrainLog::train(int step, double loss, double lr, double grad_norm, double 
   j.set("grad_norm", grad_norm);
   j.set("step_ms", 1e3 * seconds);
   j.set("tokens_per_s", tokens_per_s);
+  if (targets >= 0) j.set("targets", targets);
   return write_line(j, error);
 }
 

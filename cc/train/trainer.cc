@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cc/data/best_fit.h"
+#include "cc/data/masked_rows.h"
 #include "cc/data/token_shards.h"
 #include "cc/ops/host_buffers.h"
 #include "cc/train/checkpointing.h"
@@ -61,12 +62,15 @@ int print_plan(const TrainConfig& c) {
 }
 
 // The shards a run reads: --train-data's, and --val-data's or the train shards' val siblings,
-// both cut into rows as --packing says.
+// both token shards cut into rows as --packing says, or masked rows (nfn sft's) as they are.
 struct RunData {
   std::unique_ptr<data::BatchSampler> train, val;
   data::TokenBatchSampler* contiguous = nullptr;  // train, where contiguous: its windows go up as uint16
   data::BestFitSampler* best_fit = nullptr;       // train, where best fit: a resume restores its buffer
+  data::MaskedRowSampler* masked = nullptr;       // train, where masked rows: targets -1 where not learned
   bool have_val = false;
+  // Rows that go up as int32 inputs and targets (best fit, masked rows), not uint16 windows.
+  bool int32_rows() const { return best_fit != nullptr || masked != nullptr; }
 };
 
 // A sampler of `shards` as c.packing says: contiguous windows, or best-fit rows (BOS c.eot_token).
@@ -88,11 +92,49 @@ std::unique_ptr<data::BatchSampler> open_sampler(const TrainConfig& c, std::vect
   return out;
 }
 
+// Masked-row shards (nfn sft's): training reads the rows in order, epoch after epoch;
+// validation reads each row of its split once, its last batch filled up with rows that train
+// nothing. The validation files are --val-data's, else the train files' val siblings.
+bool open_masked_rows(const TrainConfig& c, RunData* d, std::string* error) {
+  if (c.packing != "contiguous") {
+    *error = "--packing " + c.packing + ": " + c.train_data + " holds masked rows, packed already (nfn sft packs "
+             "conversations into them by best fit)";
+    return false;
+  }
+  std::vector<data::MaskedRowShard> train, val;
+  std::vector<std::string> val_paths;
+  std::string ignored;  // the validation split is optional unless named
+  if (!data::find_masked_row_shards(c.train_data, "train", &train, error)) return false;
+  if (!c.val_data.empty()) {
+    if (!data::find_masked_row_shards(c.val_data, "val", &val, error)) return false;
+  } else if (is_directory(c.train_data) ? data::list_shard_files(c.train_data, "val", &val_paths, &ignored)
+                                        : data::validation_sibling_files(c.train_data, &val_paths, &ignored)) {
+    if (!data::read_masked_row_headers(val_paths, &val, error)) return false;
+  }
+  auto rows = std::make_unique<data::MaskedRowSampler>();
+  if (!rows->open(std::move(train), c.batch_size, c.seq_len, c.seed, /*pad_epoch_end=*/false, error)) return false;
+  rows->set_vocab_size(c.model.vocab_size);
+  d->masked = rows.get();
+  d->train = std::move(rows);
+  d->have_val = !val.empty() && c.eval_batches > 0;
+  if (!d->have_val) return true;
+  auto val_rows = std::make_unique<data::MaskedRowSampler>();
+  if (!val_rows->open(std::move(val), c.eval_batch_size, c.seq_len, 0, /*pad_epoch_end=*/true, error)) return false;
+  val_rows->set_vocab_size(c.model.vocab_size);
+  d->val = std::move(val_rows);
+  return true;
+}
+
 bool open_data(const TrainConfig& c, RunData* d, std::string* error) {
   if (c.train_data.empty()) {
     *error = "--train-data is required (a shard directory or a *_train_*.bin file)";
     return false;
   }
+  // The files' first word says which: masked rows, else token shards (whose reader names both
+  // formats when a file is neither).
+  std::vector<std::string> files;
+  if (!data::list_shard_files(c.train_data, "train", &files, error)) return false;
+  if (data::is_masked_row_file(files[0])) return open_masked_rows(c, d, error);
   std::vector<data::TokenShard> train_shards, val_shards;
   if (!data::find_shards(c.train_data, "train", &train_shards, error)) return false;
   std::string ignored;  // the validation split is optional unless named
@@ -111,21 +153,28 @@ bool open_data(const TrainConfig& c, RunData* d, std::string* error) {
   return !d->have_val || (d->val = open_sampler(c, std::move(val_shards), c.eval_batch_size, 0, error)) != nullptr;
 }
 
-// Mean loss over the first `batches` validation batches (fewer if the split is smaller).
+// Mean loss over the targets that count (masked rows: those the mask keeps; else all) of the
+// first `batches` validation batches (fewer if the split is smaller).
 bool validate(TrainableModel& model, data::BatchSampler& val, int batches, int B, int T, float* loss,
               std::string* error) {
   if (!val.seek({}, error)) return false;
   int n = static_cast<int>(std::min<int64_t>(batches, val.batches_per_epoch()));
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   if (!model.zero_loss(error)) return false;
+  int64_t targets = 0;
   for (int i = 0; i < n; ++i) {
     if (!val.next(in.data(), tg.data(), error) || !model.upload_tokens(in.data(), tg.data(), B, T, error) ||
         !model.step_forward_backward(false, 0.f, error))
       return false;
+    targets += std::count_if(tg.begin(), tg.end(), [](int32_t t) { return t >= 0; });
+  }
+  if (n > 0 && targets == 0) {
+    *error = "validation: its rows hold no target to learn (every mask is 0)";
+    return false;
   }
   float sum = 0, unused = 0;
   if (!model.read_scalars(&sum, &unused, error)) return false;
-  *loss = sum / static_cast<float>(static_cast<int64_t>(n) * B * T);
+  *loss = sum / static_cast<float>(targets);
   return true;
 }
 
@@ -165,6 +214,7 @@ struct Issued {
   int step;
   float lr;
   Clock::time_point start;
+  int64_t targets;  // the targets its loss counts: every one, but in masked rows those learned
 };
 
 // One run: set up (data, the checkpoint to resume, the op library, the model), the steps,
@@ -188,9 +238,10 @@ class TrainingRun {
   int restore();
   int train();
   bool restore_data_position();
-  int issue_step(int step, Clock::time_point t_step, float* lr);
+  int issue_step(int step, Clock::time_point t_step, float* lr, int64_t* targets);
+  bool read_rows(size_t slot, int64_t* targets);
   bool upload_micro_batch(size_t slot);
-  bool forward_backward(int step);
+  bool forward_backward(int step, float grad_scale);
   int finish_step(const Issued& s, const Clock::time_point* next_start);
   void mark_stage(Stage stage) {
     if (stage_timing_) stage_timing_->mark(stage);
@@ -232,6 +283,7 @@ class TrainingRun {
   std::vector<int32_t> in_, tg_;
   double train_time_ = 0;
   int64_t trained_tokens_ = 0;
+  int64_t trained_targets_ = 0;  // the targets the losses counted (masked rows: those learned)
   float last_loss_ = NAN, final_val_ = NAN;
   std::string model_path_;
   bool trained_ = false;
@@ -259,8 +311,8 @@ int TrainingRun::setup() {
   // set is written again only after the step that used it is known to be done (its scalars
   // were read).
   const size_t tokens = static_cast<size_t>(B_) * T_;
-  window_bytes_ = data_.best_fit ? 2 * tokens * sizeof(int32_t) : (tokens + 1) * 2;
-  if ((data_.best_fit || data_.train->token_bytes() == 2) &&
+  window_bytes_ = data_.int32_rows() ? 2 * tokens * sizeof(int32_t) : (tokens + 1) * 2;
+  if ((data_.int32_rows() || data_.train->token_bytes() == 2) &&
       !windows_->alloc(2 * c_.grad_accum_steps, window_bytes_, "page-locked token buffers", &error_))
     return fail(error_);
   if (!readback_->init(&error_)) return fail(error_);
@@ -268,6 +320,15 @@ int TrainingRun::setup() {
     stage_timing_ = std::make_unique<StageTiming>(ops, backend_.ctx, c_.model.num_layers,
                                                   backend_.name == "cuda" ? "cuda events" : "host clock");
     family_->model().set_stage_timer(stage_timing_.get());
+  }
+  if (data_.masked != nullptr && setup_.graphs) {
+    // Each step's gradients are scaled by 1 / its own count of learned targets, an argument a
+    // recording would hold fixed.
+    const std::string why = "masked rows scale each step's gradients by its own count of learned targets, which a "
+                            "recording would hold fixed";
+    if (c_.graphs == "on") return fail("--graphs on: " + why + " (leave --graphs auto or set it off)", 2);
+    setup_.graphs = false;
+    setup_.graphs_note = "graphs off: " + why;
   }
   graphs_note_ = setup_.graphs_note;
   // A resumed run with nothing to train leaves its log as it is (it logs nothing).
@@ -304,8 +365,11 @@ bool TrainingRun::restore_data_position() {
 int TrainingRun::restore() {
   rng_ = Rng(c_.seed ^ 0x6e666e5f67707400ull);
   if (start_.from.empty()) {
-    if (!family_->initialize(&error_)) return fail(error_);
+    if (!family_->initialize(&error_) ||
+        (!c_.init_state.empty() && !load_init_optimizer(c_.init_state, *family_, &c_.moment_steps, &error_)))
+      return fail(error_);
   } else {
+    c_.moment_steps = start_.moment_steps;
     rng_.set_state(start_.state.rng_state);
     const bool same_data = resume_position_applies(c_, start_, *data_.train);
     if (!load_checkpoint(start_, *family_, &error_)) return fail(error_);
@@ -315,13 +379,16 @@ int TrainingRun::restore() {
   const char* timing = !c_.stage_timing           ? ""
                        : setup_.graphs_note.empty() ? ", --stage-timing"
                                                     : ", --stage-timing (graphs off)";
+  std::string from = start_.from.empty() ? "" : ", resuming from " + start_.from;
+  if (start_.from.empty() && !c_.init_from.empty())
+    from = ", starting from " + c_.init_from +
+           (c_.init_state.empty() ? "" : " and its optimizer moments (" + std::to_string(c_.moment_steps) + " steps)");
   std::fprintf(stderr, "nfn: %s %s, %zu parameters, %s%s on %s (%s), %.1f GiB for the model and micro-batch %d x %d "
-               "(activations %.1f MiB, --recompute %s)%s%s%s\n",
+               "(activations %.1f MiB, --recompute %s)%s%s\n",
                c_.model_family.c_str(), c_.template_name.c_str(), family_->num_parameters(),
                setup_.dtype_name.c_str(), gemms.c_str(), backend_.name.c_str(), backend_.path.c_str(),
                static_cast<double>(memory_bytes()) / (1 << 30), B_, T_,
-               static_cast<double>(activation_bytes()) / (1 << 20), c_.recompute.c_str(), timing,
-               start_.from.empty() ? "" : ", resuming from ", start_.from.c_str());
+               static_cast<double>(activation_bytes()) / (1 << 20), c_.recompute.c_str(), timing, from.c_str());
   return 0;
 }
 
@@ -343,9 +410,8 @@ bool TrainingRun::run_validation(int step, float* loss, bool logged) {
 // runs nothing, so where auto's first one fails, the micro-step is issued op by op, as is the
 // rest of the run. Only a failed recording (a later step's) turns graphs off: a failure of the
 // first step, which runs op by op anyway, is the op's own and ends the run.
-bool TrainingRun::forward_backward(int step) {
+bool TrainingRun::forward_backward(int step, float grad_scale) {
   TrainableModel& model = family_->model();
-  const float grad_scale = 1.0f / static_cast<float>(c_.train_batch_tokens);
   auto issue = [&](std::string* why) { return model.step_forward_backward(true, grad_scale, why); };
   const bool replay = setup_.graphs && step > start_.step;
   bool ok = replay ? step_graph_->run(model.activations_version(), issue, &error_) : issue(&error_);
@@ -358,15 +424,27 @@ bool TrainingRun::forward_backward(int step) {
   return ok;
 }
 
-// Reads the next micro-batch and queues its upload: best-fit rows as int32 inputs and targets
-// and contiguous uint16 windows as they are, both through page-locked buffer `slot`; uint32
-// windows from host vectors.
+// Reads the next micro-batch of int32 rows (best fit, masked rows) into page-locked buffer
+// `slot`, inputs then targets, and adds the targets that count (>= 0) to *targets.
+bool TrainingRun::read_rows(size_t slot, int64_t* targets) {
+  int32_t* in = static_cast<int32_t*>((*windows_)[slot]);
+  int32_t* tg = in + static_cast<size_t>(B_) * T_;
+  if (!data_.train->next(in, tg, &error_)) return false;
+  *targets += std::count_if(tg, tg + static_cast<size_t>(B_) * T_, [](int32_t t) { return t >= 0; });
+  return true;
+}
+
+// Queues the upload of the next micro-batch: best-fit rows (read here) and masked rows (read
+// before the step's first, by issue_step) as int32 inputs and targets and contiguous uint16
+// windows as they are, all through page-locked buffer `slot`; uint32 windows from host vectors.
 bool TrainingRun::upload_micro_batch(size_t slot) {
   TrainableModel& model = family_->model();
-  if (data_.best_fit) {
+  if (data_.int32_rows()) {
+    int64_t ignored = 0;
     int32_t* inputs = static_cast<int32_t*>((*windows_)[slot]);
     int32_t* targets = inputs + static_cast<size_t>(B_) * T_;
-    return data_.train->next(inputs, targets, &error_) && model.upload_tokens(inputs, targets, B_, T_, &error_);
+    return (data_.masked != nullptr || read_rows(slot, &ignored)) &&
+           model.upload_tokens(inputs, targets, B_, T_, &error_);
   }
   if (!data_.train->next(in_.data(), tg_.data(), &error_)) return false;
   if (data_.train->token_bytes() != 2) return model.upload_tokens(in_.data(), tg_.data(), B_, T_, &error_);
@@ -376,21 +454,34 @@ bool TrainingRun::upload_micro_batch(size_t slot) {
 }
 
 // Issues a step's micro-batches and its optimizer step, and queues the read of its scalars.
-// With --stage-timing, the step's stages are marked as they are issued: the model marks its
-// own; zeroing the gradients and the loss is the optimizer's, reading and uploading a batch
-// the data's.
-int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr) {
+// The loss is the mean over the step's targets that count, *targets of them: every one of
+// token windows, the learned ones of masked rows, whose micro-batches are all read first to
+// count them before the gradients are scaled by their inverse. With --stage-timing, the step's
+// stages are marked as they are issued: the model marks its own; zeroing the gradients and the
+// loss is the optimizer's, reading and uploading a batch the data's.
+int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr, int64_t* targets) {
   TrainableModel& model = family_->model();
   if (stage_timing_ && !stage_timing_->begin_step(step, &error_)) return fail(error_);
   if (!model.zero_grads(&error_) || !model.zero_loss(&error_)) return fail(error_);
   mark_stage(Stage::kOptimizer);
+  const size_t first_slot = static_cast<size_t>(step & 1) * c_.grad_accum_steps;
+  *targets = c_.train_batch_tokens;
+  if (data_.masked != nullptr) {
+    const auto t0 = Clock::now();
+    *targets = 0;
+    for (int micro = 0; micro < c_.grad_accum_steps; ++micro)
+      if (!read_rows(first_slot + micro, targets)) return fail(error_);
+    ph_.data += seconds_since(t0);
+  }
+  // A step of masked rows that learns nothing (none is likely) has zero gradients either way.
+  const float grad_scale = 1.0f / static_cast<float>(std::max<int64_t>(*targets, 1));
   for (int micro = 0; micro < c_.grad_accum_steps; ++micro) {
     auto t0 = Clock::now();
-    if (!upload_micro_batch((step & 1) * c_.grad_accum_steps + micro)) return fail(error_);
+    if (!upload_micro_batch(first_slot + micro)) return fail(error_);
     mark_stage(Stage::kData);
     ph_.data += seconds_since(t0);
     t0 = Clock::now();
-    if (!forward_backward(step)) return fail(error_);
+    if (!forward_backward(step, grad_scale)) return fail(error_);
     ph_.forward_backward += seconds_since(t0);
   }
   const auto t0 = Clock::now();
@@ -399,6 +490,7 @@ int TrainingRun::issue_step(int step, Clock::time_point t_step, float* lr) {
                     static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay),
                     static_cast<float>(c_.max_grad_norm)};
   opt.lr_factor = c_.learning_rate > 0 ? *lr / static_cast<float>(c_.learning_rate) : 0.f;
+  opt.moment_steps = c_.moment_steps;
   if (!model.optimizer_step(opt, &error_) || (stage_timing_ && !stage_timing_->end_step(&error_)) ||
       !readback_->queue(model, step, &error_))
     return fail(error_);
@@ -423,7 +515,8 @@ int TrainingRun::finish_step(const Issued& s, const Clock::time_point* next_star
   step_seconds_.push(dt);
   if (stage_timing_ && !stage_timing_->collect(s.step, dt, &error_)) return fail(error_);
   trained_tokens_ += c_.train_batch_tokens;
-  last_loss_ = loss_sum / static_cast<float>(c_.train_batch_tokens);
+  trained_targets_ += s.targets;
+  last_loss_ = loss_sum / static_cast<float>(std::max<int64_t>(s.targets, 1));
   const int done = s.step + 1;
   if (!std::isfinite(last_loss_) || !std::isfinite(sumsq)) {
     // The last checkpoint this run wrote, else the one it resumed from.
@@ -437,7 +530,9 @@ int TrainingRun::finish_step(const Issued& s, const Clock::time_point* next_star
   row.push(done);
   row.push(static_cast<double>(last_loss_));
   const double tokens_per_s = c_.train_batch_tokens / dt;
-  if (!log_.train(done, last_loss_, s.lr, std::sqrt(sumsq), dt, tokens_per_s, &error_)) return fail(error_);
+  if (!log_.train(done, last_loss_, s.lr, std::sqrt(sumsq), dt, tokens_per_s, data_.masked ? s.targets : -1,
+                  &error_))
+    return fail(error_);
   if (isatty(fileno(stderr)) || done == c_.max_steps || done % std::max(1, c_.max_steps / 10) == 0) {
     char mfu[32] = "";
     if (peak_flops_ > 0)
@@ -455,12 +550,13 @@ int TrainingRun::train() {
   for (int step = start_.step; step < c_.max_steps; ++step) {
     const auto t_step = Clock::now();
     float lr = 0;
-    if (int rc = issue_step(step, t_step, &lr)) return rc;
+    int64_t targets = 0;
+    if (int rc = issue_step(step, t_step, &lr, &targets)) return rc;
     if (pending) {
       if (int rc = finish_step(*pending, &t_step)) return rc;
       pending.reset();
     }
-    const Issued issued{step, lr, t_step};
+    const Issued issued{step, lr, t_step, targets};
     const int done = step + 1;
     const bool checkpoint_now = c_.write_checkpoints && c_.checkpoint_every > 0 && done % c_.checkpoint_every == 0 &&
                                 done < c_.max_steps;
@@ -539,6 +635,9 @@ int TrainingRun::report() {
   report.set("run_id", start_.run_id);
   report.set("tokens_per_step", static_cast<int64_t>(c_.train_batch_tokens));
   report.set("train_tokens", trained_tokens_);
+  // The targets the training losses counted: every token of token windows, the learned
+  // (mask 1) ones of masked rows.
+  report.set("train_targets", trained_targets_);
   report.set("train_tokens_per_second", train_time_ > 0 ? trained_tokens_ / train_time_ : 0.0);
   // Over the whole run (the first step's setup included), against the device's bf16 peak.
   report.set("mfu", peak_flops_ > 0 && train_time_ > 0

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/model/decoder.h"
+#include "cc/model/decoder_weights.h"
 #include "cc/util/quant.h"
 #include "cc/ops/linked_op_table.h"
 #include "py/native/bindings.h"
@@ -84,6 +85,18 @@ class NativeDecoder {
     check(model_.set_base(std::vector<float>(params.data(), params.data() + params.size()), &error), error);
   }
 
+  // Under LoRA: the whole model the adapters make with `base` (lora_merged).
+  Numpy1 merged(F32Vector base) {
+    std::vector<float> adapters;
+    std::string error;
+    check(model_.get_parameters(&adapters, &error), error);
+    if (base.size() != nfn::decoder_num_parameters(model_.config()))
+      throw std::invalid_argument("merged: the base has " + std::to_string(base.size()) + " values, not " +
+                                  std::to_string(nfn::decoder_num_parameters(model_.config())));
+    return to_numpy(nfn::lora_merged(model_.config(), model_.lora_spec(),
+                                     std::vector<float>(base.data(), base.data() + base.size()), adapters));
+  }
+
   void set_parameters(F32Vector params) {
     std::string error;
     check(model_.set_parameters(std::vector<float>(params.data(), params.data() + params.size()), &error), error);
@@ -148,6 +161,8 @@ void bind_decoder(nb::module_& m) {
           nb::arg("lora_rank") = 0, nb::arg("lora_alpha") = 0.f, nb::arg("lora_targets") = "all",
           nb::arg("lora_quant") = "")
       .def("set_base", &NativeDecoder::set_base, "Under LoRA: the frozen base, in the model's full layout.")
+      .def("merged", &NativeDecoder::merged, nb::arg("base"),
+           "Under LoRA: the whole model (full layout) its adapters make with `base`.")
       .def_prop_ro("num_parameters", &NativeDecoder::num_parameters)
       .def("layout", &NativeDecoder::layout, "[(name, rows, cols, offset)] in memory order")
       .def("set_parameters", &NativeDecoder::set_parameters)
@@ -159,6 +174,21 @@ void bind_decoder(nb::module_& m) {
       .def("optimizer_step", &NativeDecoder::optimizer_step, nb::arg("step"), nb::arg("lr"), nb::arg("beta1") = 0.9f,
            nb::arg("beta2") = 0.95f, nb::arg("eps") = 1e-8f, nb::arg("weight_decay") = 0.0f,
            nb::arg("max_grad_norm") = 0.0f, nb::arg("lr_factor") = 1.0f);
+  m.def(
+      "read_decoder_weights",
+      [](const std::string& path) {
+        nfn::DecoderConfig c;
+        std::vector<float> params;
+        std::string error;
+        if (!nfn::read_decoder_weights(path, &c, &params, &error)) throw std::invalid_argument(error);
+        std::vector<std::tuple<std::string, size_t, size_t, size_t>> layout;
+        for (const auto& t : nfn::decoder_layout(c)) layout.emplace_back(t.name, t.rows, t.cols, t.offset);
+        return std::make_tuple(std::string(nfn::decoder_family_name(c.family)), nfn::decoder_geometry_json(c).dump(),
+                               layout, to_numpy(std::move(params)));
+      },
+      nb::arg("path"),
+      "(family, geometry JSON, [(name, rows, cols, offset)], f32 parameters) of a decoder weights file; a "
+      "LoRA checkpoint gives the model its adapters make with their base.");
   m.def(
       "decoder_random_parameters",
       [](const std::string& family, int max_seq_len, int vocab_size, int padded_vocab_size, int num_layers,

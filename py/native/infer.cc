@@ -107,6 +107,11 @@ class InferenceEngine {
     Busy busy(&busy_);
     decoder_->reset();
   }
+  void truncate(int position) {
+    Busy busy(&busy_);
+    std::string error;
+    check(decoder_->truncate(position, &error), error);
+  }
 
   // Runs tokens through the cache; logits of the last row (1, V) or of every row (n, V).
   nb::ndarray<nb::numpy, float, nb::ndim<2>> forward(IdArray token_array, bool all_logits) {
@@ -250,6 +255,8 @@ void bind_infer(nb::module_& m) {
       .def_prop_ro("backend", &InferenceEngine::backend)
       .def_prop_ro("position", &InferenceEngine::position)
       .def("reset", &InferenceEngine::reset)
+      .def("truncate", &InferenceEngine::truncate, nb::arg("position"),
+           "Keep the cache's first `position` positions (a shared prefix) and drop the rest.")
       .def("forward", &InferenceEngine::forward, nb::arg("tokens"), nb::arg("all_logits") = false)
       .def("losses", &InferenceEngine::losses, nb::arg("inputs"), nb::arg("targets"))
       .def("generate", &InferenceEngine::generate, nb::arg("prompt"), nb::arg("max_new_tokens"),

@@ -7,10 +7,17 @@
   the assistant's turn opened by <|im_start|>assistant\\n and ended by <|im_end|>. No tools.
 
 `turn(text, first)` gives the tokens from the end of the previous assistant turn (its stop
-token) up to where the model writes the next reply. Text a user types is encoded as text,
-never as a special token.
+token) up to where the model writes the next reply; `render(conversation)` a whole conversation
+for training, (ids, mask) with mask 1 exactly on what the model must learn to write (the
+assistant's text, its tool calls and its stop token). Each rendering starts with the format's
+`bos` (nanochat's <|bos|>; ChatML's <|im_start|>), so best-fit packing starts rows there. Text
+a user types is encoded as text, never as a special token.
 """
 from nfn.errors import UserError
+
+
+NANOCHAT_TOKENS = ("<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>",
+                   "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>")
 
 
 class NanochatFormat:
@@ -34,6 +41,10 @@ class NanochatFormat:
     def tool_output(self, text):
         return [self.output_start] + self.tok.encode(text) + [self.output_end]
 
+    def render(self, conversation):
+        from nfn.chat.render import render_conversation
+        return render_conversation(self.tok, conversation, max_tokens=1 << 62)
+
 
 class ChatMLFormat:
     name = "chatml"
@@ -55,6 +66,44 @@ class ChatMLFormat:
             ids += self.message("system", system)
         return ids + self.message("user", text) + [self.im_start] + self.tok.encode("assistant\n")
 
+    @property
+    def bos(self):
+        return self.im_start
+
+    def render(self, conversation):
+        """As the template renders it (the template's system turn where the conversation has
+        none); an assistant's tool calls, which ChatML has no tokens for, as <<code=output>> text."""
+        from nfn.chat.conversation import parts, validate
+        messages = validate(conversation)
+        ids, mask = [], []
+
+        def add(tokens, m):
+            ids.extend(tokens)
+            mask.extend([m] * len(tokens))
+
+        if messages[0]["role"] != "system" and self.default_system:
+            add(self.message("system", self.default_system), 0)
+        for msg in messages:
+            if msg["role"] != "assistant":
+                add(self.message(msg["role"], msg["content"]), 0)
+                continue
+            add([self.im_start] + self.tok.encode("assistant\n"), 0)
+            text, pending = "", None
+            for part in parts(msg):
+                if part["type"] == "text":
+                    text += part["text"]
+                elif part["type"] == "python":
+                    pending = part["text"]
+                    text += f"<<{pending}="
+                else:
+                    text += part["text"] + ">>"
+                    pending = None
+            if pending is not None:
+                text += ">>"
+            add(self.tok.encode(text) + [self.stop], 1)
+            add(self.tok.encode("\n"), 0)
+        return ids, mask
+
 
 def default_system(template):
     """The system message a ChatML template writes when a conversation has none (SmolLM2's
@@ -74,6 +123,10 @@ def chat_format(tok, name):
         except (KeyError, AttributeError):
             return False
     if has("<|assistant_start|>"):
+        for token in NANOCHAT_TOKENS:
+            if not has(token):
+                raise UserError(f"tokenizer {name} has no {token} token: nanochat's chat format needs all of "
+                                f"{' '.join(NANOCHAT_TOKENS)}")
         return NanochatFormat(tok)
     if has("<|im_start|>") and has("<|im_end|>"):
         return ChatMLFormat(tok, default_system(getattr(tok, "chat_template", None)))

@@ -433,8 +433,8 @@ def open_chat(args):
     m = model_lib.load(args, need_tokenizer=True)
     tok = tokenizers.load(m.tokenizer, quiet=True)
     fmt = chat_format(tok, m.tokenizer)
-    engine, note = model_lib.start_engine(m, args.backend)
-    session = WebSession(engine, tok, fmt, m.geometry["max_seq_len"], tool=None if args.no_tools else args.tool)
+    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize, context=args.context)
+    session = WebSession(engine, tok, fmt, engine.max_seq_len, tool=None if args.no_tools else args.tool)
     name = args.name or os.path.basename(os.path.normpath(args.checkpoint))
     defaults = {"temperature": args.temperature, "top_k": args.top_k, "max_tokens": args.max_tokens}
     return WebChat(session, name, defaults, args.max_queue), note

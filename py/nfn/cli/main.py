@@ -5,19 +5,23 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import chat, data, eval as eval_cmd, import_model, infer, kernels, report, serve, tokenizer, tool, train
+from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, report, serve,
+                     sft, tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, infer, chat, serve, eval_cmd, report, import_model, data, tokenizer, tool, kernels]
+COMMANDS = [train, sft, infer, chat, serve, eval_cmd, report, import_model, export_model, data, tokenizer, tool, kernels,
+            bench]
 
 EPILOG = """\
 examples:
   nfn train --model-family gpt --dataset shakespeare
+  nfn sft   --init-from ~/NeuralFn/artifacts/nanochat --mixture chitchat,identity:me.jsonl
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --tasks core --max-per-task 100
   nfn report ~/NeuralFn/artifacts/gpt
   nfn import --gguf SmolLM2-135M-Instruct.Q4_1.gguf
+  nfn export --checkpoint smollm2-135m-instruct --hf /tmp/smollm2-hf
   nfn kernels list --json
 
 locations (each moved by its environment variable):

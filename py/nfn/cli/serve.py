@@ -34,6 +34,10 @@ def register(sub):
     p.add_argument("--no-tools", action="store_true", help="do not run the model's python blocks")
     p.add_argument("--tokenizer", help="tokenizer overriding the manifest's")
     p.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="auto")
+    p.add_argument("--quantize", choices=["q8_0", "q4_1", "nf4"],
+                   help="keep a nanochat or llama model's block matrices quantized (weights near 1/4 the size)")
+    p.add_argument("--context", type=int, default=0,
+                   help="positions the KV cache holds, at most the model's (default: the model's; nanochat and llama)")
     p.add_argument("--quiet", action="store_true", help="do not log each request")
     p.set_defaults(run=run)
 

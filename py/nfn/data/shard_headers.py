@@ -12,6 +12,7 @@ from nfn.errors import UserError
 HEADER_BYTES = 1024
 MAGIC_U16, VERSION_U16 = 20240520, 1
 MAGIC_U32, VERSION_U32 = 20240801, 7
+MASKED_ROW_MAGIC = 20261215  # nfn.data.masked_rows: told apart, never read as tokens
 
 
 def token_bytes_for_vocab(vocab_size):
@@ -42,6 +43,9 @@ def read_header(path):
         token_bytes, want_version = 2, VERSION_U16
     elif magic == MAGIC_U32:
         token_bytes, want_version = 4, VERSION_U32
+    elif magic == MASKED_ROW_MAGIC:
+        raise UserError(f"{path}: a masked-row shard (nfn sft's rows of tokens and loss masks), not a token shard; "
+                        "`nfn sft` trains on it")
     else:
         raise UserError(f"{path}: bad magic {magic} (expected {MAGIC_U16} for uint16 or {MAGIC_U32} for uint32 tokens)")
     if version != want_version:

@@ -42,6 +42,8 @@ def resolve(spec, for_resume=False, header=False):
     """The Checkpoint that `--checkpoint spec` names; for_resume: the one `--resume spec`
     continues, a directory's newest complete step with its optimizer state too. header: with
     an llm.c file's header and tensor layout (else the file is not read)."""
+    from nfn.weights import embedded
+    embedded.ensure(spec)  # smollm2: imported on first use
     answer = native_bin.ask([f"--inspect-checkpoint={spec}", f"--artifacts-dir={paths.artifacts_dir()}", "--json"] +
                             (["--for-resume"] if for_resume else []) + ([] if header else ["--resolve-only"]))
     return Checkpoint(answer["kind"], answer["path"], answer["step"], answer["manifest_file"],

@@ -59,16 +59,30 @@ def resume_data(args, manifest):
     return True
 
 
+def init_manifest(args):
+    """The manifest of the checkpoint --init-from names ({} without one, or where it names none:
+    the trainer says why when it runs)."""
+    if not args.init_from:
+        return {}
+    from nfn.infer import checkpoint
+    try:
+        found = checkpoint.resolve(args.init_from, for_resume=args.init_optimizer)
+        manifest = fileio.read_json(found.manifest) if found.manifest else {}
+    except UserError:
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
 def tokenizer_of(args, manifest, graph):
-    """--tokenizer, else the resumed run's, else the --graph-file manifest's, else gpt2, except
-    for the demo: no dataset, template or graph file named, so the embedded corpus with sp1024
-    (trained on it once, in seconds)."""
+    """--tokenizer, else the resumed run's, else the --graph-file manifest's or the --init-from
+    checkpoint's, else gpt2, except for the demo: no dataset, template or graph file named, so
+    the embedded corpus with sp1024 (trained on it once, in seconds)."""
     if args.tokenizer:
         return args.tokenizer
     resumed = (manifest or {}).get("tokenizer")  # the resumed run's
     if isinstance(resumed, str) and resumed:
         return resumed
-    named = graph.get("tokenizer")  # the --graph-file model's: its vocabulary's tokenizer
+    named = graph.get("tokenizer") or init_manifest(args).get("tokenizer")  # the model's vocabulary's
     if isinstance(named, str) and named:
         return named
     named = (args.dataset, args.pretraining_file, args.tinystories, args.template_name, args.graph_file)

@@ -17,9 +17,8 @@ import os
 import re
 import time
 
-from nfn import fileio, paths
 from nfn.errors import UserError
-from nfn.weights import decoder_checkpoint
+from nfn.weights import artifact, decoder_checkpoint
 
 READ_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
 NORM_EPS = 1e-5  # nfn's llama; the geometry has no field for another
@@ -42,18 +41,7 @@ def default_name(path):
     if stem.lower().endswith(".gguf"):
         stem = stem[:-5]
     stem = re.sub(r"[.\-_](i?q\d[\w]*|f16|f32|bf16)$", "", stem, flags=re.IGNORECASE)
-    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.") or "model"
-
-
-def check_name(name):
-    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
-        raise UserError(f"--name must be a plain directory name, got {name!r}")
-    from nfn import tokenizers
-    if name in tokenizers.BUILTIN:
-        raise UserError(f"--name {name} is a built-in tokenizer's; choose another name")
-    if name in tokenizers.trained_names():  # its manifest's tokenizer would load that one
-        raise UserError(f"--name {name} is the name of a tokenizer trained in {paths.tokenizers_dir()}; "
-                        "choose another name")
+    return artifact.plain_name(stem)
 
 
 def unpermute_rope_rows(w, n_head):
@@ -232,11 +220,8 @@ def import_gguf(path, name=None, force=False, quiet=True):
 
     t0 = time.time()
     name = name or default_name(path)
-    check_name(name)
-    root = paths.artifacts_dir()
-    final = os.path.join(root, name)
-    if os.path.lexists(final) and not force:
-        raise UserError(f"{final} exists; pass --force to replace it (or --name for another name)")
+    artifact.check_name(name)
+    final = artifact.destination(name, force)
     model = GGUFModel(path)  # every check, before anything is written
     from nfn.tokenizers import hf_json
     from nfn.weights import gguf_tokenizer
@@ -250,26 +235,15 @@ def import_gguf(path, name=None, force=False, quiet=True):
               "name": model.field("general.name"), "tensor_types": model.type_counts()}
     eot = spec.eos
     fields = decoder_checkpoint.manifest(model.geometry, name, eot, 0, "imported", {"source": source})
-    os.makedirs(root, exist_ok=True)
-    fileio.remove_orphaned_dirs(root, quiet)
-    with fileio.WorkDir(root, "tmp", name) as tmp:
-        decoder_checkpoint.write_llama(tmp.path, model.geometry, model.tensor, fields)
-        tokenizer.save(os.path.join(tmp.path, hf_json.TOKENIZER_FILE))
-        with open(os.path.join(tmp.path, hf_json.MANIFEST), "w", encoding="utf-8") as f:
+
+    def write(directory):
+        decoder_checkpoint.write_llama(directory, model.geometry, model.tensor, fields)
+        tokenizer.save(os.path.join(directory, hf_json.TOKENIZER_FILE))
+        with open(os.path.join(directory, hf_json.MANIFEST), "w", encoding="utf-8") as f:
             f.write(hf_json.manifest_text(name, len(spec.tokens), eot, spec.bos, spec.special, spec.chat_template,
                                           f"gguf {os.path.basename(path)}"))
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp.path, 0o777 & ~umask)  # as a trainer's run directory (a work directory is 0700)
-        if force:
-            fileio.install_dir(tmp.path, final)  # in one step: a reader finds the old or the new one
-        else:
-            try:
-                os.rename(tmp.path, final)
-            except OSError:
-                if os.path.lexists(final):
-                    raise UserError(f"{final} appeared while importing; pass --force to replace it") from None
-                raise
+
+    artifact.install(name, force, write, quiet)
     return {"name": name, "directory": final, "source": source, "model_family": "llama",
             "geometry": fields["geometry"], "parameters": fields["parameters"], "tokenizer": name,
             "eot_token": eot, "seconds": round(time.time() - t0, 2)}

@@ -1,7 +1,7 @@
 """The KV-cached decoder engine (nanochat, llama) against the float64 PyTorch references of
 tests/py/train/decoder_reference.py: logits and losses of a whole prefill, of the same tokens
 fed one at a time and in uneven blocks (so rotary offsets, each layer's window over the cache
-and nanochat's smear across blocks all count), and greedy generation token for token. The
+and nanochat's smear across blocks all count), of a continuation after cutting the cache back, and greedy generation token for token. The
 weights file is written with the `safetensors` package, so the native reader is checked
 against an independent writer. With NFN_EMULATED_CUDA_OPS_LIB set, the CUDA op library runs
 the same checks under the emulator."""
@@ -85,6 +85,15 @@ class DecoderEngineTest(unittest.TestCase):
                     self.assertEqual(engine.position, T)
                     np.testing.assert_allclose(np.concatenate(rows), want, atol=2e-5 * scale, rtol=0,
                                                err_msg=f"blocks {blocks}")
+                # Cut back to a shared prefix, then a continuation from there (twice).
+                for _ in range(2):
+                    engine.truncate(5)
+                    self.assertEqual(engine.position, 5)
+                    np.testing.assert_allclose(engine.forward(tokens[5:], all_logits=True), want[5:],
+                                               atol=2e-5 * scale, rtol=0)
+                with self.assertRaises(RuntimeError) as e:
+                    engine.truncate(T + 1)
+                self.assertIn(f"truncate: position {T + 1} is outside the cache's [0, {T}]", str(e.exception))
                 # Per-position losses against the reference's cross-entropy.
                 losses = engine.losses(tokens[:-1], tokens[1:])[0]
                 ref = torch.nn.functional.cross_entropy(torch.tensor(want[:-1]), torch.tensor(tokens[1:]).long(),

@@ -30,6 +30,9 @@ class DispatcherTest(unittest.TestCase):
         for name in ("nanochat", "llama"):
             self.assertEqual(models[name]["status"], "ready")
             self.assertEqual(models[name]["binary"], f"nfn_{name}_native_train")
+        self.assertEqual((models["nanogpt"]["status"], models["nanogpt"]["binary"], models["nanogpt"]["note"]),
+                         ("ready", "nfn_gpt_native_train",
+                          "nanoGPT checkpoints import into the dense GPT (nfn import --nanogpt)"))
         self.assertEqual(models["embedding"]["status"], "missing")
         self.assertIn("no trainer yet", models["embedding"]["reason"])
 
@@ -47,7 +50,7 @@ class DispatcherTest(unittest.TestCase):
         new, old = {"NFN_ARTIFACTS_DIR": "/somewhere/artifacts"}, {"NEURALFN_ARTIFACTS_DIR": "/older/artifacts"}
         for names, want in ((new, "/somewhere/artifacts"), (old, "/older/artifacts"),
                             (dict(new, **old), "/somewhere/artifacts")):
-            for family in ("gpt", "gpt2", "gpt3"):
+            for family in ("gpt", "gpt2", "gpt3", "nanogpt"):  # nanogpt: the dense GPT, as imported
                 proc = subprocess.run([DISPATCHER, "--base-model", family, "--dry-run"], capture_output=True,
                                       text=True, timeout=60, env=dict(base, **names))
                 self.assertEqual(proc.returncode, 0, proc.stderr)

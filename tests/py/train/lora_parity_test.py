@@ -2,7 +2,8 @@
 frozen base gives the loss and adapter gradients of the reference model whose matrices are
 W + (alpha/rank) B A (the fused q/k/v and gate/up matrices adapted as one, split back into their
 parts); with B at zero it is the base model exactly; over a quantized base (QLoRA) it matches
-the reference on the dequantized base; one optimizer step is torch's AdamW on the adapters."""
+the reference on the dequantized base; one optimizer step is torch's AdamW on the adapters; the
+merged model (W + (alpha/rank) B A written into the base) scores as the adapted one."""
 import unittest
 
 import numpy as np
@@ -139,6 +140,15 @@ class LoraParityTest(unittest.TestCase):
         w.grad = torch.tensor(grads)
         torch.optim.AdamW([w], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).step()
         np.testing.assert_allclose(model.parameters(), w.detach().numpy(), rtol=1e-5, atol=1e-7)
+
+    def test_merged_model_is_the_adapted_model(self):
+        for cfg, quant in ((LLAMA, ""), (NANOCHAT, "q8_0")):
+            model, base, _, _ = self.check(cfg, 3, 6.0, "all", quant)
+            full = native(cfg)
+            full.set_parameters(model.merged(base))
+            inputs, targets = self.batch(cfg, 3)
+            want = model.forward_backward(inputs, targets, False, 1.0)
+            self.assertAlmostEqual(full.forward_backward(inputs, targets, False, 1.0), want, delta=1e-5 * abs(want))
 
     def test_bad_spec(self):
         with self.assertRaisesRegex(RuntimeError, "LoRA alpha must be positive"):

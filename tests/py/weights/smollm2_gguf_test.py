@@ -162,6 +162,28 @@ class SmolLM2Test(unittest.TestCase):
               f"{text!r}")
         self.assertIn("Paris", text)
 
+    def test_kv_cached_engine_generates_the_references_32_tokens(self):
+        # The inference engine (CPU op library, f32, KV cache) on the imported checkpoint: the same
+        # first 32 greedy tokens as the float64 reference, and the prompt's logits within 2e-3 of
+        # their largest magnitude.
+        from nfn import _native
+        start, end = self.tok.special_id("<|im_start|>"), self.tok.special_id("<|im_end|>")
+        newline = self.tok.encode("\n")
+        prompt = [start] + self.tok.encode(f"system\n{SYSTEM}") + [end] + newline + [start] + \
+            self.tok.encode("user\nWrite a short story about a robot who learns to paint.") + [end] + newline + \
+            [start] + self.tok.encode("assistant\n")
+        want = self.reference.greedy(prompt, 32)
+        engine = _native.InferenceEngine(weights_file=self.weights_file(), context=256)
+        got = engine.generate(prompt, 32, temperature=0.0, stop_token=end)["tokens"]
+        print(f"\n32 greedy tokens: {self.tok.decode(got)!r}")
+        self.assertEqual(len(want), 32)
+        self.assertEqual(got, want)
+        engine.reset()
+        logits = engine.forward(np.array(prompt, dtype=np.int32), all_logits=True)
+        ref = self.reference.forward(np.array(prompt), {})[:, :logits.shape[1]]
+        scale = np.abs(ref).max()
+        self.assertLess(np.abs(logits - ref).max() / scale, 2e-3)
+
     def test_native_loss_matches_the_reference(self):
         from safetensors.numpy import load_file
         model = self.native_model()
