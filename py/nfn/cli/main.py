@@ -9,8 +9,8 @@ from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_m
                      sft, tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, sft, infer, chat, serve, eval_cmd, report, import_model, export_model, data, tokenizer, tool, kernels,
-            bench]
+COMMANDS = [train, sft, infer, chat, serve, eval_cmd, report, import_model, export_model, data, tokenizer, tool,
+            kernels, bench]
 
 EPILOG = """\
 examples:
