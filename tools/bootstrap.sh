@@ -17,6 +17,8 @@ command -v bazel >/dev/null 2>&1 || apt_install bazel-bootstrap
 command -v g++ >/dev/null 2>&1 || apt_install g++
 command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap  # the Python tool's sandbox
 command -v make >/dev/null 2>&1 || apt_install make  # builds the written op examples
+# nginx with WebDAV: the HTTP cache tests/tools:remote_cache_test serves on 127.0.0.1.
+{ command -v nginx || [ -x /usr/sbin/nginx ]; } >/dev/null 2>&1 || apt_install nginx
 # The web chat page's browser test (tests/py/chat:web_browser_test) drives headless chromium.
 { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || apt_install chromium chromium-driver
 

@@ -3,7 +3,7 @@
 Without CUDA the targets carry an unsatisfiable constraint, so `bazel test //...` skips them.
 """
 
-load("@local_cuda//:defs.bzl", "CUDA_COMPATIBLE", "NVCC")
+load("@local_cuda//:defs.bzl", "CUDA_COMPATIBLE", "CUDA_VERSION", "NVCC")
 
 # Machine code for Hopper (H100/H200) and Blackwell consumer parts (RTX 50xx); compute_80 PTX
 # (the kernels need nothing newer: mma.sync, ldmatrix, cp.async) for the driver to compile at
@@ -43,7 +43,11 @@ def cuda_library(
             # nvcc names its temporary files after its process id, which is the same in
             # every sandbox (a fresh PID namespace), while /tmp is shared: each compile gets
             # a directory of its own, or parallel compiles overwrite each other's files.
+            # The toolkit's version leads the command, so it is part of the action's key (and a
+            # remote cache's): objects of another toolkit at the same nvcc path are not reused.
+            # The target architectures are in the key as arch_flags.
             cmd = " ".join([
+                "NFN_CUDA_TOOLKIT=%s" % repr(CUDA_VERSION).replace("$", "$$"),
                 "tmp=$$(mktemp -d) &&",
                 "TMPDIR=$$tmp", NVCC, "-c", "-std=" + std, "-O3", "--expt-relaxed-constexpr", "--resource-usage",
                 "-Xcompiler", "-fPIC", "-I.", "-I$(GENDIR)",

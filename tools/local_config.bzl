@@ -10,7 +10,8 @@ local_python (interpreter from PYTHON_BIN_PATH, else python3 on PATH) provides
 
 local_cuda (off when NFN_DISABLE_CUDA is set to anything but 0; nvcc from NFN_CUDA_PATH,
 CUDA_PATH, PATH or /usr/local/cuda) provides
-  @local_cuda//:defs.bzl  HAS_CUDA, NVCC, CUDA_PATH, CUDA_COMPATIBLE
+  @local_cuda//:defs.bzl  HAS_CUDA, NVCC, CUDA_PATH, CUDA_VERSION (nvcc --version's release
+                          and build lines), CUDA_COMPATIBLE
   @local_cuda//:cudart    headers and libcudart; incompatible (so skipped) without CUDA
   @local_cuda//:runtime   libcudart.so.* files, which the wheel bundles (none without CUDA)
 """
@@ -136,7 +137,7 @@ def _find_nvcc(rctx):
 
 def _local_cuda_impl(rctx):
     nvcc = _find_nvcc(rctx)
-    cuda_path = ""
+    cuda_path, cuda_version = "", ""
     if nvcc:
         # nvcc may be a wrapper script (/usr/local/bin/nvcc here): ask the real one for its
         # toolkit root instead of guessing from the path.
@@ -146,6 +147,13 @@ def _local_cuda_impl(rctx):
         if not top:
             fail("local_cuda: no TOP= line in `%s --dryrun` output:\n%s" % (nvcc, res.stderr))
         cuda_path = str(rctx.path(top[0][len("#$ TOP="):].strip()).realpath)
+        # The toolkit's release and build, which nvcc's commands carry (tools/cuda.bzl): the
+        # same nvcc path after a toolkit upgrade must not reuse cached objects.
+        res = rctx.execute([nvcc, "--version"])
+        lines = [l.strip() for l in res.stdout.splitlines() if l.startswith(("Cuda compilation tools", "Build "))]
+        if res.return_code != 0 or not lines:
+            fail("local_cuda: `%s --version` names no release:\n%s" % (nvcc, res.stdout + res.stderr))
+        cuda_version = "; ".join(lines)
         rctx.symlink(cuda_path + "/include", "cuda_include")
         # The runtime the CUDA op library links (libcudart.so.N), for the wheel to bundle.
         for lib in rctx.path(cuda_path + "/lib64").readdir():
@@ -155,6 +163,7 @@ def _local_cuda_impl(rctx):
         "HAS_CUDA = %r" % (nvcc != None),
         "NVCC = %r" % (nvcc or ""),
         "CUDA_PATH = %r" % cuda_path,
+        "CUDA_VERSION = %r" % cuda_version,
         "# target_compatible_with for CUDA targets: //... skips them when CUDA is absent",
         "CUDA_COMPATIBLE = %r" % ([] if nvcc else ["@local_cuda//:cuda_unavailable"]),
         "",

@@ -1,5 +1,6 @@
 """nfn: one command line for training, sampling, evaluating and inspecting native GPT models."""
 import argparse
+import json
 import os
 import sys
 
@@ -31,6 +32,16 @@ locations (each moved by its environment variable):
 """
 
 
+def version_text():
+    """The --version line: nfn VERSION, plus (commit C) in a release (nfn/_build_info.json)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_build_info.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f"nfn {__version__} (commit {json.load(f)['commit']})"
+    except (OSError, ValueError, KeyError):
+        return f"nfn {__version__}"
+
+
 def build_parser():
     parser = Parser(
         prog="nfn",
@@ -38,7 +49,7 @@ def build_parser():
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"nfn {__version__}")
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for command in COMMANDS:
