@@ -15,6 +15,7 @@ HELP_PATHS = [
     ["rl", "--help"],
     ["infer", "--help"],
     ["eval", "--help"],
+    ["report", "--help"],
     ["import", "--help"],
     ["export", "--help"],
     ["chat", "--help"],

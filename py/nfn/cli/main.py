@@ -6,12 +6,12 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, rl, serve,
-                     sft, tokenizer, tool, train)
+from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, report, rl,
+                     serve, sft, tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, sft, rl, infer, chat, serve, eval_cmd, import_model, export_model, data, tokenizer, tool, kernels,
-            bench]
+COMMANDS = [train, sft, rl, infer, chat, serve, eval_cmd, report, import_model, export_model, data, tokenizer,
+            tool, kernels, bench]
 
 EPILOG = """\
 examples:
@@ -20,6 +20,8 @@ examples:
   nfn rl    --init-from ~/NeuralFn/artifacts/sft --output-dir ~/NeuralFn/artifacts/rl --task gsm8k
   nfn infer --checkpoint ~/NeuralFn/artifacts/gpt --prompt "Once upon"
   nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --dataset shakespeare
+  nfn eval  --checkpoint ~/NeuralFn/artifacts/gpt --tasks core --max-per-task 100
+  nfn report ~/NeuralFn/artifacts/gpt
   nfn import --gguf SmolLM2-135M-Instruct.Q4_1.gguf
   nfn export --checkpoint smollm2-135m-instruct --hf /tmp/smollm2-hf
   nfn kernels list --json

@@ -105,7 +105,8 @@ def run(args):
         raise UserError(f"dataset {name}: the {args.split} split has fewer than 2 tokens")
     from nfn import tokenizers
     tok = tokenizers.load(m.tokenizer, quiet=args.json)
-    engine, note = model_lib.start_engine(m, args.backend, quantize=args.quantize, context=args.context)
+    engine, note = model_lib.start_engine(m, args.backend, threads=getattr(args, "threads", 0), quantize=args.quantize,
+                                          context=args.context)
     try:
         losses = score(engine, tokens, engine.max_seq_len)
     except (RuntimeError, ValueError) as e:
@@ -114,6 +115,9 @@ def run(args):
     result = metrics(losses, tokens[1:], tok, m.eot if m.eot is not None else tok.eot_id)
     result.update({"checkpoint": m.source, "dataset": name, "split": args.split,
                    "backend": engine.backend, "backend_note": note})
+    if not getattr(args, "no_record", True):
+        from nfn.evals import records
+        records.append(m.source, "loss", result)
     if args.json:
         import json
         # JSON has no inf or NaN (a diverged model's): null where a number is not finite.

@@ -44,6 +44,16 @@ class MultipleChoiceTest(unittest.TestCase):
                 self.assertIn(r["answer"], r["letters"])
         with self.assertRaises(UserError):
             ARC("ARC-Hard")
+        with self.assertRaises(UserError):
+            ARC("ARC-Easy", split="train")
+        test_easy, test_challenge = ARC("ARC-Easy", split="test"), ARC("ARC-Challenge", split="test")
+        self.assertEqual((len(test_easy), len(test_challenge)), (2376, 1172))
+        row = test_easy[0]
+        self.assertEqual((row["id"], row["answer"]), ("Mercury_417466", "A"))
+        self.assertTrue(row["messages"][0]["content"].startswith(
+            "Multiple choice question: Which statement best explains why photosynthesis is the foundation of most "
+            "food webs?\n\nA. Sunlight is the source of energy for nearly all ecosystems.\n"))
+        self.assertEqual(len({r["id"] for r in test_challenge}), 1172)
         self.assertEqual(len(ARC("ARC-Challenge", start=290)), 9)
 
     def test_mmlu(self):
