@@ -6,12 +6,12 @@ import sys
 
 from nfn import __version__
 from nfn.cli.common import Parser
-from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, report, rl,
-                     serve, sft, tokenizer, tool, train)
+from nfn.cli import (bench, chat, data, eval as eval_cmd, export_model, import_model, infer, kernels, pipeline,
+                     report, rl, serve, sft, tokenizer, tool, train)
 from nfn.errors import UserError
 
-COMMANDS = [train, sft, rl, infer, chat, serve, eval_cmd, report, import_model, export_model, data, tokenizer,
-            tool, kernels, bench]
+COMMANDS = [train, sft, rl, pipeline, infer, chat, serve, eval_cmd, report, import_model, export_model, data,
+            tokenizer, tool, kernels, bench]
 
 EPILOG = """\
 examples:
