@@ -61,6 +61,11 @@ class ChatSession:
         self.engine.reset()
         self.tokens, self.messages, self.tool_calls, self.calls = [], [], [], 0
 
+    def fits(self, text):
+        """Whether `text` as the next user turn leaves room for at least one token of reply."""
+        first = not self.tokens
+        return len(self.tokens) + len(self.fmt.turn(text, first, self.system if first else None)) < self.max_seq_len
+
     def ask(self, text, on_text=None):
         """The reply to `text`: {"message", "stop_reason", "tool_calls"}; on_text(str) is called
         with the reply's text as it is sampled (tool calls as <<call=answer>>)."""

@@ -3,10 +3,11 @@
     nfn sft --init-from ~/NeuralFn/artifacts/nanochat --mixture chitchat,gsm8k*2,identity:me.jsonl
             --output-dir ~/NeuralFn/artifacts/chat [--init-optimizer] [trainer flags...]
 
---mixture: comma-separated tasks, each `NAME` or `NAME*W`: chitchat, gsm8k, arc (arc-easy and
-arc-challenge), mmlu, or identity:FILE (JSONL, one conversation a line: a list of
-{"role", "content"} messages or an object with a "messages" list). W is a positive number of
-epochs: `gsm8k*2` twice, `mmlu*0.5` its first half, `arc*1.5` once and its first half again.
+--mixture: comma-separated tasks, each `NAME` or `NAME*W`: chitchat, gsm8k, arithmetic (`nfn rl
+--task arithmetic`'s training questions), arc (arc-easy and arc-challenge), mmlu, or
+identity:FILE (JSONL, one conversation a line: a list of {"role", "content"} messages or an
+object with a "messages" list). W is a positive number of epochs: `gsm8k*2` twice, `mmlu*0.5`
+its first half, `arc*1.5` once and its first half again.
 The tasks are put in nanochat's chat_sft.py order and shuffled as its TaskMixture shuffles them.
 
 The conversations are rendered with the checkpoint's tokenizer (its manifest names it; it must
@@ -47,8 +48,8 @@ def register(sub):
         p.set_defaults(trainer_flags=e)
     data = groups["data"]
     data.add_argument("--mixture", required=True,
-                      help="tasks to fine-tune on: NAME[*EPOCHS],... with NAME chitchat, gsm8k, arc, arc-easy, "
-                           "arc-challenge, mmlu or identity:FILE (JSONL conversations)")
+                      help="tasks to fine-tune on: NAME[*EPOCHS],... with NAME chitchat, gsm8k, arithmetic, arc, "
+                           "arc-easy, arc-challenge, mmlu or identity:FILE (JSONL conversations)")
     data.add_argument("--val-fraction", type=float, default=0.05, metavar="X",
                       help="each task's last rows held out for validation (at least one of a task of two or more "
                            "rows; 0: none) (default: 0.05)")

@@ -97,8 +97,11 @@ def reply_text(message):
 
 
 def generative_item(session, task, row):
-    """(correct, detail) of one GSM8K problem or HumanEval function, answered greedily."""
+    """(correct, detail) of one GSM8K problem or HumanEval function, answered greedily; a prompt
+    that leaves no room for a reply in the context is wrong (detail "too_long")."""
     session.clear()
+    if not session.fits(row["messages"][0]["content"]):
+        return False, {"too_long": True}
     reply = session.ask(row["messages"][0]["content"])
     text = reply_text(reply["message"])
     ok = bool(task.evaluate(row, text))

@@ -58,8 +58,12 @@ def read_log(path):
     return train, val
 
 
-def plot(train, val, path, title):
-    """The loss curve as a PNG; False where matplotlib is not installed."""
+LOSS_LABELS = ("train loss", "validation loss", "loss (nats/token)")
+
+
+def plot(train, val, path, title, labels=LOSS_LABELS):
+    """The curve of two series of (step, value) as a PNG (a run's losses unless `labels`, the two
+    series' names and the y axis's, say otherwise); False where matplotlib is not installed."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -68,11 +72,11 @@ def plot(train, val, path, title):
         return False
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     if train:
-        ax.plot([s for s, _ in train], [v for _, v in train], lw=1, label="train loss")
+        ax.plot([s for s, _ in train], [v for _, v in train], lw=1, label=labels[0])
     if val:
-        ax.plot([s for s, _ in val], [v for _, v in val], "o-", ms=3, label="validation loss")
+        ax.plot([s for s, _ in val], [v for _, v in val], "o-", ms=3, label=labels[1])
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/token)")
+    ax.set_ylabel(labels[2])
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()

@@ -99,13 +99,14 @@ class Runner:
         self.cache.clear()  # a ChatSession may have moved the engine
         indices = order(len(data), limit)
         bar = Progress(task.name, len(indices)) if progress else None
-        started, correct = time.time(), 0
+        started, correct, too_long = time.time(), 0, 0
         for done, index in enumerate(indices, 1):
             try:
-                ok, _ = self.item(task, data, index)
+                ok, detail = self.item(task, data, index)
             except ValueError as e:  # an item that cannot fit the context, a bad token id
                 raise UserError(f"{task.name}: item {index}: {e}") from None
             correct += int(ok)
+            too_long += int(bool(detail.get("too_long")))
             if bar:
                 bar.update(done, correct)
         if bar:
@@ -116,6 +117,8 @@ class Runner:
                "items": n, "correct": correct, "kind": task.kind, "seconds": round(time.time() - started, 3)}
         if isinstance(task, core.CoreTask):
             out["shots"] = task.shots
+        if task.kind == "generative":
+            out["too_long"] = too_long  # prompts that left no room for an answer: scored wrong
         return out
 
 
@@ -168,6 +171,10 @@ def print_table(result):
     for name, r in result["tasks"].items():
         shots = r.get("shots", "-")
         print(f"{name:<20} {shots:>5} {r['items']:>6} {r['accuracy']:>9.4f} {r['centered']:>9.4f}")
+    for name, r in result["tasks"].items():
+        if r.get("too_long"):
+            print(f"{name}: {r['too_long']} of {r['items']} prompts leave no room for an answer in the context "
+                  "(scored wrong)")
     for suite, label in (("core", f"CORE ({len(core.CORE_TASKS)} of DCLM's 22 tasks)"), ("chatcore", "ChatCORE")):
         if suite in result:
             value = result[suite]

@@ -35,14 +35,14 @@ class Size:
 TINY = Size(
     name="tiny",
     vocab_size=2048,
-    geometry=("--num-layers", "2", "--model-dim", "128", "--num-heads", "2", "--train-seq-len", "128"),
-    base_steps=("--batch-size", "8", "--max-steps", "200", "--eval-every-steps", "50", "--eval-batches", "4",
-                "--sample-tokens", "32"),
-    sft_mixture="chitchat,gsm8k",
-    sft_flags=("--batch-size", "8", "--train-seq-len", "128", "--max-steps", "60", "--eval-every-steps", "20",
-               "--sample-tokens", "0"),
+    geometry=("--num-layers", "4", "--model-dim", "256", "--num-heads", "2", "--train-seq-len", "256"),
+    base_steps=("--batch-size", "8", "--max-steps", "250", "--eval-every-steps", "50", "--eval-batches", "4",
+                "--sample-tokens", "64"),
+    sft_mixture="chitchat*0.05,arithmetic*30",
+    sft_flags=("--batch-size", "8", "--max-steps", "150", "--eval-every-steps", "50", "--sample-tokens", "0"),
     rl_task="arithmetic",
-    rl_flags=("--steps", "12", "--samples", "4"),
+    rl_flags=("--steps", "40", "--examples-per-step", "8", "--samples", "8", "--max-new-tokens", "16",
+              "--eval-every", "10", "--eval-examples", "45"),
     max_per_task=16,
     max_new_tokens=48,
     checkpoint_every=20,
@@ -89,6 +89,8 @@ def build(out, size, dataset="shakespeare", backend="auto", threads=0):
     plan = Plan(os.path.abspath(out), size, dataset)
     device = ("--backend", backend) + (("--threads", str(threads)) if threads else ())
     plan.device = device
+    # nfn rl trains on the CPU op library (it refuses cuda): a CUDA pipeline's RL runs there.
+    rl_device = ("--backend", "cpu" if backend == "cuda" else backend) + device[2:]
     every = ("--checkpoint-every", str(size.checkpoint_every)) if size.checkpoint_every else ()
     base, sft, rl = plan.path("base"), plan.path("sft"), plan.path("rl")
     limit = ("--max-per-task", str(size.max_per_task)) if size.max_per_task else ()
@@ -101,7 +103,7 @@ def build(out, size, dataset="shakespeare", backend="auto", threads=0):
                       ["eval", "--checkpoint", base, "--tasks", "core", *limit, *device]],
         "sft": [["sft", "--init-from", base, "--mixture", size.sft_mixture, *size.sft_flags, *every, *device,
                  "--output-dir", sft, "--resume", "auto"]],
-        "rl": [["rl", "--init-from", sft, "--task", size.rl_task, *size.rl_flags, *every, *device,
+        "rl": [["rl", "--init-from", sft, "--task", size.rl_task, *size.rl_flags, *every, *rl_device,
                 "--output-dir", rl, "--resume", "auto"]],
         "chat-eval": [["eval", "--checkpoint", rl, "--tasks", "chatcore", *limit, "--max-new-tokens",
                        str(size.max_new_tokens), *device]],

@@ -51,8 +51,7 @@ def stage_results(plan):
             row.update({k: report.get(k) for k in ("steps", "final_train_loss", "final_validation_loss",
                                                     "train_tokens_per_second")})
             if name == "rl":
-                row.update({k: report[k] for k in ("first_mean_reward", "final_mean_reward", "final_pass_at_1")
-                            if k in report})
+                row.update(rl_numbers(plan))
         elif name == "base-eval":
             loss = _latest(base_evals, "loss")
             core = _latest(base_evals, "tasks", "core")
@@ -122,11 +121,9 @@ def write_report(plan):
     tasks, suites, losses = report.latest_scores(base_evals)
     lines += _section("Bits per byte", report.bpb_section(losses))
     lines += _section("CORE", report.scores_section(tasks, suites))
-    for name, title in (("sft", "SFT"), ("rl", "RL")):
-        _, run_report, (train, val), png, _ = _directory(plan, name)
-        lines += _section(title, report.training_section(plan.path(name), run_report, train, val, png), name)
-        if name == "rl":
-            lines += rl_lines(results["rl"]) + [""]
+    _, sft_report, (train, val), png, _ = _directory(plan, "sft")
+    lines += _section("SFT", report.training_section(plan.path("sft"), sft_report, train, val, png), "sft")
+    lines += rl_section(plan, results["rl"])
     tasks, suites, _ = report.latest_scores(records.read(plan.path("rl")))
     lines += _section("ChatCORE", report.scores_section(tasks, suites))
     with fileio.atomic_open(plan.path("report.md"), "w", encoding="utf-8") as f:
@@ -134,11 +131,54 @@ def write_report(plan):
     return plan.path("report.md")
 
 
-def rl_lines(row):
-    out = []
-    if row.get("first_mean_reward") is not None:
-        out.append(f"- mean reward: {_fmt(row['first_mean_reward'], 3)} at the first step, "
-                   f"{_fmt(row.get('final_mean_reward'), 3)} at the last")
-    if row.get("final_pass_at_1") is not None:
-        out.append(f"- held-out pass@1: {_fmt(row['final_pass_at_1'], 3)}")
-    return out
+REWARD_LABELS = ("mean reward", "held-out pass@1", "reward")
+REWARD_PNG = "reward.png"
+EDGE = 5  # steps averaged at each end of the reward's history
+
+
+def rl_history(plan):
+    """(mean reward [(step, value)], held-out pass@1 [(step, value)]) from rl/log.jsonl, every
+    step of the run, resumed parts included (a resume drops the lines past its step)."""
+    rewards, passes = [], []
+    try:
+        with open(plan.path("rl", "log.jsonl"), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("step"), int):
+                    if isinstance(row.get("mean_reward"), (int, float)):
+                        rewards.append((row["step"], float(row["mean_reward"])))
+                    if isinstance(row.get("pass_at_1"), (int, float)):
+                        passes.append((row["step"], float(row["pass_at_1"])))
+    except OSError:
+        pass
+    return rewards, passes
+
+
+def rl_numbers(plan):
+    rewards, passes = rl_history(plan)
+    if not rewards:
+        return {}
+    values = [v for _, v in rewards]
+    edge = min(EDGE, len(values))
+    return {"steps": rewards[-1][0], "first_mean_reward": sum(values[:edge]) / edge,
+            "final_mean_reward": sum(values[-edge:]) / edge, "final_pass_at_1": passes[-1][1] if passes else None}
+
+
+def rl_section(plan, row):
+    """RL's rewards: the numbers and their curve (drawn into rl/reward.png)."""
+    from nfn.evals import report
+    lines = ["## RL", ""]
+    rewards, passes = rl_history(plan)
+    if not rewards:
+        return lines + ["No RL steps logged (rl/log.jsonl).", ""]
+    lines.append(f"- {row['steps']} steps of `nfn rl --task {plan.size.rl_task}`; mean reward "
+                 f"{_fmt(row['first_mean_reward'], 3)} over the first {min(EDGE, len(rewards))} steps, "
+                 f"{_fmt(row['final_mean_reward'], 3)} over the last")
+    if passes:
+        lines.append("- held-out pass@1 (greedy): " + ", ".join(f"{v:.3f} at step {s}" for s, v in passes))
+    drawn = report.plot(rewards, passes, plan.path("rl", REWARD_PNG), "rl", REWARD_LABELS)
+    lines += ["", f"![reward curve](rl/{REWARD_PNG})" if drawn else "(no reward curve: matplotlib is not installed)"]
+    return lines + [""]

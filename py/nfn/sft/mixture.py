@@ -9,8 +9,9 @@ and then the first half again). `arc` is ARC-Easy then ARC-Challenge.
 
 The order is nanochat's chat_sft.py mixture: general conversations (chitchat, in SmolTalk's
 place), then the identity conversations, multiple choice (mmlu, arc-easy, arc-challenge, in
-MMLU's place), then GSM8K; entries of one kind keep the order given, and each epoch is one more
-copy in that list, as nanochat lists a task once per epoch. TaskMixture then maps every row to
+MMLU's place), then GSM8K and `arithmetic` (the training questions of `nfn rl --task
+arithmetic`: "7+5" answered "#### 12"); entries of one kind keep the order given, and each epoch
+is one more copy in that list, as nanochat lists a task once per epoch. TaskMixture then maps every row to
 (copy, row) in list order and shuffles that map with random.Random(42), as nanochat's does.
 
 Validation holds each task's last rows out of training (`--val-fraction` of them, at least one
@@ -32,9 +33,10 @@ TASKS = {
     "arc-easy": "multiple_choice",
     "arc-challenge": "multiple_choice",
     "gsm8k": "math",
+    "arithmetic": "math",
 }
 ALIASES = {"arc": ("arc-easy", "arc-challenge")}
-KNOWN = "chitchat, gsm8k, arc (arc-easy, arc-challenge), mmlu, identity:FILE"
+KNOWN = "chitchat, gsm8k, arithmetic, arc (arc-easy, arc-challenge), mmlu, identity:FILE"
 SHUFFLE_SEED = 42  # nanochat's TaskMixture
 
 
@@ -91,6 +93,9 @@ def load_task(name, path=None):
     if name == "gsm8k":
         from nfn.tasks.gsm8k import GSM8K
         return GSM8K()
+    if name == "arithmetic":  # `nfn rl --task arithmetic`'s training questions, never its held-out ones
+        from nfn.rl import tasks
+        return tasks.load("arithmetic", "train")
     if name in ("arc-easy", "arc-challenge"):
         from nfn.tasks.arc import ARC
         return ARC("ARC-Easy" if name == "arc-easy" else "ARC-Challenge")

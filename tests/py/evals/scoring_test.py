@@ -132,6 +132,8 @@ class LetterTokenizer(CharTokenizer):
 
 
 class ChatFormat:
+    has_tools = True
+
     def turn(self, text, first, system=None):
         return LetterTokenizer().encode(text)
 
@@ -147,11 +149,15 @@ class ChatScorerTest(unittest.TestCase):
         self.assertFalse(chat.categorical_item(cache, ChatFormat(), chat.LetterIds(LetterTokenizer()), row)[0])
 
     def test_generative_gsm8k(self):
-        class Session:
-            def __init__(self, parts):
+        from nfn.chat.session import ChatSession
+
+        class Session(ChatSession):  # a real session's bookkeeping, a scripted reply
+            def __init__(self, parts, context=4096):
                 self.parts, self.cleared = parts, 0
+                super().__init__(BigramEngine(max_seq_len=context), None, ChatFormat(), context)
 
             def clear(self):
+                super().clear()
                 self.cleared += 1
 
             def ask(self, text):
@@ -166,9 +172,13 @@ class ChatScorerTest(unittest.TestCase):
         session = Session(right)
         ok, detail = chat.generative_item(session, task, row)
         self.assertTrue(ok)
-        self.assertEqual(session.cleared, 1)
+        self.assertEqual(session.cleared, 2)  # at its start, and for the item
         self.assertEqual(detail["reply"], f"She has 16-3-49 left.\n#### {row['answer']}")
         self.assertFalse(chat.generative_item(Session([{"type": "text", "text": "#### 0.5"}]), task, row)[0])
+        # A question that leaves no room for an answer in the context is wrong, and never asked.
+        question = len(ChatFormat().turn(row["messages"][0]["content"], True))
+        self.assertEqual(chat.generative_item(Session(right, context=question), task, row), (False, {"too_long": True}))
+        self.assertTrue(chat.generative_item(Session(right, context=question + 1), task, row)[0])
 
 
 if __name__ == "__main__":

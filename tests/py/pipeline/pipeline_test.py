@@ -113,9 +113,9 @@ class PipelineTest(unittest.TestCase):
             self.assertIn(heading + "\n", text)
         for missing in ("not run", "Not measured", "No task scores", "No training run", "No manifest", "(no "):
             self.assertNotIn(missing, text)
-        for stage in ("base", "sft", "rl"):
-            self.assertIn(f"![loss curve]({stage}/loss.png)", text)
-            self.assertTrue(os.path.isfile(os.path.join(self.out, stage, "loss.png")))
+        for stage, png in (("base", "loss"), ("sft", "loss"), ("rl", "reward")):
+            self.assertIn(f"]({stage}/{png}.png)", text)
+            self.assertTrue(os.path.isfile(os.path.join(self.out, stage, f"{png}.png")))
         self.assertRegex(text, r"CORE: -?\d\.\d{4}")
         self.assertRegex(text, r"ChatCORE: -?\d\.\d{4}")
 

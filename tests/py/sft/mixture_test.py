@@ -50,8 +50,8 @@ class MixtureTest(unittest.TestCase):
 
     def test_errors_are_one_line(self):
         for spec, message in [
-                ("chitchat,smoltalk", "--mixture: unknown task 'smoltalk' (known: chitchat, gsm8k, arc (arc-easy, "
-                                      "arc-challenge), mmlu, identity:FILE)"),
+                ("chitchat,smoltalk", "--mixture: unknown task 'smoltalk' (known: chitchat, gsm8k, arithmetic, "
+                                      "arc (arc-easy, arc-challenge), mmlu, identity:FILE)"),
                 ("chitchat,,gsm8k", "an empty entry"), ("", "--mixture: empty"),
                 ("gsm8k*two", "the weight 'two' after '*' is not a number"),
                 ("gsm8k*0", "the weight must be a positive number of epochs"),
@@ -87,6 +87,16 @@ class MixtureTest(unittest.TestCase):
         self.assertEqual(m.parts[0]["rows"], 4017)
         conv = m.conversation(m.train[0])
         self.assertEqual(conv["messages"][0]["role"], "user")
+        # arithmetic: nfn rl's training questions only, answered as its reward reads them.
+        from nfn.rl import tasks
+        m = mixture.Mixture("arithmetic", val_fraction=0)
+        held = {tasks.load("arithmetic", "held_out")[i]["question"] for i in range(45)}
+        seen = [m.conversation(ref)["messages"] for ref in m.train]
+        self.assertEqual(len(seen), len(tasks.load("arithmetic", "train")))
+        for user, assistant in seen:
+            self.assertNotIn(user["content"], held)
+            a, op, b = user["content"].partition("+") if "+" in user["content"] else user["content"].partition("-")
+            self.assertEqual(assistant["content"], f"#### {int(a) + int(b) if op == '+' else int(a) - int(b)}")
 
     def test_malformed_identity_lines_name_the_file_and_line(self):
         path = os.path.join(self.tmp, "bad.jsonl")

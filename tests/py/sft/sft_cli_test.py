@@ -161,7 +161,7 @@ class SftCliTest(unittest.TestCase):
             self.assertIn(message, err)
 
         fails(["sft", "--init-from", self.base, "--mixture", "chitchat,smoltalk", "--output-dir", out], 1,
-              "nfn sft: error: --mixture: unknown task 'smoltalk' (known: chitchat, gsm8k, arc")
+              "nfn sft: error: --mixture: unknown task 'smoltalk' (known: chitchat, gsm8k, arithmetic, arc")
         broken = os.path.join(self.tmp, "broken.jsonl")
         with open(broken, "w") as f:
             f.write(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]) + "\n")
