@@ -18,6 +18,11 @@ BIN_DIR = os.path.dirname(os.path.abspath(os.environ["NFN_DISPATCHER"]))
 STAGES = ["tokenizer", "base", "base-eval", "sft", "rl", "chat-eval", "report"]
 
 
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def stage_pids(token):
     """Processes whose environment carries the pipeline run's token."""
     pids = []
@@ -66,14 +71,17 @@ class PipelineTest(unittest.TestCase):
     def test_runs_end_to_end_and_a_kill_during_sft_continues(self):
         env = dict(os.environ, PYTHONPATH=PY_ROOT, **self.env)
         sft = os.path.join(self.out, "sft")
-        proc = subprocess.Popen([sys.executable, "-c", PROBE] + self.args, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        log = os.path.join(self.tmp, "first_run.log")
+        with open(log, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-c", PROBE] + self.args, env=env, stdout=subprocess.DEVNULL,
+                                    stderr=err)
         while not os.path.exists(os.path.join(sft, "DONE_00000020")):
-            self.assertIsNone(proc.poll(), "the pipeline ended before SFT's first checkpoint: "
-                              + proc.stderr.read().decode()[-3000:])
+            if proc.poll() is not None:
+                with open(log) as f:
+                    self.fail("the pipeline ended before SFT's first checkpoint: " + f.read()[-3000:])
             time.sleep(0.05)
         # kill -9 of the pipeline and of its stage's processes (they carry the run's token).
-        token = json.load(open(os.path.join(self.out, "pipeline", "running.json")))["token"]
+        token = read_json(os.path.join(self.out, "pipeline", "running.json"))["token"]
         os.kill(proc.pid, signal.SIGKILL)
         for pid in stage_pids(token):
             try:
@@ -81,7 +89,6 @@ class PipelineTest(unittest.TestCase):
             except ProcessLookupError:
                 pass
         proc.wait()
-        proc.stderr.close()
         self.assertFalse(os.path.exists(os.path.join(self.out, "pipeline", "sft.json")))
         # A process the killed run left behind (as a kill of the pipeline alone leaves its trainer)
         # is stopped by the next run before it goes on.
@@ -99,7 +106,7 @@ class PipelineTest(unittest.TestCase):
         for name, row in stages.items():
             self.assertEqual(row["status"], "done", name)
         # SFT continued from its checkpoint: it did not start over.
-        report = json.load(open(os.path.join(sft, "report.json")))
+        report = read_json(os.path.join(sft, "report.json"))
         self.assertRegex(str(report.get("resumed_from")), r"model_000000[24]0\.bin")
         self.assertIsNotNone(stages["base-eval"]["bits_per_byte"])
         self.assertIsNotNone(stages["base-eval"]["core"])
