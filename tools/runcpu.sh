@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole chat pipeline at toy size on a CPU, as nanochat's runs/runcpu.sh: a tokenizer, a
-# 2-layer nanochat pretrained on Shakespeare, its bits per byte and CORE, SFT, RL on arithmetic,
-# ChatCORE and the report card, in a few minutes on 2 cores.
+# 4-layer nanochat pretrained on Shakespeare, its bits per byte and CORE, SFT, RL on arithmetic,
+# ChatCORE and the report card, in about a minute and a half on 2 cores.
 #   tools/runcpu.sh [OUTPUT_DIR] [more nfn pipeline flags...]
 # OUTPUT_DIR defaults to ~/NeuralFn/artifacts/runcpu; rerunning continues where a run stopped.
 # Then: tools/nfn.sh chat --checkpoint OUTPUT_DIR/rl

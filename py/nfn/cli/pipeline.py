@@ -6,9 +6,9 @@ model; the report cards (OUTPUT_DIR/report.md: a summary table, then each run's 
 is skipped when it finished before, and a stage interrupted part way (a kill, a crash) continues
 from its last checkpoint when the pipeline runs again with the same arguments.
 
-  --size tiny   2 layers of 128 channels, a 2,048-token vocabulary, 200 steps on the corpus; SFT
+  --size tiny   4 layers of 256 channels, a 2,048-token vocabulary, 250 steps on the corpus; SFT
                 on chit-chat and arithmetic; RL on the arithmetic task; evaluations of 16 items
-                a task. A few minutes on 2 CPU cores.
+                a task. About a minute and a half on 2 CPU cores.
   --depth N     the real run: nanochat's --depth recipe (64 x N channels, context 2048, tokens
                 20x the parameters), a 65,536-token vocabulary, SFT on chit-chat, ARC, MMLU and
                 GSM8K, RL on GSM8K, every item of every evaluation. Meant for GPUs.
