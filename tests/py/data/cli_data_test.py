@@ -26,7 +26,8 @@ class CliDataTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         self.env = dict(os.environ, PYTHONPATH=PY_ROOT, NFN_DATASETS_DIR=os.path.join(self.tmp, "ds"),
-                        NFN_TOKENIZERS_DIR=os.path.join(self.tmp, "tok"))
+                        NFN_TOKENIZERS_DIR=os.path.join(self.tmp, "tok"),
+                        NFN_ARTIFACTS_DIR=os.path.join(self.tmp, "artifacts"))
 
     def nfn(self, *args):
         p = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=self.env,

@@ -32,16 +32,21 @@ def synthetic_lines(n=6000, seed=0):
 
 
 class EnvTest(unittest.TestCase):
+    """Tokenizers and artifacts (imported models' tokenizers) in a directory of the test's own."""
+    VARS = ("NFN_TOKENIZERS_DIR", "NFN_ARTIFACTS_DIR")
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        self.old = os.environ.get("NFN_TOKENIZERS_DIR")
+        self.old = {var: os.environ.get(var) for var in self.VARS}
         os.environ["NFN_TOKENIZERS_DIR"] = self.tmp
+        os.environ["NFN_ARTIFACTS_DIR"] = os.path.join(self.tmp, "artifacts")
 
     def tearDown(self):
-        if self.old is None:
-            os.environ.pop("NFN_TOKENIZERS_DIR", None)
-        else:
-            os.environ["NFN_TOKENIZERS_DIR"] = self.old
+        for var, value in self.old.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 class GPT2Test(EnvTest):

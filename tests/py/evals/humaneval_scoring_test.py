@@ -14,6 +14,9 @@ class Session:
     def clear(self):
         pass
 
+    def fits(self, prompt):
+        return True
+
     def ask(self, prompt):
         return {"message": {"role": "assistant", "content": [{"type": "text", "text": self.text}]},
                 "stop_reason": "stop_token", "tool_calls": []}
