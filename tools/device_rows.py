@@ -112,9 +112,9 @@ def ops(log_path):
     over = [r for name, r, _ in runs if "overlap" in name]
     if over and backs(over[0]):
         parts.append(f"linear_backward a micro-step {backs(first):.2f} ms, {backs(over[0]):.2f} with overlap")
+    label = lambda n: n.split("rows=")[1] if "rows=" in n else "weighted" if "weighted" in n else "auto"  # noqa: E731
     parts.append("lm_head a call by rows a chunk: " + ", ".join(
-        f"{n.split('rows=')[1] if 'rows=' in n else 'auto'} {ms:.2f}" for n, (ms, _) in first.items()
-        if n.startswith("lm_head")))
+        f"{label(n)} {ms:.2f}" for n, (ms, _) in first.items() if n.startswith("lm_head")))
     emb = [f"{what} {first[n][0]:.3f} ms" for what, n in (("spread ids", "embedding_backward"),
                                                           ("text-like ids", "embedding_backward (text-like ids)"))
            if n in first]

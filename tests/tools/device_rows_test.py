@@ -133,7 +133,7 @@ class BenchOpsLog(unittest.TestCase):
         self.assertRegex(line, r"; attention fwd\+bwd a call: flash_mma [\d.]+ ms, flash [\d.]+ ms;")
         self.assertRegex(line, r"; GEMM ops a micro-step [\d.]+ ms, [\d.]+ with gemm_tune;")
         self.assertRegex(line, r"; linear_backward a micro-step [\d.]+ ms, [\d.]+ with overlap;")
-        self.assertRegex(line, r"; lm_head a call by rows a chunk: auto [\d.]+, 8 [\d.]+, 16 [\d.]+;")
+        self.assertRegex(line, r"; lm_head a call by rows a chunk: auto [\d.]+, 8 [\d.]+, 16 [\d.]+, weighted [\d.]+;")
         self.assertRegex(line, r"; embedding_backward a call: spread ids [\d.]+ ms, text-like ids [\d.]+ ms;")
         self.assertTrue(line.endswith("; cuBLASLt epilogues: gelu_aux_bias 3/3, dgelu 3/3, dgelu_bgrad 3/3 fused"), line)
         runs = device_rows.parse_ops(log)
