@@ -13,8 +13,9 @@ from its last checkpoint when the pipeline runs again with the same arguments.
                 20x the parameters), a 65,536-token vocabulary, SFT on chit-chat, ARC, MMLU and
                 GSM8K, RL on GSM8K, every item of every evaluation. Meant for GPUs.
 
-OUTPUT_DIR holds everything: tokenizers/, datasets/ (the corpus's shards), base/, sft/, rl/,
-logs/STAGE.log, pipeline/ (the finished stages) and report.md. See docs/pipeline.md.
+OUTPUT_DIR holds datasets/ (the corpus's shards), base/, sft/, rl/, logs/STAGE.log, pipeline/ (the
+finished stages) and report.md; the tokenizer, pipeline-HASH, goes to the tokenizers directory
+with the others (`nfn chat --checkpoint OUTPUT_DIR/rl` finds it). See docs/pipeline.md.
 
 examples:
   nfn pipeline --size tiny --output-dir ~/NeuralFn/artifacts/tiny-chat

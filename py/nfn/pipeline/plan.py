@@ -8,10 +8,10 @@ the trainers run with `--resume auto`, so a stage interrupted part way continues
 checkpoint. Standard library only: `nfn pipeline --dry-run` prints the plan without loading
 anything.
 """
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
-
-TOKENIZER = "pipeline"  # the tokenizer's name, in OUTPUT_DIR/tokenizers
 
 STAGES = ("tokenizer", "base", "base-eval", "sft", "rl", "chat-eval", "report")
 
@@ -71,11 +71,33 @@ class Plan:
     out: str                  # the output directory (absolute)
     size: Size
     dataset: str              # a dataset alias or a directory/file of text
+    tokenizer: str            # the trained tokenizer's name (in the tokenizers directory)
     device: tuple = ()        # --backend and --threads, passed to every command that runs a model
     stages: dict = field(default_factory=dict)  # name -> [argv, ...]
 
     def path(self, *parts):
         return os.path.join(self.out, *parts)
+
+    def output(self, stage):
+        """Where a stage leaves its result (for the summary, and what a later stage needs)."""
+        if stage == "tokenizer":
+            from nfn import paths
+            return os.path.join(paths.tokenizers_dir(), self.tokenizer)
+        return self.path(*OUTPUTS[stage])
+
+
+def tokenizer_name(out):
+    """The tokenizer of the pipeline in `out`: the name its pipeline.json records, else one of
+    its own ("pipeline-" and a digest of the directory's path). It lives in the tokenizers
+    directory with every trained tokenizer, so `nfn chat --checkpoint OUT/rl` finds it."""
+    try:
+        with open(os.path.join(out, "pipeline.json"), encoding="utf-8") as f:
+            name = json.load(f).get("tokenizer")
+        if isinstance(name, str) and name:
+            return name
+    except (OSError, ValueError, AttributeError):
+        pass
+    return "pipeline-" + hashlib.sha256(os.path.abspath(out).encode()).hexdigest()[:10]
 
 
 def text_flags(dataset):
@@ -86,7 +108,7 @@ def text_flags(dataset):
 
 
 def build(out, size, dataset="shakespeare", backend="auto", threads=0):
-    plan = Plan(os.path.abspath(out), size, dataset)
+    plan = Plan(os.path.abspath(out), size, dataset, tokenizer_name(out))
     device = ("--backend", backend) + (("--threads", str(threads)) if threads else ())
     plan.device = device
     # nfn rl trains on the CPU op library (it refuses cuda): a CUDA pipeline's RL runs there.
@@ -96,8 +118,8 @@ def build(out, size, dataset="shakespeare", backend="auto", threads=0):
     limit = ("--max-per-task", str(size.max_per_task)) if size.max_per_task else ()
     plan.stages = {
         "tokenizer": [["tokenizer", "train", *text_flags(dataset), "--vocab-size", str(size.vocab_size),
-                       "--name", TOKENIZER]],
-        "base": [["train", "--model-family", "nanochat", *text_flags(dataset), "--tokenizer", TOKENIZER,
+                       "--name", plan.tokenizer]],
+        "base": [["train", "--model-family", "nanochat", *text_flags(dataset), "--tokenizer", plan.tokenizer,
                   *size.geometry, *size.base_steps, *every, *device, "--output-dir", base, "--resume", "auto"]],
         "base-eval": [["eval", "--checkpoint", base, *device],
                       ["eval", "--checkpoint", base, "--tasks", "core", *limit, *device]],
@@ -112,6 +134,6 @@ def build(out, size, dataset="shakespeare", backend="auto", threads=0):
     return plan
 
 
-# Where each stage leaves its result (for the summary, and what a later stage needs).
-OUTPUTS = {"tokenizer": ("tokenizers", TOKENIZER), "base": ("base",), "base-eval": ("base", "evals.jsonl"),
+# Where each stage but the tokenizer leaves its result, in the output directory.
+OUTPUTS = {"base": ("base",), "base-eval": ("base", "evals.jsonl"),
            "sft": ("sft",), "rl": ("rl",), "chat-eval": ("rl", "evals.jsonl"), "report": ("report.md",)}

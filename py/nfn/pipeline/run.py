@@ -43,7 +43,6 @@ def child_argv(args):
 
 def child_env(plan, token):
     env = dict(os.environ)
-    env[paths.TOKENIZERS_ENV] = plan.path("tokenizers")
     env[paths.DATASETS_ENV] = plan.path("datasets")
     env["NFN_PIPELINE_RUN"] = token
     env["PYTHONUNBUFFERED"] = "1"
@@ -114,7 +113,8 @@ class Lock:
 
 def identity(plan):
     """What pipeline.json records: a rerun must name the same size and corpus."""
-    return {"size": plan.size.name, "dataset": plan.dataset, "vocab_size": plan.size.vocab_size}
+    return {"size": plan.size.name, "dataset": plan.dataset, "vocab_size": plan.size.vocab_size,
+            "tokenizer": plan.tokenizer}
 
 
 def check_identity(plan):
@@ -162,10 +162,10 @@ def needs(plan, name):
     """The earlier stage outputs a stage reads, missing ones named."""
     required = {"base": ["tokenizer"], "base-eval": ["base"], "sft": ["base"], "rl": ["sft"],
                 "chat-eval": ["rl"], "report": ["base", "sft", "rl"]}.get(name, [])
-    missing = [s for s in required if not os.path.exists(plan.path(*plan_lib.OUTPUTS[s]))]
+    missing = [s for s in required if not os.path.exists(plan.output(s))]
     if missing:
         raise UserError(f"stage {name}: the output of {', '.join(missing)} is missing "
-                        f"({', '.join(plan.path(*plan_lib.OUTPUTS[s]) for s in missing)})")
+                        f"({', '.join(plan.output(s) for s in missing)})")
 
 
 def run(plan):

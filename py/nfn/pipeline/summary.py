@@ -43,9 +43,9 @@ def stage_results(plan):
     for name in plan_lib.STAGES:
         done = _json(plan.path("pipeline", f"{name}.json"))
         row = {"status": "done" if done else "not run", "seconds": done.get("seconds") if done else None,
-               "output": plan.path(*plan_lib.OUTPUTS[name])}
+               "output": plan.output(name)}
         if name == "tokenizer":
-            row["vocab_size"] = plan.size.vocab_size
+            row.update(vocab_size=plan.size.vocab_size, name=plan.tokenizer)
         elif name in ("base", "sft", "rl"):
             report = _json(plan.path(name, "report.json")) or {}
             row.update({k: report.get(k) for k in ("steps", "final_train_loss", "final_validation_loss",
@@ -67,7 +67,7 @@ def stage_results(plan):
 
 
 HEADLINES = {
-    "tokenizer": lambda r: f"vocabulary {r['vocab_size']:,}",
+    "tokenizer": lambda r: f"{r['name']}, vocabulary {r['vocab_size']:,}",
     "base": lambda r: f"{_fmt(r.get('steps'))} steps, validation loss {_fmt(r.get('final_validation_loss'))}, "
                       f"{_fmt(r.get('train_tokens_per_second'), 0)} tok/s",
     "base-eval": lambda r: f"bits per byte {_fmt(r.get('bits_per_byte'))}, CORE {_fmt(r.get('core'))}",

@@ -40,7 +40,8 @@ class PipelineTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        cls.env = {"NFN_NATIVE_BIN_DIR": BIN_DIR, "NFN_ARTIFACTS_DIR": os.path.join(cls.tmp, "artifacts")}
+        cls.env = {"NFN_NATIVE_BIN_DIR": BIN_DIR, "NFN_ARTIFACTS_DIR": os.path.join(cls.tmp, "artifacts"),
+                   "NFN_TOKENIZERS_DIR": os.path.join(cls.tmp, "tokenizers")}
         cls.out = os.path.join(cls.tmp, "run")
         cls.args = ["pipeline", "--size", "tiny", "--backend", "cpu", "--output-dir", cls.out]
 
@@ -59,6 +60,11 @@ class PipelineTest(unittest.TestCase):
             self.assertEqual(argv[-2:], ["--resume", "auto"])
             self.assertEqual(argv[argv.index("--output-dir") + 1], os.path.join(self.out, stage))
         self.assertIn("--tasks", plan["stages"]["base-eval"][1])
+        # The tokenizer's name is the output directory's own, the same in every stage.
+        name = plan["stages"]["tokenizer"][0][plan["stages"]["tokenizer"][0].index("--name") + 1]
+        self.assertRegex(name, r"^pipeline-[0-9a-f]{10}$")
+        base = plan["stages"]["base"][0]
+        self.assertEqual(base[base.index("--tokenizer") + 1], name)
         self.assertFalse([m for m in modules if m.startswith(("numpy", "nfn._native", "nfn.pipeline.run"))])
 
     def test_bad_input_is_one_line(self):
@@ -125,6 +131,11 @@ class PipelineTest(unittest.TestCase):
             self.assertTrue(os.path.isfile(os.path.join(self.out, stage, f"{png}.png")))
         self.assertRegex(text, r"CORE: -?\d\.\d{4}")
         self.assertRegex(text, r"ChatCORE: -?\d\.\d{4}")
+        # The chat model answers through nfn chat, its tokenizer found by name.
+        code, out, err, _ = run_nfn(["chat", "--checkpoint", os.path.join(self.out, "rl"), "-p", "3+4",
+                                     "--temperature", "0", "--max-new-tokens", "8", "--json"], env=self.env)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out)["messages"][1]["role"], "assistant")
 
         # Rerunning with another size is refused; a stage whose input is gone is named.
         code, _, err, _ = run_nfn(["pipeline", "--depth", "4", "--output-dir", self.out], env=self.env)
