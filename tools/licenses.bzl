@@ -10,6 +10,8 @@ tools/build_release.py puts a component's folder in the release when a bundled f
 and fails the build when a bundled library has no license here.
 """
 
+load("//tools:local_config.bzl", "probe_python")
+
 _PROBE = """
 import importlib.metadata as m, os, sys
 for component, dist in [("onednn", "onednn-cpu-gomp"), ("openblas", "scipy-openblas32"),
@@ -25,12 +27,7 @@ for component, dist in [("onednn", "onednn-cpu-gomp"), ("openblas", "scipy-openb
 """
 
 def _local_licenses_impl(rctx):
-    python = rctx.os.environ.get("PYTHON_BIN_PATH") or rctx.which("python3")
-    if not python:
-        fail("local_licenses: no python3 on PATH and PYTHON_BIN_PATH unset")
-    res = rctx.execute([str(python), "-c", _PROBE])
-    if res.return_code != 0:
-        fail("local_licenses: probing %s failed:\n%s" % (python, res.stderr))
+    res = probe_python(rctx, "local_licenses", _PROBE)
     found = [line.split(" ", 1) for line in res.stdout.strip().splitlines() if " " in line]
     gomp = rctx.path("/usr/share/doc/libgomp1/copyright")
     if gomp.exists:

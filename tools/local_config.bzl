@@ -54,13 +54,19 @@ _NANOBIND_SRCS = [
     "implicit.cpp",
 ]
 
-def _local_python_impl(rctx):
+def probe_python(rctx, rule, probe):
+    """The output of `probe` (Python source) run by $PYTHON_BIN_PATH, else the python3 on PATH;
+    `rule` names the repository rule in its failures."""
     python = rctx.os.environ.get("PYTHON_BIN_PATH") or rctx.which("python3")
     if not python:
-        fail("local_python: no python3 on PATH and PYTHON_BIN_PATH is unset")
-    res = rctx.execute([str(python), "-c", _PY_PROBE])
+        fail("%s: no python3 on PATH and PYTHON_BIN_PATH is unset" % rule)
+    res = rctx.execute([str(python), "-c", probe])
     if res.return_code != 0:
-        fail("local_python: probing %s failed:\n%s" % (python, res.stderr))
+        fail("%s: probing %s failed:\n%s" % (rule, python, res.stderr))
+    return res
+
+def _local_python_impl(rctx):
+    res = probe_python(rctx, "local_python", _PY_PROBE)
     exe, inc, ext_suffix, wheel_tag, np_inc, nb_dir = (res.stdout.strip("\n").split("\n") + ["", ""])[:6]
     if not nb_dir:
         fail("local_python: nanobind is not installed for %s; run tools/bootstrap.sh" % exe)

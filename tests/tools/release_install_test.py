@@ -23,14 +23,14 @@ import tarfile
 import tempfile
 import unittest
 
+import bundled_linkage
+
 RELEASE = [p for p in os.environ["NFN_RELEASE"].split() if p.endswith(".tar.gz")][0]
 INSTALL = os.path.abspath(os.environ["NFN_INSTALL"])
 HAS_CUDA = os.environ["NFN_HAS_CUDA"] == "1"
 NAME = os.path.basename(RELEASE)
 TOP = NAME[:-len(".tar.gz")]
 VERSION = TOP[len("nfn-"):-len("-linux-x86_64")]
-SYSTEM_LIBRARIES = ("libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "libstdc++.so",
-                    "libgcc_s.so", "ld-linux", "linux-vdso")
 TOOLS_PATH = "/usr/bin:/bin"
 
 
@@ -153,19 +153,9 @@ class ReleaseInstallTest(unittest.TestCase):
         self.assertIn("numpy>=1.26", requirements)
 
     def test_native_files_load_only_bundled_and_system_libraries(self):
-        ours = [os.path.join(self.package, "_native.so")] + [
-            os.path.join(self.native_bin, f) for f in sorted(os.listdir(self.native_bin))
-            if f.startswith(("nfn_", "libnfn_"))]
         searched = []
-        for path in ours:
-            code, out, err = run(["ldd", path], {"PATH": TOOLS_PATH}, self.cwd)
-            self.assertEqual(code, 0, err)
-            self.assertNotIn("not found", out, path)
-            for line in out.splitlines():
-                lib = os.path.basename(line.split()[0])
-                resolved = line.split("=> ")[1].split()[0] if "=> " in line else lib
-                if not lib.startswith(SYSTEM_LIBRARIES):
-                    self.assertEqual(os.path.dirname(resolved), self.native_bin, f"{path}: {line}")
+        for path in bundled_linkage.native_files(self.package, self.native_bin):
+            bundled_linkage.check(self, path, self.native_bin, self.cwd)
             code, out, err = run(["readelf", "-d", path], {"PATH": TOOLS_PATH}, self.cwd)
             self.assertEqual(code, 0, err)
             # A search path, where a file has one, is relative to the file: never the build's.

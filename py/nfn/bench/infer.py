@@ -23,18 +23,6 @@ from nfn.errors import UserError
 WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_1", "nf4")
 BATCH_NOTE = "batch B: B prompts of the length at once, one cache slot each; tok/s counts every sequence's"
 
-# The worker's start: the parent's import path and nfn package path (its built _native module
-# included, wherever that lies), then nfn.bench.worker.
-BOOT = """import json, sys
-cfg = json.loads(sys.argv[1])
-sys.path[:0] = cfg.pop("sys_path")
-import nfn
-nfn.__path__[:] = cfg.pop("nfn_path")
-from nfn.bench import worker
-worker.main(cfg)
-"""
-
-
 def prompt_tokens(n, vocab, seed=0):
     """n token ids drawn uniformly from the vocabulary (the same on every side of a comparison)."""
     rng = random.Random(seed)
@@ -103,12 +91,11 @@ def host_info(backend):
 def run_config(cfg, timeout):
     """One configuration's row, measured by nfn.bench.worker in a fresh interpreter; a row with
     "error" where it failed or ran past timeout seconds."""
-    import nfn
-    full = dict(cfg, sys_path=[p for p in sys.path if p], nfn_path=list(nfn.__path__))
+    from nfn import child
     where = {"weights": cfg["weights"], "batch": cfg["batch"], "prompt_tokens": cfg["prompt_tokens"]}
     try:
-        proc = subprocess.run([sys.executable, "-c", BOOT, json.dumps(full)], capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(child.argv("nfn.bench.worker:main", [json.dumps(cfg)]), capture_output=True,
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return dict(where, error=f"ran past {timeout} s")
     lines = proc.stdout.strip().splitlines()

@@ -116,8 +116,10 @@ def measure(cfg):
     }
 
 
-def main(cfg):
+def main(argv):
+    """Measures the configuration argv[0] (JSON) and prints its row as one JSON line."""
     from nfn.errors import UserError
+    cfg = json.loads(argv[0])
     try:
         result = measure(cfg)
     except UserError as e:
@@ -127,4 +129,4 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    main(sys.argv[1:])

@@ -52,9 +52,9 @@ def append(source, kind, result):
     return path
 
 
-def read(directory):
-    """The records of a checkpoint directory, oldest first (unreadable lines skipped)."""
-    path = os.path.join(directory, FILE)
+def read_jsonl(path):
+    """The JSON objects of a JSONL file (evals.jsonl, a run's log.jsonl), oldest first: a torn or
+    non-object line is skipped, a missing file is empty."""
     out = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -68,3 +68,8 @@ def read(directory):
     except FileNotFoundError:
         pass
     return out
+
+
+def read(directory):
+    """The records of a checkpoint directory, oldest first (unreadable lines skipped)."""
+    return read_jsonl(os.path.join(directory, FILE))

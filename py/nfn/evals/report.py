@@ -39,23 +39,14 @@ def read_json(path):
 
 def read_log(path):
     """(train [(step, loss)], validation [(step, loss)]) of a log.jsonl; a torn line is skipped."""
-    train, val = [], []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                    continue
-                if isinstance(row.get("train_loss"), (int, float)):
-                    train.append((row["step"], float(row["train_loss"])))
-                if isinstance(row.get("val_loss"), (int, float)):
-                    val.append((row["step"], float(row["val_loss"])))
-    except FileNotFoundError:
-        pass
-    return train, val
+    rows = records.read_jsonl(path)
+    return series(rows, "train_loss"), series(rows, "val_loss")
+
+
+def series(rows, key):
+    """[(step, value)] of the log rows that have an integer step and a number under key."""
+    return [(row["step"], float(row[key])) for row in rows
+            if isinstance(row.get("step"), int) and isinstance(row.get(key), (int, float))]
 
 
 LOSS_LABELS = ("train loss", "validation loss", "loss (nats/token)")

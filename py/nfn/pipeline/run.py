@@ -11,7 +11,6 @@ next run, once it holds the lock (so the killer's pipeline is gone), stops the p
 carry an earlier run's token before it resumes that stage.
 """
 import fcntl
-import json
 import os
 import secrets
 import signal
@@ -19,27 +18,9 @@ import subprocess
 import sys
 import time
 
-from nfn import fileio, paths
+from nfn import child, fileio, paths
 from nfn.errors import UserError
 from nfn.pipeline import plan as plan_lib
-
-# A child's start: the parent's import path and nfn package path (its built _native module
-# included), then nfn's command line.
-BOOT = """import json, sys
-cfg = json.loads(sys.argv[1])
-sys.path[:0] = cfg["sys_path"]
-import nfn
-nfn.__path__[:] = cfg["nfn_path"]
-from nfn.cli.main import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
-def child_argv(args):
-    import nfn
-    cfg = {"sys_path": [p for p in sys.path if p], "nfn_path": list(nfn.__path__)}
-    return [sys.executable, "-c", BOOT, json.dumps(cfg)] + list(args)
-
 
 def child_env(plan, token):
     env = dict(os.environ)
@@ -135,7 +116,7 @@ def check_identity(plan):
 def stream(argv, env, log, say_prefix):
     """Runs one command, its stdout and stderr appended to `log` and copied to our stderr line by
     line (stdout stays the pipeline's: --json prints there); its exit code."""
-    proc = subprocess.Popen(child_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+    proc = subprocess.Popen(child.argv("nfn.cli.main:main", argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
     try:
         for raw in iter(proc.stdout.readline, b""):

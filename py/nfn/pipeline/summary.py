@@ -1,27 +1,17 @@
 """A pipeline's summary (one row a stage, read from what the stages left) and its report.md.
 
-Nothing is recomputed: the tokenizer's vocabulary, the runs' report.json, the scores `nfn eval`
-appended to evals.jsonl, the stage records in pipeline/. OUTPUT_DIR/report.md is the summary
-table followed by the report cards `nfn report` wrote for base/, sft/ and rl/ (their headings one
-level down, their loss curves linked from their directories).
+Nothing is recomputed: the tokenizer's vocabulary, the runs' report.json and log.jsonl, the
+scores `nfn eval` appended to evals.jsonl, the stage records in pipeline/. OUTPUT_DIR/report.md is
+the summary table, then `nfn report`'s sections (nfn/evals/report.py) for the base model, its
+pretraining, bits per byte and CORE, SFT, RL's rewards (drawn into rl/reward.png) and ChatCORE.
 """
 import datetime
-import json
 import os
 import platform
 
 from nfn import __version__, fileio
-from nfn.evals import records
+from nfn.evals import records, report
 from nfn.pipeline import plan as plan_lib
-
-
-def _json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _latest(entries, kind, key=None):
@@ -41,15 +31,15 @@ def stage_results(plan):
     base_evals = records.read(plan.path("base"))
     rl_evals = records.read(plan.path("rl"))
     for name in plan_lib.STAGES:
-        done = _json(plan.path("pipeline", f"{name}.json"))
+        done = report.read_json(plan.path("pipeline", f"{name}.json"))
         row = {"status": "done" if done else "not run", "seconds": done.get("seconds") if done else None,
                "output": plan.output(name)}
         if name == "tokenizer":
             row.update(vocab_size=plan.size.vocab_size, name=plan.tokenizer)
         elif name in ("base", "sft", "rl"):
-            report = _json(plan.path(name, "report.json")) or {}
-            row.update({k: report.get(k) for k in ("steps", "final_train_loss", "final_validation_loss",
-                                                    "train_tokens_per_second")})
+            run = report.read_json(plan.path(name, "report.json")) or {}
+            row.update({k: run.get(k) for k in ("steps", "final_train_loss", "final_validation_loss",
+                                                 "train_tokens_per_second")})
             if name == "rl":
                 row.update(rl_numbers(plan))
         elif name == "base-eval":
@@ -96,7 +86,6 @@ def _section(title, lines, stage=None):
 
 def _directory(plan, name):
     """(manifest, report.json, (train, val) losses, the loss curve drawn or None, evals.jsonl)."""
-    from nfn.evals import report
     directory = plan.path(name)
     losses = report.read_log(os.path.join(directory, "log.jsonl"))
     png = os.path.isfile(os.path.join(directory, report.PNG)) or None
@@ -107,7 +96,6 @@ def _directory(plan, name):
 def write_report(plan):
     """OUTPUT_DIR/report.md: the summary, the model, each run's training, bits per byte, CORE,
     RL's rewards and ChatCORE, read from what the stages left."""
-    from nfn.evals import report
     results = stage_results(plan)
     results["report"]["status"] = "done"  # this file
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -139,22 +127,8 @@ EDGE = 5  # steps averaged at each end of the reward's history
 def rl_history(plan):
     """(mean reward [(step, value)], held-out pass@1 [(step, value)]) from rl/log.jsonl, every
     step of the run, resumed parts included (a resume drops the lines past its step)."""
-    rewards, passes = [], []
-    try:
-        with open(plan.path("rl", "log.jsonl"), encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("step"), int):
-                    if isinstance(row.get("mean_reward"), (int, float)):
-                        rewards.append((row["step"], float(row["mean_reward"])))
-                    if isinstance(row.get("pass_at_1"), (int, float)):
-                        passes.append((row["step"], float(row["pass_at_1"])))
-    except OSError:
-        pass
-    return rewards, passes
+    rows = records.read_jsonl(plan.path("rl", "log.jsonl"))
+    return report.series(rows, "mean_reward"), report.series(rows, "pass_at_1")
 
 
 def rl_numbers(plan):
@@ -169,7 +143,6 @@ def rl_numbers(plan):
 
 def rl_section(plan, row):
     """RL's rewards: the numbers and their curve (drawn into rl/reward.png)."""
-    from nfn.evals import report
     lines = ["## RL", ""]
     rewards, passes = rl_history(plan)
     if not rewards:

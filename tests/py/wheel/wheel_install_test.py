@@ -21,9 +21,9 @@ import tempfile
 import unittest
 import zipfile
 
+import bundled_linkage
+
 WHEEL = os.path.abspath(os.environ["NFN_WHEEL"])
-SYSTEM_LIBRARIES = ("libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "libstdc++.so",
-                    "libgcc_s.so", "ld-linux", "linux-vdso")
 WORDS = "the a cat dog sat on mat ran far away to home and then it was night day sun moon".split()
 
 
@@ -93,19 +93,10 @@ class WheelInstallTest(unittest.TestCase):
         self.assertIn(os.path.join(self.tmp, "venv"), self.package)
 
     def test_native_files_load_only_bundled_and_system_libraries(self):
-        ours = [os.path.join(self.package, "_native.so")] + [
-            os.path.join(self.native_bin, f) for f in sorted(os.listdir(self.native_bin))
-            if f.startswith(("nfn_", "libnfn_"))]
+        ours = bundled_linkage.native_files(self.package, self.native_bin)
         self.assertGreaterEqual(len(ours), 5)
         for path in ours:
-            code, out, err = run(["ldd", path], {"PATH": "/usr/bin:/bin"}, self.cwd)
-            self.assertEqual(code, 0, err)
-            self.assertNotIn("not found", out, path)
-            for line in out.splitlines():
-                lib = os.path.basename(line.split()[0])
-                resolved = line.split("=> ")[1].split()[0] if "=> " in line else lib
-                if not lib.startswith(SYSTEM_LIBRARIES):
-                    self.assertEqual(os.path.dirname(resolved), self.native_bin, f"{path}: {line}")
+            bundled_linkage.check(self, path, self.native_bin, self.cwd)
 
     def test_version_and_kernels(self):
         version = os.path.basename(WHEEL).split("-")[1]
